@@ -1,0 +1,25 @@
+"""Convert BF16 MoE expert weights to FlashInfer's TRTLLM block layout, and measure it.
+
+``convert(w13, w2, strategy=NAME)`` runs one of the registered ``STRATEGIES``; every strategy
+gives byte-identical output. ``shapes`` holds the model-shape catalog.
+"""
+
+from . import flashinfer_strategy  # registers "flashinfer" where FlashInfer is installed
+from .checks import check_weights
+from .layout import unconvert
+from .shapes import CATALOG, LayerShape, ModelSpec, layer_shape, shape_from_hf_config
+from .strategies import INPLACE, STRATEGIES, convert, register
+
+__all__ = [
+    "CATALOG",
+    "INPLACE",
+    "STRATEGIES",
+    "LayerShape",
+    "ModelSpec",
+    "check_weights",
+    "convert",
+    "layer_shape",
+    "register",
+    "shape_from_hf_config",
+    "unconvert",
+]

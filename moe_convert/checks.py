@@ -1,0 +1,69 @@
+"""Input checks shared by every strategy: all run before any byte is written."""
+
+from __future__ import annotations
+
+import torch
+
+from .layout import BLOCK_K, SHUFFLE_BLOCK
+
+__all__ = ["check_weights"]
+
+
+def _fail(kind: type[Exception], name: str, tensor: torch.Tensor, rule: str, fix: str) -> None:
+    raise kind(
+        f"{name} (shape {tuple(tensor.shape)}, dtype {tensor.dtype}, device {tensor.device}): "
+        f"{rule}. Fix: {fix}."
+    )
+
+
+def check_weights(w13: torch.Tensor, w2: torch.Tensor, *, gated: bool) -> None:
+    """Raise ``TypeError``/``ValueError`` if ``w13 [E, 2I, H]`` / ``w2 [E, H, I]`` cannot be converted.
+
+    Not gated, w13 is ``[E, I, H]``. Each message names the tensor, its shape and dtype, the rule
+    broken and the fix. Nothing is read or written besides metadata.
+    """
+    for name, tensor in (("w13", w13), ("w2", w2)):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dtype != torch.bfloat16:
+            _fail(TypeError, name, tensor, "the BF16 TRTLLM MoE layout needs bfloat16 weights",
+                  "pass the unquantized bf16 expert weights (e.g. tensor.to(torch.bfloat16))")
+        if tensor.dim() != 3:
+            _fail(ValueError, name, tensor, f"expected a 3-D [experts, rows, cols] tensor, got {tensor.dim()}-D",
+                  "pass all experts of one layer stacked along dim 0")
+        if not tensor.is_contiguous():
+            _fail(ValueError, name, tensor, f"tensor is not contiguous (strides {tensor.stride()})",
+                  "call .contiguous() first (conversion views each expert's bytes in place)")
+    if gated and w13.shape[1] % 2:
+        _fail(ValueError, "w13", w13, f"a gated w13 needs an even number of rows ([w1; w3]), got {w13.shape[1]}",
+              "pass w13 with both halves, or gated=False for a non-gated activation")
+    if w13.device != w2.device:
+        raise ValueError(
+            f"w13 is on {w13.device} and w2 on {w2.device}: both must be on one device. "
+            f"Fix: move both with .to(device) before converting."
+        )
+    e13, m13, h13 = w13.shape
+    e2, h2, i2 = w2.shape
+    if e13 != e2:
+        raise ValueError(f"expert counts differ: w13 {tuple(w13.shape)} has {e13}, w2 {tuple(w2.shape)} has {e2}. "
+                         f"Fix: pass the w13 and w2 of the same layer and rank.")
+    if h13 != h2:
+        raise ValueError(f"hidden sizes differ: w13 {tuple(w13.shape)} has H = {h13} (dim 2), "
+                         f"w2 {tuple(w2.shape)} has H = {h2} (dim 1). Fix: w13 is [E, 2I, H], w2 is [E, H, I].")
+    expected_rows = 2 * i2 if gated else i2
+    if m13 != expected_rows:
+        raise ValueError(
+            f"intermediate sizes differ: w2 {tuple(w2.shape)} has I = {i2}, so w13 needs "
+            f"{expected_rows} rows ({'2I, gated' if gated else 'I, not gated'}), but w13 {tuple(w13.shape)} has {m13}. "
+            f"Fix: pass matching tensors, or gated={not gated} if the activation is "
+            f"{'not ' if gated else ''}gated."
+        )
+    for name, tensor in (("w13", w13), ("w2", w2)):
+        rows, cols = tensor.shape[1], tensor.shape[2]
+        if rows % SHUFFLE_BLOCK:
+            _fail(ValueError, name, tensor, f"rows per expert ({rows}) must be a multiple of {SHUFFLE_BLOCK} "
+                  "for the epilogue_tile_m=128 row shuffle", "pad the rows (vLLM pads the intermediate size to 128)")
+        if (2 * cols) % BLOCK_K:
+            _fail(ValueError, name, tensor, f"bytes per row ({2 * cols}) must be a multiple of {BLOCK_K} "
+                  f"(block_k), i.e. cols a multiple of {BLOCK_K // 2}",
+                  "pad the hidden / intermediate size to a multiple of 64 elements")

@@ -1,0 +1,54 @@
+"""FlashInfer's own preparation helper, registered as the ``flashinfer`` strategy where installed.
+
+Registered when ``flashinfer`` can be found; imported on first call, so that importing
+``moe_convert`` (once per asv benchmark process) does not pay FlashInfer's import time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from .strategies import _swap_w13_to_w31, register
+
+__all__ = ["AVAILABLE"]
+
+#: whether ``flashinfer-python`` is installed (and so the ``flashinfer`` strategy registered).
+AVAILABLE = importlib.util.find_spec("flashinfer") is not None
+
+# FlashInfer caches permute indices per shape; ours is kept apart from its module-level one.
+_PERMUTE_CACHE: dict = {}
+
+
+def flashinfer_prepare(
+    w13: torch.Tensor, w2: torch.Tensor, gated: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``flashinfer.fused_moe.prepare.prepare_trtllm_bf16_weights``, upstream's own helper.
+
+    It takes gemm1 in ``[up, gate]`` = ``[w3; w1]`` order, so a gated w13 is swapped first (a
+    full copy, as vLLM's legacy path did). Per expert it indexes rows, makes the block layout
+    contiguous and appends to a list, then stacks.
+
+    Out of place: new outputs; the input is unchanged. Peak transient: the swap copy, both lists
+    and both stacked outputs, ``3 T13 + 2 T2`` gated (``2 T13 + 2 T2`` not gated), as legacy.
+    """
+    from flashinfer.fused_moe.api import ReLU2, SwiGLU
+    from flashinfer.fused_moe.prepare import prepare_trtllm_bf16_weights
+
+    experts, _, hidden = w13.shape
+    gemm1 = _swap_w13_to_w31(w13) if gated else w13
+    prepared = prepare_trtllm_bf16_weights(
+        gemm1,
+        w2,
+        num_local_experts=experts,
+        hidden_size=hidden,
+        intermediate_size=w2.shape[2],
+        activation=SwiGLU() if gated else ReLU2(),
+        permute_cache=_PERMUTE_CACHE,
+    )
+    return prepared["gemm1_weights"], prepared["gemm2_weights"]
+
+
+if AVAILABLE:
+    register("flashinfer", inplace=False)(flashinfer_prepare)

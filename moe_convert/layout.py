@@ -1,0 +1,176 @@
+"""FlashInfer's BlockMajorK layout for BF16 MoE weights: row permutations and block layout.
+
+Legend: E experts, M rows of one expert matrix, Kb bytes per row, nb = Kb / 128 K blocks.
+
+The TRTLLM BF16 MoE kernel (``epilogue_tile_m = 128``) reads each expert's ``uint8 [M, Kb]``
+byte view after two steps:
+
+1. a row permutation ``P`` (``rows_out[r] = rows_in[P[r]]``):
+   - shuffle-A: rows move inside blocks of 32 (``shuffle_row_index``);
+   - w13 of a gated activation: the gated interleave composed with the shuffle, with the w3/w1
+     swap folded in (``w13_row_index``);
+   - w2: the shuffle only (``w2_row_index``);
+2. the block layout with ``BLOCK_K = 128`` bytes: ``[M, Kb] -> [nb, M, 128]``.
+
+Every one of these permutations is also a pure strided view (``block_layout_copies``): the
+shuffle transposes an ``[8, 4]`` grid of rows inside each block of 32, the interleave transposes
+``[2, M/2]`` and the swap exchanges the two halves. The index tensors serve the strategies that
+gather with them (the public anchors); the views let a conversion be plain ``copy_`` calls.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+__all__ = [
+    "BLOCK_K",
+    "SHUFFLE_BLOCK",
+    "shuffle_row_index",
+    "gated_interleave_index",
+    "w13_row_index",
+    "w2_row_index",
+    "to_block_layout",
+    "from_block_layout",
+    "block_layout_copies",
+    "unconvert",
+]
+
+# Bytes per K block of BlockMajorK; fixed by the kernel.
+BLOCK_K = 128
+# Rows shuffled together for epilogue_tile_m = 128 (other tile sizes would use 16).
+SHUFFLE_BLOCK = 32
+# Inside a block of 32, old row o becomes new row _SHUFFLE_MAP[o] (FlashInfer's srcToDstBlk32RowMap).
+_SHUFFLE_MAP = [0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
+                4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31]  # fmt: skip
+
+_CPU = torch.device("cpu")
+
+
+@functools.lru_cache(maxsize=None)
+def shuffle_row_index(rows: int, device: torch.device = _CPU) -> torch.Tensor:
+    """Shuffle-A row index ``S`` (int64 ``[M]``, ``S[new] = old``), cached per (rows, device).
+
+    Needs ``rows % 32 == 0``. The cached tensor is shared: never write to it.
+    """
+    if rows % SHUFFLE_BLOCK:
+        raise ValueError(f"rows ({rows}) must be a multiple of {SHUFFLE_BLOCK} for the row shuffle")
+    old = torch.arange(rows, dtype=torch.int64)
+    new = (old // SHUFFLE_BLOCK) * SHUFFLE_BLOCK + torch.tensor(_SHUFFLE_MAP)[old % SHUFFLE_BLOCK]
+    index = torch.empty(rows, dtype=torch.int64)
+    index[new] = old
+    return index.to(device)
+
+
+@functools.lru_cache(maxsize=None)
+def gated_interleave_index(rows: int, device: torch.device = _CPU) -> torch.Tensor:
+    """Gated-activation interleave ``G = [0, M/2, 1, M/2 + 1, ...]`` (int64 ``[M]``), cached."""
+    if rows % 2:
+        raise ValueError(f"rows ({rows}) must be even for the gated interleave")
+    return torch.arange(rows, dtype=torch.int64).view(2, rows // 2).t().reshape(rows).to(device)
+
+
+@functools.lru_cache(maxsize=None)
+def w13_row_index(
+    rows: int, gated: bool, device: torch.device = _CPU, *, fold_swap: bool = True
+) -> torch.Tensor:
+    """Row index of w13 (int64 ``[M]``), cached per (rows, gated, device, fold_swap).
+
+    Gated, ``fold_swap=True``: ``(G[S] + M/2) % M``, applied to the checkpoint's ``[w1; w3]``
+    rows. Gated, ``fold_swap=False``: ``G[S]``, applied to rows already swapped to ``[w3; w1]``
+    (FlashInfer's own w3_w1 index). Both give identical bytes. Not gated: ``S`` (no interleave,
+    no swap). The cached tensor is shared: never write to it.
+    """
+    index = shuffle_row_index(rows)
+    if gated:
+        index = gated_interleave_index(rows)[index]
+        if fold_swap:
+            index = (index + rows // 2) % rows
+    return index.to(device)
+
+
+def w2_row_index(rows: int, device: torch.device = _CPU) -> torch.Tensor:
+    """Row index of w2 (int64 ``[M]``): the shuffle alone (``shuffle_row_index``, cached)."""
+    return shuffle_row_index(rows, device)
+
+
+def to_block_layout(rows_u8: torch.Tensor) -> torch.Tensor:
+    """``uint8 [..., M, Kb] -> uint8 [..., nb, M, 128]``: a new contiguous tensor (a copy).
+
+    The inverse is ``from_block_layout``.
+    """
+    *lead, rows, row_bytes = rows_u8.shape
+    blocks = rows_u8.view(*lead, rows, row_bytes // BLOCK_K, BLOCK_K)
+    return blocks.transpose(-3, -2).contiguous()
+
+
+def from_block_layout(blocks_u8: torch.Tensor) -> torch.Tensor:
+    """``uint8 [..., nb, M, 128] -> uint8 [..., M, Kb]``: a new contiguous tensor (a copy).
+
+    The inverse of ``to_block_layout``.
+    """
+    *lead, nblocks, rows, block = blocks_u8.shape
+    return blocks_u8.transpose(-3, -2).reshape(*lead, rows, nblocks * block)
+
+
+def _shuffled_source(rows_u8: torch.Tensor, minor: int) -> torch.Tensor:
+    """View ``uint8 [..., R, Kb]`` as ``[..., nb, R / (8 minor), minor, 8, 128]`` (no copy).
+
+    Row ``8 minor b + minor c + a`` lands at ``(b, a, c)``: a transpose of an ``[8, minor]`` grid
+    of rows inside each group of ``8 minor``, with the 128-byte K blocks moved in front.
+    ``minor = 4`` is the shuffle of 32 rows; ``minor = 2`` on one half of a gated w13 is the
+    interleave and the shuffle together.
+    """
+    *lead, rows, row_bytes = rows_u8.shape
+    n = len(lead)
+    grid = rows_u8.view(*lead, rows // (8 * minor), 8, minor, row_bytes // BLOCK_K, BLOCK_K)
+    return grid.permute(*range(n), n + 3, n, n + 2, n + 1, n + 4)
+
+
+def block_layout_copies(
+    rows_u8: torch.Tensor, blocks_u8: torch.Tensor, *, interleave: bool
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(destination, source) view pairs; ``dst.copy_(src)`` for each pair converts the weight.
+
+    ``rows_u8`` is ``uint8 [..., M, Kb]`` in checkpoint row order and ``blocks_u8`` the
+    ``uint8 [..., nb, M, 128]`` output with the same leading dims; all returned tensors are views
+    (no copy, no index tensor). The copies give exactly the bytes of indexing the rows with
+    ``w13_row_index`` / ``w2_row_index`` and then ``to_block_layout``:
+
+    - ``interleave=False`` (w2; w13 of a non-gated activation): index ``S``; one pair.
+    - ``interleave=True`` (w13, gated): index ``(G[S] + M/2) % M``; two pairs, one per half.
+      Output row ``32 b + 8 (2 a1 + a0) + c`` takes checkpoint row ``h M/2 + 16 b + 2 c + a1``
+      with ``h = 1 - a0`` (the swap puts w3, the second half, first).
+
+    Source and destination must not overlap: in-place strategies go through a scratch buffer.
+    """
+    *lead, rows, row_bytes = rows_u8.shape
+    nblocks = row_bytes // BLOCK_K
+    if not interleave:
+        dst = blocks_u8.view(*lead, nblocks, rows // SHUFFLE_BLOCK, 4, 8, BLOCK_K)
+        return [(dst, _shuffled_source(rows_u8, 4))]
+    halves = rows_u8.view(*lead, 2, rows // 2, row_bytes)
+    dst = blocks_u8.view(*lead, nblocks, rows // SHUFFLE_BLOCK, 2, 2, 8, BLOCK_K)
+    return [(dst.select(-3, a0), _shuffled_source(halves.select(-3, 1 - a0), 2)) for a0 in (0, 1)]
+
+
+def unconvert(
+    w13_out: torch.Tensor, w2_out: torch.Tensor, *, gated: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Turn converted weights back into checkpoint layout: the inverse of every strategy.
+
+    ``w13_out`` bf16 ``[E, nb13, M13, 64]`` and ``w2_out`` bf16 ``[E, nb2, M2, 64]`` (any
+    strategy's output) become new contiguous bf16 ``w13 [E, 2I, H]`` (``[E, I, H]`` when not
+    gated) and ``w2 [E, H, I]`` in the checkpoint's ``[w1; w3]`` order. Copies, never views.
+    """
+
+    def rows(blocks: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        rows_u8 = from_block_layout(blocks.view(torch.uint8))
+        restored = torch.empty_like(rows_u8)
+        restored[:, index] = rows_u8  # rows_out[r] = rows_in[P[r]]  =>  rows_in[P[r]] = rows_out[r]
+        return restored.view(torch.bfloat16)
+
+    m13, m2 = w13_out.shape[2], w2_out.shape[2]
+    device = w13_out.device
+    return rows(w13_out, w13_row_index(m13, gated, device)), rows(w2_out, w2_row_index(m2, device))

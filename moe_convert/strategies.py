@@ -1,0 +1,252 @@
+"""Every way of converting one MoE layer to FlashInfer's BlockMajorK layout, in one registry.
+
+Legend: E experts; w13 bf16 ``[E, M13, H]`` with ``M13 = 2I`` (gated) or ``I``; w2 bf16
+``[E, H, I]``; a weight's bytes are ``uint8 [E, M, Kb]`` with ``Kb = 2 cols``; the output of a
+weight is the bf16 view ``[E, Kb/128, M, 64]`` of ``uint8 [E, Kb/128, M, 128]``.
+
+Memory contracts use T13, T2 (bytes of the whole w13, w2 tensor), S13, S2 (bytes of one expert
+of each) and X13 = 8 M13 (bytes of one int64 row index of w13). "Peak transient" is the peak,
+during the call, of bytes allocated by the call and still alive, counted at the dispatch level
+(new tensor storages; views, ``out=`` and in-place ops add nothing), with the row indices
+already cached. Outputs that are new tensors count: they are alive when the call returns.
+
+Every function takes ``(w13, w2, gated)`` already checked by ``check_weights`` and returns
+``(w13_out, w2_out)``. Reach them through ``convert(..., strategy=NAME)`` or ``STRATEGIES``.
+The inverse of every strategy is ``layout.unconvert``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .checks import check_weights
+from .layout import BLOCK_K, block_layout_copies, to_block_layout, w13_row_index, w2_row_index
+
+__all__ = ["STRATEGIES", "INPLACE", "register", "convert"]
+
+Strategy = Callable[[torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor]]
+
+#: name -> strategy function; mutable, looked up by ``convert`` at call time.
+STRATEGIES: dict[str, Strategy] = {}
+#: names of strategies whose result lives in the input's own storage (``data_ptr`` unchanged).
+INPLACE: set[str] = set()
+
+
+def register(name: str, *, inplace: bool) -> Callable[[Strategy], Strategy]:
+    """Register a strategy under ``name``; ``inplace`` says its result aliases its input."""
+
+    def decorate(fn: Strategy) -> Strategy:
+        STRATEGIES[name] = fn
+        (INPLACE.add if inplace else INPLACE.discard)(name)
+        return fn
+
+    return decorate
+
+
+def convert(
+    w13: torch.Tensor, w2: torch.Tensor, *, strategy: str, gated: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Convert one layer's expert weights with the strategy registered as ``strategy``.
+
+    ``w13`` bf16 ``[E, 2I, H]`` (``[E, I, H]`` when not gated) in checkpoint ``[w1; w3]`` order
+    and ``w2`` bf16 ``[E, H, I]``, contiguous, on one device. Returns bf16
+    ``([E, 2H/128, 2I, 64], [E, 2I/128, H, 64])``, byte-identical for every strategy. Whether
+    the result is a new tensor or a view of the input's storage is the strategy's contract
+    (``name in INPLACE``). Bad input raises ``TypeError``/``ValueError`` before any byte is
+    written.
+    """
+    try:
+        fn = STRATEGIES[strategy]
+    except KeyError:
+        raise ValueError(
+            f"unknown strategy {strategy!r}; valid strategies: {', '.join(sorted(STRATEGIES))}"
+        ) from None
+    check_weights(w13, w2, gated=gated)
+    return fn(w13, w2, gated)
+
+
+def _blocks_shape(weight: torch.Tensor) -> tuple[int, int, int, int]:
+    experts, rows, cols = weight.shape
+    return (experts, 2 * cols // BLOCK_K, rows, BLOCK_K)
+
+
+def _swap_w13_to_w31(w13: torch.Tensor) -> torch.Tensor:
+    """vLLM's ``swap_w13_to_w31``: ``[w1; w3] -> [w3; w1]`` per expert, a full copy of w13."""
+    return w13.reshape(-1, 2, w13.shape[-2] // 2, w13.shape[-1]).flip(dims=[1]).reshape(w13.shape)
+
+
+@register("legacy", inplace=False)
+def legacy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM before PR #45589, temporaries and their order kept: the baseline.
+
+    The caller's full swapped copy of w13 (gated only), then per expert: ``clone`` -> uint8
+    view -> index rows -> ``.contiguous()``, for w13 then w2; block layout ``.contiguous()`` of
+    each; append to two lists; finally ``torch.stack`` of each list, bf16 view, ``.contiguous()``.
+
+    Out of place: new outputs; the input is unchanged. Peak transient: the swap copy, both lists
+    and both stacked outputs at once, ``3 T13 + 2 T2`` gated (``2 T13 + 2 T2`` not gated).
+    """
+    experts, rows13, _ = w13.shape
+    rows2 = w2.shape[1]
+    if gated:
+        w13 = _swap_w13_to_w31(w13)
+    index13 = w13_row_index(rows13, gated, w13.device, fold_swap=False)
+    index2 = w2_row_index(rows2, w2.device)
+    w13_list, w2_list = [], []
+    for e in range(experts):
+        tmp13 = w13[e].clone().view(torch.uint8)[index13].contiguous()
+        tmp2 = w2[e].clone().view(torch.uint8)[index2].contiguous()
+        tmp13 = to_block_layout(tmp13)
+        tmp2 = to_block_layout(tmp2)
+        w13_list.append(tmp13.view(torch.bfloat16))
+        w2_list.append(tmp2.view(torch.bfloat16))
+    return (
+        torch.stack(w13_list).view(torch.bfloat16).contiguous(),
+        torch.stack(w2_list).view(torch.bfloat16).contiguous(),
+    )
+
+
+def _index_select_expert(out: torch.Tensor, expert_u8: torch.Tensor, index: torch.Tensor) -> None:
+    """Write one expert ``uint8 [M, Kb]`` into ``out`` ``uint8 [nb, M, 128]`` with its row index.
+
+    vLLM's ``_copy_permuted_expert_to_block_layout``: ``index_select`` along dim 1 of the
+    ``[nb, M, 128]`` block view, ``out=``. On CPU that kernel first makes the (non-contiguous)
+    view contiguous: a hidden expert-sized copy that dispatch-level tracking cannot see.
+    """
+    blocks = expert_u8.view(expert_u8.shape[0], out.shape[0], BLOCK_K).permute(1, 0, 2)
+    torch.index_select(blocks, 1, index, out=out)
+
+
+@register("preallocated", inplace=False)
+def preallocated(
+    w13: torch.Tensor, w2: torch.Tensor, gated: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM PR #45589: both outputs allocated once, each expert gathered straight into them.
+
+    Per expert: ``index_select`` along dim 1 of the block view with ``out=`` the expert's slot;
+    the w3/w1 swap folded into the w13 index, recomputed per expert as ``(G[S] + M/2) % M``.
+
+    Out of place: new outputs; the input is unchanged. Peak transient: ``T13 + T2 + 2 X13``
+    gated (the outputs and the two index temporaries), ``T13 + T2`` not gated. On CPU the
+    allocator also sees one hidden expert copy (``+ S13``) inside ``index_select``.
+    """
+    experts, rows13, _ = w13.shape
+    rows2 = w2.shape[1]
+    out13 = torch.empty(_blocks_shape(w13), dtype=torch.uint8, device=w13.device)
+    out2 = torch.empty(_blocks_shape(w2), dtype=torch.uint8, device=w2.device)
+    for e in range(experts):
+        index = w13_row_index(rows13, gated, w13.device, fold_swap=False)
+        if gated:
+            index = (index + rows13 // 2) % rows13
+        _index_select_expert(out13[e], w13[e].view(torch.uint8), index)
+        index = w2_row_index(rows2, w2.device)
+        _index_select_expert(out2[e], w2[e].view(torch.uint8), index)
+    return out13.view(torch.bfloat16), out2.view(torch.bfloat16)
+
+
+def _blocks_alias(weight: torch.Tensor) -> torch.Tensor:
+    """bf16 ``[E, nb, M, 64]`` view over the storage of ``weight`` ``[E, M, cols]`` (no copy)."""
+    experts, rows, cols = weight.shape
+    return weight.view(experts, 2 * cols // BLOCK_K, rows, BLOCK_K // 2)
+
+
+@register("inplace", inplace=True)
+def inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM PR #54699: one expert-sized scratch; each expert relaid into it and copied back.
+
+    Per expert: ``index_select`` (dim 1 of the block view, as in #45589) into the scratch, then
+    ``copy_`` back over the expert's own bytes.
+
+    In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged); the
+    inputs' 3-D views then hold block-layout bytes, and a refit loads new checkpoint-layout
+    weights into them and converts again. Peak transient: ``max(S13, S2)`` (the scratch). On CPU
+    the allocator also sees the hidden expert copy inside ``index_select`` (``+ S13``).
+    """
+    experts, rows13, _ = w13.shape
+    rows2 = w2.shape[1]
+    scratch = torch.empty(max(w13[0].nbytes, w2[0].nbytes), dtype=torch.uint8, device=w13.device)
+    for weight, index in (
+        (w13, w13_row_index(rows13, gated, w13.device)),
+        (w2, w2_row_index(rows2, w2.device)),
+    ):
+        expert_scratch = scratch[: weight[0].nbytes].view(_blocks_shape(weight)[1:])
+        for e in range(experts):
+            expert_u8 = weight[e].view(torch.uint8)
+            _index_select_expert(expert_scratch, expert_u8, index)
+            expert_u8.view(-1).copy_(expert_scratch.view(-1))
+    return _blocks_alias(w13), _blocks_alias(w2)
+
+
+@register("batched", inplace=True)
+def batched(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """NeMo-RL PR #3296: one gather per weight over all experts, then one copy back.
+
+    Per weight: ``index_select`` along the row dim of the ``[E, nb, M, 128]`` block view of all
+    experts into a weight-sized scratch, then ``copy_`` into the 4-D alias of the parameter.
+    (NeMo-RL keeps the scratch between refits; here it is made per call so it shows.)
+
+    In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
+    transient: ``T13`` (the w13 scratch; it is freed before the w2 one is made).
+    """
+    rows13, rows2 = w13.shape[1], w2.shape[1]
+    for weight, index in (
+        (w13, w13_row_index(rows13, gated, w13.device)),
+        (w2, w2_row_index(rows2, w2.device)),
+    ):
+        experts, rows, cols = weight.shape
+        blocks = weight.view(torch.uint8).view(experts, rows, 2 * cols // BLOCK_K, BLOCK_K)
+        scratch = torch.empty(_blocks_shape(weight), dtype=torch.uint8, device=weight.device)
+        torch.index_select(blocks.permute(0, 2, 1, 3), 2, index, out=scratch)
+        weight.view(torch.uint8).view(-1).copy_(scratch.view(-1))
+        del scratch
+    return _blocks_alias(w13), _blocks_alias(w2)
+
+
+def _strided_copy_into(rows: torch.Tensor, blocks_u8: torch.Tensor, interleave: bool) -> None:
+    for dst, src in block_layout_copies(rows.view(torch.uint8), blocks_u8, interleave=interleave):
+        dst.copy_(src)
+
+
+@register("strided_copy", inplace=False)
+def strided_copy(
+    w13: torch.Tensor, w2: torch.Tensor, gated: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ours, out of place: the permutation and the block layout as strided ``copy_`` of views.
+
+    The shuffle, interleave and swap are strided views (``layout.block_layout_copies``), so each
+    weight is converted by one ``copy_`` (two for a gated w13, one per half) from its bytes into
+    the new output: no index tensor, no per-expert loop, no hidden copy, every byte read and
+    written once.
+
+    Out of place: new outputs; the input is unchanged. Peak transient: ``T13 + T2`` (the
+    outputs, nothing else).
+    """
+    out13 = torch.empty(_blocks_shape(w13), dtype=torch.uint8, device=w13.device)
+    _strided_copy_into(w13, out13, gated)
+    out2 = torch.empty(_blocks_shape(w2), dtype=torch.uint8, device=w2.device)
+    _strided_copy_into(w2, out2, False)
+    return out13.view(torch.bfloat16), out2.view(torch.bfloat16)
+
+
+@register("strided_inplace", inplace=True)
+def strided_inplace(
+    w13: torch.Tensor, w2: torch.Tensor, gated: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ours, in place: per expert, a strided ``copy_`` into one scratch, then a copy back.
+
+    Like ``inplace`` but with the index-free strided views of ``strided_copy``: the scratch
+    (one expert) stays in cache between the two copies and nothing else is allocated.
+
+    In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
+    transient: ``max(S13, S2)`` (the scratch), no index tensors.
+    """
+    scratch = torch.empty(max(w13[0].nbytes, w2[0].nbytes), dtype=torch.uint8, device=w13.device)
+    for weight, interleave in ((w13, gated), (w2, False)):
+        expert_scratch = scratch[: weight[0].nbytes]
+        expert_blocks = expert_scratch.view(_blocks_shape(weight)[1:])
+        for expert in weight:
+            _strided_copy_into(expert, expert_blocks, interleave)
+            expert.view(torch.uint8).view(-1).copy_(expert_scratch)
+    return _blocks_alias(w13), _blocks_alias(w2)

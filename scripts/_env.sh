@@ -1,0 +1,28 @@
+# Sourced by scripts/test and scripts/bench: make (once) and activate the project's virtualenv.
+#
+# The venv sees the system site-packages, so a GPU box's own CUDA build of torch is used where one
+# is installed; where no torch imports, the CPU build is pinned (a plain `torch` requirement would
+# pull a multi-GB CUDA wheel). Set MOE_VENV to use another folder.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${MOE_VENV:-$ROOT/.venv}"
+TORCH_CPU_PIN="torch==2.13.0"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV" >&2
+  python3 -m venv --system-site-packages "$VENV"
+fi
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+if ! python -c "import torch" 2>/dev/null; then
+  echo "[setup] no torch here: installing the CPU build ($TORCH_CPU_PIN)" >&2
+  python -m pip install -q "$TORCH_CPU_PIN"
+fi
+install_project() {  # install_project EXTRAS  (e.g. "test,bench"); skipped when nothing changed
+  local stamp="$VENV/.installed-$1"
+  if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
+    echo "[setup] installing moe-convert-bench[$1]" >&2
+    python -m pip install -q -e "$ROOT[$1]"
+    touch "$stamp"
+  fi
+}
