@@ -31,6 +31,9 @@ def check_weights(w13: torch.Tensor, w2: torch.Tensor, *, gated: bool) -> None:
         if tensor.dim() != 3:
             _fail(ValueError, name, tensor, f"expected a 3-D [experts, rows, cols] tensor, got {tensor.dim()}-D",
                   "pass all experts of one layer stacked along dim 0")
+        if 0 in tensor.shape:  # strategies disagree on empty input (some raise, some return empty)
+            _fail(ValueError, name, tensor, "every dimension must be non-zero: there is nothing to convert",
+                  "pass at least one expert with all its rows and cols")
         if not tensor.is_contiguous():
             _fail(ValueError, name, tensor, f"tensor is not contiguous (strides {tensor.stride()})",
                   "call .contiguous() first (conversion views each expert's bytes in place)")

@@ -17,8 +17,9 @@ __all__ = ["AVAILABLE"]
 #: whether ``flashinfer-python`` is installed (and so the ``flashinfer`` strategy registered).
 AVAILABLE = importlib.util.find_spec("flashinfer") is not None
 
-# FlashInfer caches permute indices per shape; ours is kept apart from its module-level one.
-_PERMUTE_CACHE: dict = {}
+# FlashInfer keys its permute-index cache by shape but not device: one cache per device, kept
+# apart from its module-level one, so that meta indices never reach a CPU or CUDA call.
+_PERMUTE_CACHES: dict[torch.device, dict] = {}
 
 
 def flashinfer_prepare(
@@ -45,7 +46,7 @@ def flashinfer_prepare(
         hidden_size=hidden,
         intermediate_size=w2.shape[2],
         activation=SwiGLU() if gated else ReLU2(),
-        permute_cache=_PERMUTE_CACHE,
+        permute_cache=_PERMUTE_CACHES.setdefault(w13.device, {}),
     )
     return prepared["gemm1_weights"], prepared["gemm2_weights"]
 

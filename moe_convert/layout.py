@@ -96,8 +96,10 @@ def w2_row_index(rows: int, device: torch.device = _CPU) -> torch.Tensor:
 
 
 def to_block_layout(rows_u8: torch.Tensor) -> torch.Tensor:
-    """``uint8 [..., M, Kb] -> uint8 [..., nb, M, 128]``: a new contiguous tensor (a copy).
+    """``uint8 [..., M, Kb] -> uint8 [..., nb, M, 128]``: contiguous, a copy when ``nb > 1``.
 
+    With one block per row (``Kb == 128``) both layouts are the same bytes and ``.contiguous()``
+    returns a view of the input, as FlashInfer's ``convert_to_block_layout`` does.
     The inverse is ``from_block_layout``.
     """
     *lead, rows, row_bytes = rows_u8.shape
@@ -106,9 +108,9 @@ def to_block_layout(rows_u8: torch.Tensor) -> torch.Tensor:
 
 
 def from_block_layout(blocks_u8: torch.Tensor) -> torch.Tensor:
-    """``uint8 [..., nb, M, 128] -> uint8 [..., M, Kb]``: a new contiguous tensor (a copy).
+    """``uint8 [..., nb, M, 128] -> uint8 [..., M, Kb]``: contiguous, a copy when ``nb > 1``.
 
-    The inverse of ``to_block_layout``.
+    With ``nb == 1`` a view of the input (the same bytes). The inverse of ``to_block_layout``.
     """
     *lead, nblocks, rows, block = blocks_u8.shape
     return blocks_u8.transpose(-3, -2).reshape(*lead, rows, nblocks * block)

@@ -206,7 +206,9 @@ def batched(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
 
 def _strided_copy_into(rows: torch.Tensor, blocks_u8: torch.Tensor, interleave: bool) -> None:
     for dst, src in block_layout_copies(rows.view(torch.uint8), blocks_u8, interleave=interleave):
-        dst.copy_(src)
+        # Copy 8-byte words, not bytes: the same bytes move, but a strided CUDA copy handles
+        # one element per load, so wider elements mean 8x fewer of them (no change on CPU).
+        dst.view(torch.int64).copy_(src.view(torch.int64))
 
 
 @register("strided_copy", inplace=False)
@@ -230,19 +232,31 @@ def strided_copy(
     return out13.view(torch.bfloat16), out2.view(torch.bfloat16)
 
 
+# The CUDA caching allocator gives every request of 1-10 MiB (kMinLargeAlloc) a slice of a shared
+# 20 MiB segment; once free, that segment is "oversize" under vLLM's max_split_size_mb=20 and
+# never serves a smaller request again, so a per-layer 6 MiB scratch strands 20 MiB per layer in
+# sleep mode (see moe_convert.replay). A request of >= 10 MiB gets its own segment, rounded to
+# 2 MiB, which the next layer's scratch of the same size reuses, and it reserves less than 20 MiB.
+_MIN_OWN_SEGMENT_BYTES = 10 * 2**20
+
+
 @register("strided_inplace", inplace=True)
 def strided_inplace(
     w13: torch.Tensor, w2: torch.Tensor, gated: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Ours, in place: per expert, a strided ``copy_`` into one scratch, then a copy back.
 
-    Like ``inplace`` but with the index-free strided views of ``strided_copy``: the scratch
-    (one expert) stays in cache between the two copies and nothing else is allocated.
+    Like ``inplace`` but with the index-free strided views of ``strided_copy``: nothing is
+    allocated but the scratch, which holds one expert. The scratch is at least 10 MiB, so that
+    on CUDA it gets a segment of its own that later layers reuse rather than a slice of a 20 MiB
+    segment that ``max_split_size_mb=20`` strands after every layer: it reserves
+    ``max(S13, S2, 10 MiB)`` rounded to 2 MiB, where a smaller scratch would reserve 20 MiB per layer.
 
     In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
-    transient: ``max(S13, S2)`` (the scratch), no index tensors.
+    transient: ``max(S13, S2, 10 MiB)`` (the scratch), no index tensors.
     """
-    scratch = torch.empty(max(w13[0].nbytes, w2[0].nbytes), dtype=torch.uint8, device=w13.device)
+    expert_bytes = max(w13[0].nbytes, w2[0].nbytes)
+    scratch = torch.empty(max(expert_bytes, _MIN_OWN_SEGMENT_BYTES), dtype=torch.uint8, device=w13.device)
     for weight, interleave in ((w13, gated), (w2, False)):
         expert_scratch = scratch[: weight[0].nbytes]
         expert_blocks = expert_scratch.view(_blocks_shape(weight)[1:])

@@ -1,0 +1,66 @@
+"""Shared test helpers: the one place that decides a test cannot run here, and says why.
+
+Use the marks (``@requires_flashinfer``, ``@requires_cuda``, ``@requires_sm100``, or
+``pytestmark = requires_sm100`` for a whole module); ``missing(need)`` gives the reason itself.
+Checks are cheap (no kernel is built or loaded at collection time).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+
+import pytest
+import torch
+
+__all__ = [
+    "missing", "requires", "requires_chromium", "requires_cuda", "requires_flashinfer", "requires_sm100",
+]
+
+# Compute capability major of the SM100 family (B200, GB200: 10.0; B300: 10.3), the only GPUs
+# FlashInfer's TRTLLM-gen BF16 MoE kernels are built for.
+SM100_MAJOR = 10
+
+
+def missing(need: str) -> str | None:
+    """Why ``need`` is not available on this machine, or ``None`` when it is.
+
+    ``need`` is ``"flashinfer"`` (flashinfer-python importable), ``"cuda"`` (a CUDA device
+    torch can use), ``"sm100"`` (CUDA device 0 is of the SM100 family and FlashInfer is
+    installed: what the TRTLLM BF16 MoE kernel needs) or ``"chromium"`` (Debian's chromium on
+    ``PATH``, for the dashboard's browser test).
+    """
+    if need == "flashinfer":
+        if importlib.util.find_spec("flashinfer") is None:
+            return "flashinfer-python is not installed (pip install -e '.[test]')"
+        return None
+    if need == "cuda":
+        if not torch.cuda.is_available():
+            build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "built without CUDA"
+            return f"no CUDA device (torch {torch.__version__}, {build})"
+        return None
+    if need == "sm100":
+        reason = missing("cuda")
+        if reason is None:
+            major, minor = torch.cuda.get_device_capability(0)
+            if major != SM100_MAJOR:
+                reason = (f"{torch.cuda.get_device_name(0)} is SM{major}{minor}, not SM100 "
+                          "(B200/GB200/B300): the TRTLLM BF16 MoE kernel is SM100-only")
+        return reason or missing("flashinfer")
+    if need == "chromium":
+        if shutil.which("chromium") is None:
+            return "Debian's chromium is not on PATH (scripts/test installs it with apt-get as root)"
+        return None
+    raise ValueError(f"unknown need {need!r}; known: 'flashinfer', 'cuda', 'sm100', 'chromium'")
+
+
+def requires(need: str) -> pytest.MarkDecorator:
+    """A mark that skips the test, with the reason from ``missing(need)``, where it is missing."""
+    reason = missing(need)
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+requires_flashinfer = requires("flashinfer")
+requires_cuda = requires("cuda")
+requires_sm100 = requires("sm100")
+requires_chromium = requires("chromium")

@@ -1,0 +1,155 @@
+"""The model-shape catalog: names, per-rank shapes, bytes, invalid combinations with their reason,
+and shapes read from a local ``config.json``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from moe_convert import CATALOG, check_weights, layer_shape, shape_from_hf_config
+from moe_convert.shapes import TP_SIZES, catalog_shapes
+
+MiB, GiB = 2**20, 2**30
+
+# Public config.json values (trimmed to the keys the reader uses, plus neighbours it must ignore).
+QWEN3_235B_CONFIG = {
+    "_name_or_path": "Qwen/Qwen3-235B-A22B",
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 12288,  # the dense MLP size: must not be taken for the experts'
+    "moe_intermediate_size": 1536,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 94,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+}
+DEEPSEEK_V3_CONFIG = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "hidden_act": "silu",
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_hidden_layers": 61,
+    "first_k_dense_replace": 3,
+    "moe_layer_freq": 1,
+}
+
+
+def test_catalog_names():
+    for name in ("qwen3-235b-a22b", "qwen3-30b-a3b", "deepseek-v3", "deepseek-v2-lite"):
+        assert name in CATALOG
+    for name, spec in CATALOG.items():
+        assert name == spec.name == name.lower()
+
+
+def test_qwen3_235b_tp4():
+    shape = layer_shape("qwen3-235b-a22b", 4)
+    assert shape.w13_shape == (128, 768, 4096)
+    assert shape.w2_shape == (128, 4096, 384)
+    assert shape.w13_bytes == 768 * MiB and shape.w2_bytes == 384 * MiB
+    assert shape.w13_expert_bytes == 6 * MiB and shape.w2_expert_bytes == 3 * MiB
+    assert shape.layer_bytes == 1152 * MiB
+    assert shape.moe_layers == 94
+    assert shape.model_bytes == int(105.75 * GiB)
+    assert shape.valid and shape.invalid_reason is None
+    assert shape.label == "qwen3-235b-a22b/tp4"
+
+
+@pytest.mark.parametrize(
+    "model, tp, w13, w2, moe_layers",
+    [
+        ("qwen3-235b-a22b", 1, (128, 3072, 4096), (128, 4096, 1536), 94),
+        ("qwen3-30b-a3b", 2, (128, 768, 2048), (128, 2048, 384), 48),
+        ("deepseek-v3", 2, (256, 2048, 7168), (256, 7168, 1024), 58),
+        ("deepseek-v3", 4, (256, 1024, 7168), (256, 7168, 512), 58),
+        ("deepseek-v2-lite", 1, (64, 2816, 2048), (64, 2048, 1408), 26),
+    ],
+)
+def test_per_rank_shapes(model, tp, w13, w2, moe_layers):
+    shape = layer_shape(model, tp)
+    assert (shape.w13_shape, shape.w2_shape, shape.moe_layers) == (w13, w2, moe_layers)
+    assert shape.w13_bytes == 2 * torch.Size(w13).numel()
+    assert shape.layer_bytes == 2 * (torch.Size(w13).numel() + torch.Size(w2).numel())
+
+
+def test_every_combination_listed_invalid_ones_with_reason():
+    shapes = catalog_shapes()
+    assert [(s.model, s.tp) for s in shapes] == [(m, tp) for m in CATALOG for tp in TP_SIZES]
+    for shape in shapes:
+        if shape.intermediate % 128:
+            assert not shape.valid
+            assert str(shape.intermediate) in shape.invalid_reason and "128" in shape.invalid_reason
+        else:
+            assert shape.valid, shape.invalid_reason
+
+
+@pytest.mark.parametrize("model, tp, inter", [("qwen3-235b-a22b", 8, 192), ("deepseek-v2-lite", 2, 704)])
+def test_invalid_combination_reason(model, tp, inter):
+    shape = layer_shape(model, tp)
+    assert not shape.valid
+    assert f"I/TP = {inter}" in shape.invalid_reason and "multiple of 128" in shape.invalid_reason
+
+
+@pytest.mark.parametrize("shape", [s for s in catalog_shapes() if s.valid], ids=lambda s: s.label)
+def test_valid_catalog_shapes_pass_the_input_checks(shape):
+    def meta(dims):
+        return torch.empty(dims, dtype=torch.bfloat16, device="meta")
+
+    check_weights(meta(shape.w13_shape), meta(shape.w2_shape), gated=shape.gated)
+
+
+def test_unknown_model_and_bad_tp():
+    with pytest.raises(ValueError, match="unknown model 'qwen3-235b'.*qwen3-235b-a22b"):
+        layer_shape("qwen3-235b", 4)
+    with pytest.raises(ValueError, match="tp must be >= 1, got 0"):
+        layer_shape("qwen3-30b-a3b", 0)
+    with pytest.raises(ValueError, match="does not split over TP 5"):
+        layer_shape("qwen3-30b-a3b", 5)
+
+
+def test_with_experts_keeps_geometry():
+    shape = layer_shape("deepseek-v3", 4).with_experts(2)
+    assert shape.w13_shape == (2, 1024, 7168) and shape.w2_shape == (2, 7168, 512)
+    assert shape.moe_layers == 58 and shape.label == "deepseek-v3/tp4"
+
+
+def test_shape_from_qwen3_moe_config(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3_235B_CONFIG))
+    shape = shape_from_hf_config(path, 4)
+    assert shape.w13_shape == (128, 768, 4096) and shape.w2_shape == (128, 4096, 384)
+    assert shape.moe_layers == 94 and shape.gated
+    assert shape.model == "qwen/qwen3-235b-a22b"
+    assert shape.model_bytes == layer_shape("qwen3-235b-a22b", 4).model_bytes
+    assert shape_from_hf_config(tmp_path, 4) == shape  # a folder holding config.json works too
+
+
+def test_shape_from_qwen3_moe_config_with_dense_layers(tmp_path):
+    config = dict(QWEN3_235B_CONFIG, mlp_only_layers=[0, 1], decoder_sparse_step=2)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    # sparse: layers i with (i + 1) % 2 == 0 (47 of 94), less layer 1 (MLP only)
+    assert shape_from_hf_config(tmp_path, 1).moe_layers == 46
+
+
+def test_shape_from_deepseek_v3_config(tmp_path):
+    model_dir = tmp_path / "DeepSeek-V3"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(DEEPSEEK_V3_CONFIG))
+    shape = shape_from_hf_config(model_dir, 2)
+    assert shape.moe_layers == 58  # first_k_dense_replace = 3 of 61 layers are dense
+    assert shape.w13_shape == (256, 2048, 7168) and shape.w2_shape == (256, 7168, 1024)
+    assert shape.model == "deepseek-v3"  # no _name_or_path: the folder's name
+    assert shape == layer_shape("deepseek-v3", 2)
+
+
+def test_shape_from_non_moe_config(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32}))
+    with pytest.raises(ValueError, match="not an MoE config"):
+        shape_from_hf_config(path, 1)

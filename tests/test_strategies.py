@@ -1,0 +1,212 @@
+"""Every registered strategy, byte for byte against FlashInfer's helpers and against ``legacy``;
+refit cycles, ``data_ptr`` stability and alias write-through; the docstring contract.
+
+Strategies are read from ``moe_convert.STRATEGIES`` at collection, so a newly registered one is
+tested without editing this file. Large shapes use one or two experts to keep the file fast.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from conftest import requires_flashinfer
+
+from moe_convert import INPLACE, STRATEGIES, convert, register
+from moe_convert.reference import AVAILABLE as FLASHINFER_AVAILABLE
+from moe_convert.reference import flashinfer_reference, random_weights
+
+# name -> (E experts, I intermediate per rank, H hidden, gated); w13 [E, 2I or I, H], w2 [E, H, I]
+CASES = {
+    "qwen3-235b-tp4": (2, 384, 4096, True),  # w13 [E, 768, 4096], w2 [E, 4096, 384]
+    "qwen3-235b-tp4-relu2": (2, 384, 4096, False),
+    "deepseek-v3-tp2": (1, 1024, 7168, True),  # w13 [E, 2048, 7168], w2 [E, 7168, 1024]
+    "deepseek-v3-tp4": (1, 512, 7168, True),  # w13 [E, 1024, 7168], w2 [E, 7168, 512]
+    "nemo-rl-4-768-2048": (4, 768, 2048, True),  # NeMo-RL #3296's bit-equality cases
+    "nemo-rl-3-128-512": (3, 128, 512, True),
+    "nemo-rl-relu2-3-256-512": (3, 256, 512, False),
+    "one-expert": (1, 64, 256, True),
+    "one-expert-relu2-one-k-block": (1, 64, 128, False),  # w2 rows of 128 bytes: nb = 1
+    "hidden-192": (2, 64, 192, True),  # w2 has 6 shuffle blocks of 32 rows, not a power of two
+}
+NAMES = sorted(STRATEGIES)
+OUT_OF_PLACE = [name for name in NAMES if name not in INPLACE]
+# Small shapes for the multi-cycle tests.
+REFIT_CASES = ["nemo-rl-3-128-512", "nemo-rl-relu2-3-256-512"]
+
+
+def shapes(case: str) -> tuple[tuple[int, int, int], tuple[int, int, int], bool]:
+    experts, inter, hidden, gated = CASES[case]
+    return (experts, 2 * inter if gated else inter, hidden), (experts, hidden, inter), gated
+
+
+@functools.lru_cache(maxsize=None)
+def weights(case: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random-bit checkpoint-layout weights; shared, so callers convert clones."""
+    w13_shape, w2_shape, _ = shapes(case)
+    return random_weights(w13_shape, w2_shape, seed=seed)
+
+
+def as_bytes(pair: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    return tuple(t.view(torch.uint8) for t in pair)
+
+
+@functools.lru_cache(maxsize=None)
+def expected(case: str, oracle: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 block layout of ``weights(case, seed)`` from ``oracle`` ("flashinfer" or "legacy")."""
+    w13, w2 = weights(case, seed)
+    gated = shapes(case)[2]
+    if oracle == "flashinfer":
+        return as_bytes(flashinfer_reference(w13, w2, gated=gated))
+    return as_bytes(convert(w13.clone(), w2.clone(), strategy="legacy", gated=gated))
+
+
+def best_oracle() -> str:
+    """FlashInfer's helpers where installed (CI), else ``legacy`` (itself checked against them)."""
+    return "flashinfer" if FLASHINFER_AVAILABLE else "legacy"
+
+
+def run(name: str, case: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    w13, w2 = weights(case, seed)
+    return convert(w13.clone(), w2.clone(), strategy=name, gated=shapes(case)[2])
+
+
+def assert_bytes_equal(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]):
+    for label, g, w in zip(("w13", "w2"), as_bytes(got), want):
+        assert g.shape == w.shape, f"{label}: shape {tuple(g.shape)} != {tuple(w.shape)}"
+        if not torch.equal(g, w):
+            diff = (g != w).nonzero()
+            raise AssertionError(
+                f"{label}: {diff.shape[0]} of {g.numel()} bytes differ, first at {diff[0].tolist()}"
+            )
+
+
+@requires_flashinfer
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("name", NAMES)
+def test_matches_flashinfer_helpers(name, case):
+    got = run(name, case)
+    w13_shape, w2_shape, _ = shapes(case)
+    for out, (experts, rows, cols) in zip(got, (w13_shape, w2_shape)):
+        # bf16 [E, Kb/128, M, 64] with Kb = 2 cols bytes per row, contiguous for the kernel
+        assert out.dtype == torch.bfloat16
+        assert out.shape == (experts, 2 * cols // 128, rows, 64)
+        assert out.is_contiguous()
+    assert_bytes_equal(got, expected(case, "flashinfer"))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("name", [name for name in NAMES if name != "legacy"])
+def test_matches_legacy(name, case):
+    assert_bytes_equal(run(name, case), expected(case, "legacy"))
+
+
+def test_flashinfer_strategy_registered_where_installed():
+    assert ("flashinfer" in STRATEGIES) == FLASHINFER_AVAILABLE
+    assert "flashinfer" not in INPLACE
+
+
+def test_anchor_and_own_strategies_registered():
+    anchors = {"legacy", "preallocated", "inplace", "batched"}
+    assert anchors <= set(STRATEGIES)
+    assert {"inplace", "batched"} <= INPLACE
+    assert {"legacy", "preallocated"}.isdisjoint(INPLACE)
+    assert INPLACE <= set(STRATEGIES)
+    own = set(STRATEGIES) - anchors - {"flashinfer"}
+    assert own & INPLACE and own - INPLACE, f"want our own in-place and out-of-place ones: {own}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_docstring_states_memory_contract(name):
+    doc = " ".join((STRATEGIES[name].__doc__ or "").split())  # a line break may split a phrase
+    assert "Peak transient" in doc, f"{name}'s docstring must state its peak transient bytes"
+    # "In place" / "Out of place" must agree with the registry.
+    assert ("In place" in doc) == (name in INPLACE), f"{name}: 'In place' in docstring vs INPLACE"
+    assert ("Out of place" in doc) == (name not in INPLACE), f"{name}: 'Out of place' vs INPLACE"
+
+
+@pytest.mark.parametrize("case", REFIT_CASES)
+@pytest.mark.parametrize("name", NAMES)
+def test_refit_cycles(name, case):
+    """RL refit: load new weights into the checkpoint-layout parameters, convert; three times."""
+    w13_shape, w2_shape, gated = shapes(case)
+    # as vLLM holds them: frozen parameters in checkpoint layout
+    param13 = torch.nn.Parameter(torch.empty(w13_shape, dtype=torch.bfloat16), requires_grad=False)
+    param2 = torch.nn.Parameter(torch.empty(w2_shape, dtype=torch.bfloat16), requires_grad=False)
+    pointers = (param13.data_ptr(), param2.data_ptr())
+    for seed in (1, 2, 3):
+        new13, new2 = weights(case, seed)
+        param13.copy_(new13)
+        param2.copy_(new2)
+        got = convert(param13, param2, strategy=name, gated=gated)
+        assert_bytes_equal(got, expected(case, best_oracle(), seed))
+        if name in INPLACE:  # the result is the parameters' own storage, every cycle
+            assert (got[0].data_ptr(), got[1].data_ptr()) == pointers
+        else:  # new tensors; the parameters still hold what was loaded
+            assert got[0].data_ptr() not in pointers and got[1].data_ptr() not in pointers
+            assert torch.equal(param13.view(torch.uint8), new13.view(torch.uint8))
+            assert torch.equal(param2.view(torch.uint8), new2.view(torch.uint8))
+        assert (param13.data_ptr(), param2.data_ptr()) == pointers
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE))
+def test_inplace_result_aliases_parameter(name):
+    """Writes through the returned 4-D view reach the 3-D parameter's bytes, and back."""
+    case = "nemo-rl-3-128-512"
+    w13, w2 = weights(case, 0)
+    param13, param2 = w13.clone(), w2.clone()
+    got = convert(param13, param2, strategy=name, gated=True)
+    gen = torch.Generator().manual_seed(7)
+    for param, out in ((param13, got[0]), (param2, got[1])):
+        assert out.untyped_storage().data_ptr() == param.untyped_storage().data_ptr()
+        assert out.numel() == param.numel()
+        through_view = torch.randint(0, 256, (out.nbytes,), dtype=torch.uint8, generator=gen)
+        out.view(torch.uint8).view(-1).copy_(through_view)
+        assert torch.equal(param.view(torch.uint8).view(-1), through_view)
+        through_param = torch.randint(0, 256, (param.nbytes,), dtype=torch.uint8, generator=gen)
+        param.view(torch.uint8).view(-1).copy_(through_param)
+        assert torch.equal(out.view(torch.uint8).reshape(-1), through_param)
+
+
+@pytest.mark.parametrize("name", OUT_OF_PLACE)
+def test_out_of_place_leaves_input_unchanged(name):
+    case = "nemo-rl-3-128-512"
+    w13, w2 = weights(case, 0)
+    in13, in2 = w13.clone(), w2.clone()
+    got = convert(in13, in2, strategy=name, gated=True)
+    assert torch.equal(in13.view(torch.uint8), w13.view(torch.uint8))
+    assert torch.equal(in2.view(torch.uint8), w2.view(torch.uint8))
+    for out, param in zip(got, (in13, in2)):
+        assert out.untyped_storage().data_ptr() != param.untyped_storage().data_ptr()
+
+
+def test_convert_looks_strategy_up_at_call_time():
+    calls = []
+
+    def probe(w13, w2, gated):
+        """Test probe. Out of place. Peak transient: 0."""
+        calls.append(gated)
+        return STRATEGIES["strided_copy"](w13, w2, gated)
+
+    try:
+        register("_probe", inplace=True)(probe)
+        assert "_probe" in INPLACE
+        register("_probe", inplace=False)(probe)  # re-registering updates the contract
+        assert "_probe" not in INPLACE
+        case = "one-expert"
+        assert_bytes_equal(run("_probe", case), expected(case, "legacy"))
+        assert calls == [True]
+    finally:
+        STRATEGIES.pop("_probe", None)
+        INPLACE.discard("_probe")
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_meta_call_first_does_not_poison_index_caches(name):
+    """Index caches are per device: a meta call (as memory measurement makes) must not hand its
+    meta indices to a later CPU call of the same shape (FlashInfer's own cache ignores device)."""
+    w13_shape, w2_shape, gated = shapes("nemo-rl-3-128-512")
+    convert(torch.empty(w13_shape, dtype=torch.bfloat16, device="meta"),
+            torch.empty(w2_shape, dtype=torch.bfloat16, device="meta"), strategy=name, gated=gated)
+    assert_bytes_equal(run(name, "nemo-rl-3-128-512"), expected("nemo-rl-3-128-512", best_oracle()))
