@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import torch
 
 from . import reference
 from .shapes import CATALOG, LayerShape, catalog_shapes, layer_shape, shape_from_hf_config
+from .checks import check_weights
 from .strategies import INPLACE, STRATEGIES, convert
+from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
+from .timing import measure_roofline
+from .wholemodel import WholeModelTime
+from .allocator import POOLS
+from .replay import ReplayResult, simulate
 
 __all__ = ["main", "resolve_shape"]
 
@@ -71,6 +78,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
         oracle = lambda w13, w2: convert(w13.clone(), w2.clone(), strategy="legacy", gated=shape.gated)  # noqa: E731
     print(f"verify {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)}, "
           f"gated={shape.gated}, device {args.device}; against {oracle_name}")
+    if not shape.valid:
+        print(f"  note: the kernel cannot take this shape: {shape.invalid_reason}")
+    meta13, meta2 = (torch.empty(s, dtype=torch.bfloat16, device="meta") for s in (shape.w13_shape, shape.w2_shape))
+    try:  # a shape that cannot be converted gets the check's message, not a traceback from the oracle
+        check_weights(meta13, meta2, gated=shape.gated)
+    except ValueError as err:
+        raise SystemExit(f"verify {shape.label}: cannot convert this shape: {err}") from None
     w13, w2 = reference.random_weights(shape.w13_shape, shape.w2_shape, seed=args.seed, device=args.device)
     want13, want2 = oracle(w13, w2)
     failed = 0
@@ -89,6 +103,184 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _measure_record(shape: LayerShape, name: str, device: str, repeats: int,
+                    threads: int | None) -> dict:
+    """Every figure of one strategy on ``shape``: dispatch-level memory everywhere; on cpu/cuda the
+    roofline and whole-model time; on cpu the allocator-level peak; on cuda the caching allocator's."""
+    memory = strategy_memory(shape, name, device=device)
+    record = {"strategy": name, "model": shape.model, "tp": shape.tp, "device": device,
+              "experts": shape.experts, "layer_bytes": shape.layer_bytes,
+              "peak_transient_bytes": memory.peak_bytes, "allocations": memory.allocations}
+    if torch.device(device).type == "meta":
+        return record
+    roofline = measure_roofline(shape, name, device=device, repeats=repeats, threads=threads)
+    whole = WholeModelTime(shape, roofline)
+    record.update(seconds_median=roofline.strategy_time.median, seconds_iqr=roofline.strategy_time.iqr,
+                  copy_seconds_median=roofline.copy_time.median, copy_ratio=roofline.copy_ratio,
+                  gbps=roofline.gbps, copy_gbps=roofline.copy_gbps, repeats=repeats,
+                  moe_layers=shape.moe_layers, whole_model_seconds=whole.seconds,
+                  whole_model_copy_seconds=whole.copy_seconds)
+    if roofline.threads is not None:
+        allocator = strategy_allocator_memory(shape, name)
+        record.update(threads=roofline.threads, minor_faults=roofline.minor_faults,
+                      allocator_peak_bytes=allocator.peak_bytes,
+                      allocator_allocations=allocator.allocations)
+    elif torch.device(device).type == "cuda":
+        cuda = strategy_cuda_memory(shape, name)
+        record.update(cuda_peak_allocated_bytes=cuda.peak_allocated_bytes,
+                      cuda_peak_reserved_bytes=cuda.peak_reserved_bytes,
+                      cuda_requested_peak_bytes=cuda.requested_peak_bytes,
+                      cuda_num_alloc_retries=cuda.num_alloc_retries, cuda_num_ooms=cuda.num_ooms)
+    return record
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", MiB), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def _seconds(s: float) -> str:
+    for unit, size in (("s", 1.0), ("ms", 1e-3)):
+        if s >= size:
+            return f"{s / size:.3g} {unit}"
+    return f"{s / 1e-6:.3g} us"
+
+
+# (record key, column header, formatter); a column shows when the records have the key.
+_MEASURE_COLUMNS = (
+    ("strategy", "strategy", str),
+    ("peak_transient_bytes", "peak", _bytes),
+    ("allocations", "allocs", str),
+    ("allocator_peak_bytes", "alloc. peak", _bytes),
+    ("cuda_peak_reserved_bytes", "reserved", _bytes),
+    ("cuda_num_alloc_retries", "retries", str),
+    ("seconds_median", "median", _seconds),
+    ("seconds_iqr", "iqr", _seconds),
+    ("copy_seconds_median", "copy", _seconds),
+    ("copy_ratio", "x copy", "{:.2f}".format),
+    ("gbps", "GB/s", "{:.2f}".format),
+    ("minor_faults", "faults", str),
+    ("whole_model_seconds", "model", _seconds),
+)
+
+
+def _print_measure_table(records: list[dict]) -> None:
+    columns = [c for c in _MEASURE_COLUMNS if c[0] in records[0]]
+    rows = [[header for _, header, _ in columns]]
+    rows += [[fmt(record[key]) for key, _, fmt in columns] for record in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                        for i, (cell, w) in enumerate(zip(row, widths))))
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    shape = resolve_shape(args)
+    if args.repeats < 1:
+        raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
+    kind = torch.device(args.device).type
+    if kind not in ("meta", "cpu", "cuda"):
+        raise SystemExit(f"--device {args.device!r}: measure runs on meta, cpu or cuda")
+    names = _strategies(args.strategy)
+    if not args.json:
+        print(f"measure {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
+              f"({_bytes(shape.layer_bytes)} per layer, {shape.moe_layers} MoE layers), "
+              f"device {args.device}")
+        print("peak: dispatch-level peak transient bytes (exact), allocs: new storages")
+        if kind == "cpu":
+            print("alloc. peak: the CPU allocator's peak, kernel temporaries included; "
+                  "faults: minor page faults per call")
+        if kind != "meta":
+            print("x copy: median time / same-size copy_ timed interleaved; GB/s: 2 x layer bytes / "
+                  "median; model: median x MoE layers"
+                  + (f" (of {shape.experts}-expert layers)" if args.experts else ""))
+    records = []
+    for i, name in enumerate(names, 1):
+        if kind != "meta":
+            print(f"[measure] {name} ({i}/{len(names)}) on {args.device} ...", file=sys.stderr, flush=True)
+        record = _measure_record(shape, name, args.device, args.repeats, args.threads)
+        records.append(record)
+        if args.json:
+            print(json.dumps(record), flush=True)
+    if not args.json:
+        _print_measure_table(records)
+    return 0
+
+
+def _max_splits(text: str) -> list[int | None]:
+    """``20,25,none`` -> ``[20, 25, None]`` (None: unlimited, PyTorch's default)."""
+    values: list[int | None] = []
+    for item in text.split(","):
+        if item.strip().lower() == "none":
+            values.append(None)
+        elif item.strip().isdigit() and int(item) >= 20:
+            values.append(int(item))
+        else:
+            raise SystemExit(f"--max-split-mb: {item!r} is neither an integer >= 20 (PyTorch's "
+                             "smallest max_split_size_mb) nor 'none'; e.g. 20,25,32,64,128,none")
+    return values
+
+
+def _simulate_record(result: ReplayResult) -> dict:
+    return {"strategy": result.strategy, "shape": result.label, "max_split_mb": result.max_split_mb,
+            "pool": result.pool, "device_bytes": result.device_bytes,
+            "other_weights_bytes": result.other_weights_bytes, "layers": result.layers,
+            "oom": result.oom, "oom_layer": result.oom_layer, "oom_message": result.oom_message,
+            "loaded_reserved_bytes": result.loaded_reserved_bytes,
+            "peak_reserved_bytes": result.peak_reserved_bytes,
+            "peak_allocated_bytes": result.peak_allocated_bytes,
+            "reserved_growth_per_layer_bytes": result.reserved_growth_per_layer_bytes,
+            "final_reserved_bytes": result.final_reserved_bytes,
+            "stranded_segments": result.stranded_segments,
+            "num_alloc_retries": result.num_alloc_retries, "num_ooms": result.num_ooms}
+
+
+def _print_simulate_tables(results: list[ReplayResult], max_splits: list[int | None]) -> None:
+    columns = ["none" if m is None else str(m) for m in max_splits]
+    by_key = {(r.strategy, r.max_split_mb): r for r in results}
+    strategies = list(dict.fromkeys(r.strategy for r in results))
+    tables = (
+        ("peak reserved, or the layer whose conversion ran out of memory",
+         lambda r: f"OOM layer {r.oom_layer}" if r.oom else _bytes(r.peak_reserved_bytes)),
+        ("reserved growth per layer (steady state, median)",
+         lambda r: "-" if r.reserved_growth_per_layer_bytes is None
+         else _bytes(r.reserved_growth_per_layer_bytes)),
+    )
+    for title, cell in tables:
+        rows = [["max_split_size_mb"] + columns]
+        rows += [[name] + [cell(by_key[name, m]) for m in max_splits] for name in strategies]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        print(f"\n{title}")
+        for row in rows:
+            print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                            for i, (c, w) in enumerate(zip(row, widths))))
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    shape = resolve_shape(args)
+    max_splits = _max_splits(args.max_split_mb)
+    if args.device_gib <= 0 or args.other_weights_gib < 0:
+        raise SystemExit(f"--device-gib ({args.device_gib}) must be > 0 and --other-weights-gib "
+                         f"({args.other_weights_gib}) >= 0")
+    device_bytes, other_bytes = int(args.device_gib * 2**30), int(args.other_weights_gib * 2**30)
+    try:
+        results = simulate(shape, _strategies(args.strategy), max_splits, pool=args.pool,
+                           device_bytes=device_bytes, other_weights_bytes=other_bytes)
+    except ValueError as error:  # the weights alone do not fit
+        raise SystemExit(str(error)) from None
+    if args.json:
+        for result in results:
+            print(json.dumps(_simulate_record(result)))
+        return 0
+    print(f"simulate {shape.label}: {shape.moe_layers} MoE layers x {_bytes(shape.layer_bytes)} "
+          f"+ {_bytes(other_bytes)} other weights = {_bytes(results[0].loaded_reserved_bytes)} "
+          f"reserved once loaded; device {_bytes(device_bytes)}; pool {args.pool}")
+    _print_simulate_tables(results, max_splits)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m moe_convert", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,6 +294,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("measure", help="peak transient memory, time against a same-size copy_, whole-model time")
+    _add_shape_args(p)
+    p.add_argument("--strategy", default="all", help="NAME[,NAME...] or all (default)")
+    p.add_argument("--device", default="meta", help="meta (memory only, full size for free), cpu or cuda")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per strategy (default 5)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: all cores; 1 is steadier on a "
+                   "shared machine, where a descheduled OpenMP thread stalls the others)")
+    p.add_argument("--json", action="store_true", help="one JSON object per strategy per line")
+    p.set_defaults(func=cmd_measure)
+
+    p = sub.add_parser(
+        "simulate",
+        help="replay a whole model's load and conversion through a model of the CUDA caching "
+             "allocator: OOM layer, peak reserved, reserved growth per layer",
+    )
+    _add_shape_args(p)
+    p.add_argument("--strategy", default="all", help="NAME[,NAME...] or all (default)")
+    p.add_argument("--max-split-mb", default="20",
+                   help="max_split_size_mb values, comma-separated, 'none' = unlimited "
+                        "(default 20: what vLLM sets while loading)")
+    p.add_argument("--device-gib", type=float, required=True,
+                   help="GiB the device lends to PyTorch during the load (seed 000: 139.5)")
+    p.add_argument("--other-weights-gib", type=float, default=0.0,
+                   help="the model's non-MoE weights per rank, GiB (default 0; Qwen3-235B TP4: 3.86)")
+    p.add_argument("--pool", choices=POOLS, default="sleep",
+                   help="sleep: vLLM's sleep-mode pool, the first failed raw allocation is an OOM "
+                        "(default); default: PyTorch's default pools, cached segments released on failure")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per strategy x max-split value per line")
+    p.set_defaults(func=cmd_simulate)
 
     args = parser.parse_args(argv)
     return args.func(args)

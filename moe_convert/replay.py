@@ -1,0 +1,240 @@
+"""Replay a whole model's load and conversion through the caching-allocator model.
+
+Legend: L MoE layers, T13/T2 bytes of one layer's w13/w2 on this rank.
+
+The trace of one layer's conversion (``layer_trace``) is recorded by ``memory.AllocationTracker``
+on ``meta`` at full size, after a warm-up call that fills the strategy's index caches, so it is
+the trace of a steady-state layer. It depends only on the layer shape and the strategy.
+
+The whole-model sequence (``replay_model``) is the way vLLM loads with a post-load conversion:
+
+1. the model's other weights (one allocation of ``other_weights_bytes``), then every layer's w13
+   and w2 (``T13``, ``T2``, layer by layer), all alive from then on;
+2. each layer converted in turn: its trace replayed with fresh block ids; what the trace leaves
+   allocated (an out-of-place strategy's outputs) stays allocated; then, for an out-of-place
+   strategy (not in ``INPLACE``), the layer's old w13 and w2 are freed, since the result replaces
+   the parameters. In-place results live in the parameters' own storage.
+
+Nothing else allocates (no activations, no CUDA context, no NCCL buffers): ``device_bytes`` is
+what the device can lend to PyTorch's allocator during the load.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .allocator import Allocator, MiB, OutOfMemory, Pool
+from .memory import AllocationTracker, MemoryEvent, layer_weights, warm_strategy
+from .shapes import LayerShape
+from .strategies import INPLACE, convert
+
+__all__ = ["LayerTrace", "ReplayResult", "layer_trace", "replay_model", "simulate"]
+
+
+@dataclass(frozen=True)
+class LayerTrace:
+    """The ordered allocations and frees of one layer's conversion, at full size.
+
+    ``events`` are the tracker's, in call order: ``alloc`` (a new storage of ``nbytes``; a second
+    ``alloc`` of a live block is a resize through ``out=`` that grew it by ``nbytes``) and
+    ``free``. Blocks allocated and never freed are the strategy's outputs.
+    """
+
+    shape: LayerShape
+    strategy: str
+    events: tuple[MemoryEvent, ...]
+
+    @property
+    def output_bytes(self) -> int:
+        """Bytes still allocated at the end of the trace: an out-of-place strategy's outputs."""
+        live: dict[int, int] = {}
+        for event in self.events:
+            if event.kind == "alloc":
+                live[event.block] = live.get(event.block, 0) + event.nbytes
+            else:
+                del live[event.block]
+        return sum(live.values())
+
+
+@functools.lru_cache(maxsize=None)
+def layer_trace(shape: LayerShape, strategy: str) -> LayerTrace:
+    """Record one steady-state conversion of a ``shape`` layer with ``strategy`` on ``meta``.
+
+    Cached per (shape, strategy): the trace does not depend on the allocator's settings. The
+    events are taken before the call's result is released, so outputs are never freed in it.
+    """
+    w13, w2 = layer_weights(shape, "meta")
+    warm_strategy(shape, strategy, w13.device)
+    with AllocationTracker() as tracker:
+        result = convert(w13, w2, strategy=strategy, gated=shape.gated)
+        events = tuple(tracker.events)
+    del result
+    return LayerTrace(shape, strategy, events)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """One whole-model replay: what the allocator model reserved, and whether it ran out.
+
+    ``reserved_after_layer[k]`` is the reserved bytes once layer ``k`` is converted (and, out of
+    place, its old weights freed): the raw samples the growth is derived from.
+    """
+
+    label: str  # the layer shape's ``model/tpN``
+    strategy: str
+    max_split_mb: int | None  # None: unlimited (PyTorch's default)
+    pool: Pool
+    device_bytes: int | None  # None: an unbounded device
+    other_weights_bytes: int
+    layers: int
+    oom_layer: int | None  # 0-based layer whose conversion ran out of memory
+    oom_message: str | None
+    loaded_reserved_bytes: int  # after every weight is allocated, before any conversion
+    reserved_after_layer: tuple[int, ...]  # one per converted layer (fewer after an OOM)
+    peak_reserved_bytes: int
+    peak_allocated_bytes: int
+    final_reserved_bytes: int  # at the end, or at the OOM
+    stranded_segments: int  # free whole segments >= max_split_size at the end (or at the OOM)
+    num_alloc_retries: int
+    num_ooms: int
+
+    @property
+    def oom(self) -> bool:
+        return self.oom_layer is not None
+
+    @property
+    def reserved_growth_per_layer_bytes(self) -> int | None:
+        """Steady-state growth: the median (lower median, so whole bytes) over k of reserved
+        after layer k+1 minus reserved after layer k, for the converted layers. The first
+        layer's own rise (the transients it leaves cached) is left out. ``None`` when fewer than
+        two layers were converted."""
+        samples = self.reserved_after_layer
+        if len(samples) < 2:
+            return None
+        return statistics.median_low(b - a for a, b in zip(samples, samples[1:]))
+
+
+def _replay_trace(allocator: Allocator, trace: LayerTrace) -> None:
+    """Replay one layer's events; blocks left allocated (the outputs) stay allocated."""
+    blocks = {}
+    requested = {}
+    for event in trace.events:
+        if event.nbytes == 0:  # an empty storage: PyTorch does not call the allocator
+            continue
+        if event.kind == "alloc":
+            old = blocks.get(event.block)
+            if old is None:
+                blocks[event.block] = allocator.malloc(event.nbytes)
+                requested[event.block] = event.nbytes
+            else:  # a storage grown through out=: a new buffer of the whole size, the old freed
+                requested[event.block] += event.nbytes
+                blocks[event.block] = allocator.malloc(requested[event.block])
+                allocator.free(old)
+        else:
+            allocator.free(blocks.pop(event.block))
+
+
+def replay_model(
+    shape: LayerShape,
+    strategy: str,
+    *,
+    max_split_mb: int | None,
+    pool: Pool,
+    device_bytes: int | None,
+    other_weights_bytes: int = 0,
+) -> ReplayResult:
+    """Load all ``shape.moe_layers`` layers, then convert each with ``strategy``, in the model.
+
+    Parameters
+    ----------
+    shape
+        The per-rank layer shape (``layer_shape(model, tp)``); ``shape.moe_layers`` layers.
+    strategy
+        A registered strategy name.
+    max_split_mb
+        ``max_split_size_mb`` (vLLM sets 20 while loading), or ``None`` for unlimited.
+    pool
+        ``"sleep"`` (vLLM's sleep-mode pool: the first failed raw allocation is an OOM) or
+        ``"default"`` (the release steps apply).
+    device_bytes
+        What the device can lend to the allocator; ``None`` for an unbounded device.
+    other_weights_bytes
+        The model's non-MoE weights on this rank, allocated first as one tensor.
+
+    Raises ``ValueError`` when the weights alone do not fit on the device.
+    """
+    if other_weights_bytes < 0:
+        raise ValueError(f"other_weights_bytes ({other_weights_bytes}) must be >= 0")
+    trace = layer_trace(shape, strategy)
+    allocator = Allocator(
+        capacity_bytes=device_bytes,
+        max_split_size=None if max_split_mb is None else max_split_mb * MiB,
+        pool=pool,
+    )
+    try:
+        if other_weights_bytes:
+            allocator.malloc(other_weights_bytes)
+        params = [(allocator.malloc(shape.w13_bytes), allocator.malloc(shape.w2_bytes))
+                  for _ in range(shape.moe_layers)]
+    except OutOfMemory as error:
+        raise ValueError(
+            f"device_bytes ({device_bytes}) cannot hold the weights: {shape.moe_layers} layers x "
+            f"{shape.layer_bytes} bytes + other_weights_bytes ({other_weights_bytes}) ({error}); "
+            "give a larger device or a larger TP"
+        ) from None
+    loaded = allocator.reserved_bytes
+    reserved_after: list[int] = []
+    oom_layer = oom_message = None
+    for layer, (w13, w2) in enumerate(params):
+        try:
+            _replay_trace(allocator, trace)
+        except OutOfMemory as error:
+            oom_layer, oom_message = layer, str(error)
+            break
+        if strategy not in INPLACE:  # the outputs replace the parameters
+            allocator.free(w13)
+            allocator.free(w2)
+        reserved_after.append(allocator.reserved_bytes)
+    stats = allocator.stats()
+    return ReplayResult(
+        label=shape.label,
+        strategy=strategy,
+        max_split_mb=max_split_mb,
+        pool=pool,
+        device_bytes=device_bytes,
+        other_weights_bytes=other_weights_bytes,
+        layers=shape.moe_layers,
+        oom_layer=oom_layer,
+        oom_message=oom_message,
+        loaded_reserved_bytes=loaded,
+        reserved_after_layer=tuple(reserved_after),
+        peak_reserved_bytes=stats.peak_reserved_bytes,
+        peak_allocated_bytes=stats.peak_allocated_bytes,
+        final_reserved_bytes=stats.reserved_bytes,
+        stranded_segments=stats.stranded_segments,
+        num_alloc_retries=stats.num_alloc_retries,
+        num_ooms=stats.num_ooms,
+    )
+
+
+def simulate(
+    shape: LayerShape,
+    strategies: Iterable[str],
+    max_splits_mb: Iterable[int | None],
+    *,
+    pool: Pool,
+    device_bytes: int | None,
+    other_weights_bytes: int = 0,
+) -> list[ReplayResult]:
+    """``replay_model`` for every strategy x max-split value (strategy-major order); each
+    strategy's trace is recorded once."""
+    max_splits_mb = list(max_splits_mb)
+    return [
+        replay_model(shape, strategy, max_split_mb=max_split, pool=pool,
+                     device_bytes=device_bytes, other_weights_bytes=other_weights_bytes)
+        for strategy in strategies
+        for max_split in max_splits_mb
+    ]

@@ -1,0 +1,233 @@
+"""Honest timing of a conversion: device-aware samples, and the copy roofline it is judged by.
+
+A conversion has to read and write every byte of the layer at least once, so the reference for
+its time is a plain same-size ``copy_`` on the same device, timed in the same process and
+interleaved with it (copy, strategy, copy, strategy ...): the machine's noise (±50 % run to run
+on a shared CPU) moves both alike and cancels in their ratio, ``copy_ratio``.
+
+Seconds are stored raw (``Timing.samples``); median and interquartile range are derived; units
+are chosen only when printing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from .memory import layer_weights, warm_strategy
+from .shapes import LayerShape
+from .strategies import INPLACE, convert
+
+__all__ = ["Roofline", "Timing", "cpu_threads", "measure_roofline", "time_call"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Raw wall-clock samples of one call, in seconds; statistics derived."""
+
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def iqr(self) -> float:
+        """Interquartile range (0 for a single sample)."""
+        if len(self.samples) < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return q3 - q1
+
+
+@contextlib.contextmanager
+def cpu_threads(threads: int | None = None) -> Iterator[int]:
+    """Set ``torch.set_num_threads`` for the block and restore it after; yields the count used.
+
+    ``None`` means every core this process may run on (``os.sched_getaffinity``), stated
+    explicitly rather than left to torch's default (physical cores) or to
+    ``torch.utils.benchmark.Timer`` (which sets 1 unless told).
+    """
+    if threads is None:
+        threads = len(os.sched_getaffinity(0))
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn: Callable[[], object], device: torch.device) -> tuple[float, int]:
+    """Seconds and minor page faults of one ``fn()``, device work included.
+
+    CUDA: synchronized before and after, so the host clock spans the queued kernels. The result
+    is released after the clock stops: freeing an output is not part of the call's time.
+    """
+    _sync(device)
+    faults = _minor_faults()
+    start = time.perf_counter()
+    result = fn()
+    _sync(device)
+    seconds = time.perf_counter() - start
+    faults = _minor_faults() - faults
+    del result
+    return seconds, faults
+
+
+def _check_counts(repeats: int, warmup: int) -> None:
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+
+
+def time_call(
+    fn: Callable[[], object],
+    *,
+    device: torch.device | str,
+    repeats: int = 5,
+    warmup: int = 1,
+    setup: Callable[[], object] | None = None,
+    threads: int | None = None,
+) -> Timing:
+    """``repeats`` timed calls of ``fn()`` after ``warmup`` untimed ones, on ``device``.
+
+    ``setup()``, when given, runs before every call (warm-up ones too), outside the timed region
+    (e.g. restoring the input of an in-place function). CUDA work is synchronized around each
+    call. On CPU the thread count is set to ``threads`` (default: all cores, see
+    ``cpu_threads``) for the duration and restored after.
+    """
+    _check_counts(repeats, warmup)
+    device = torch.device(device)
+    threads_context = cpu_threads(threads) if device.type == "cpu" else contextlib.nullcontext()
+    samples = []
+    with threads_context:
+        for call in range(warmup + repeats):
+            if setup is not None:
+                setup()
+            seconds, _ = _timed(fn, device)
+            if call >= warmup:
+                samples.append(seconds)
+    return Timing(tuple(samples))
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """A strategy's time against a same-size ``copy_`` measured interleaved with it."""
+
+    strategy: str
+    shape: str  # LayerShape.label, e.g. "qwen3-235b-a22b/tp4"
+    device: str
+    experts: int
+    strategy_time: Timing
+    copy_time: Timing
+    bytes_moved: int  # 2 (T13 + T2): every byte read once and written once
+    minor_faults: int | None  # median minor page faults per strategy call (CPU only)
+    threads: int | None = None  # CPU threads used (None on other devices)
+
+    @property
+    def copy_ratio(self) -> float:
+        """Median strategy time / median copy time: 1.0 is the physical limit of out of place."""
+        return self.strategy_time.median / self.copy_time.median
+
+    @property
+    def gbps(self) -> float:
+        """Achieved GB/s (1e9 B/s): bytes read + written by a perfect conversion / median time."""
+        return self.bytes_moved / self.strategy_time.median / 1e9
+
+    @property
+    def copy_gbps(self) -> float:
+        """GB/s of the ``copy_`` reference itself: the device's practical bandwidth here."""
+        return self.bytes_moved / self.copy_time.median / 1e9
+
+
+def measure_roofline(
+    shape: LayerShape,
+    strategy: str,
+    *,
+    device: torch.device | str = "cpu",
+    repeats: int = 5,
+    warmup: int = 1,
+    threads: int | None = None,
+) -> Roofline:
+    """Time ``strategy`` on a fresh ``shape`` layer against a same-size ``copy_``, interleaved.
+
+    The reference copies both weights (``dst.copy_(src)`` into tensors allocated and touched
+    once, in warm-up): ``2 (T13 + T2)`` bytes read and written. Calls alternate copy, strategy,
+    copy, strategy ... in this process, ``warmup`` rounds untimed first.
+
+    What the strategy's time includes, honestly:
+
+    - out-of-place strategies allocate their outputs on every call, and that allocation (on CPU
+      also its minor page faults: a fresh large buffer is mapped anew, ``minor_faults`` tells how
+      many) is part of their cost, exactly as it is in a model load. The outputs are freed after
+      the clock stops.
+    - in-place strategies overwrite their input: it is restored from a pristine copy before
+      every call (``w13.copy_(pristine13)``), outside the timed region and not counted.
+
+    Memory needed on ``device``: the layer, the copy destination, the strategy's peak transient,
+    and for in-place strategies a pristine copy of the layer.
+    """
+    _check_counts(repeats, warmup)
+    device = torch.device(device)
+    if device.type == "meta":
+        raise ValueError("device 'meta' has no time: measure_roofline needs cpu or cuda")
+    w13, w2 = layer_weights(shape, device)
+    warm_strategy(shape, strategy, w13.device)
+    copy13, copy2 = torch.empty_like(w13), torch.empty_like(w2)
+
+    def copy() -> None:
+        copy13.copy_(w13)
+        copy2.copy_(w2)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        return convert(w13, w2, strategy=strategy, gated=shape.gated)
+
+    pristine = (w13.clone(), w2.clone()) if strategy in INPLACE else None
+
+    def restore() -> None:
+        if pristine is not None:
+            w13.copy_(pristine[0])
+            w2.copy_(pristine[1])
+
+    copy_samples, strategy_samples, faults = [], [], []
+    on_cpu = device.type == "cpu"
+    with cpu_threads(threads) if on_cpu else contextlib.nullcontext() as used_threads:
+        for call in range(warmup + repeats):
+            copy_seconds, _ = _timed(copy, device)
+            restore()
+            strategy_seconds, strategy_faults = _timed(run, device)
+            if call >= warmup:
+                copy_samples.append(copy_seconds)
+                strategy_samples.append(strategy_seconds)
+                faults.append(strategy_faults)
+    return Roofline(
+        strategy=strategy,
+        shape=shape.label,
+        device=str(device),
+        experts=shape.experts,
+        strategy_time=Timing(tuple(strategy_samples)),
+        copy_time=Timing(tuple(copy_samples)),
+        bytes_moved=2 * shape.layer_bytes,
+        minor_faults=round(statistics.median(faults)) if on_cpu else None,
+        threads=used_threads,
+    )

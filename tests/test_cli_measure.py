@@ -1,0 +1,62 @@
+"""``python -m moe_convert measure``: the JSON lines parse, carry their keys, and hold exact peaks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moe_convert import STRATEGIES, layer_shape
+from moe_convert.cli import main
+
+BASE_KEYS = {"strategy", "model", "tp", "device", "experts", "peak_transient_bytes", "allocations"}
+TIME_KEYS = {"seconds_median", "seconds_iqr", "copy_seconds_median", "copy_ratio", "gbps",
+             "whole_model_seconds"}
+CPU_KEYS = {"minor_faults", "allocator_peak_bytes"}
+
+
+def _json_lines(capsys, argv: list[str]) -> list[dict]:
+    assert main(argv) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_measure_json_on_meta_at_full_size(capsys):
+    records = _json_lines(capsys, ["measure", "--model", "qwen3-235b-a22b", "--tp", "4",
+                                   "--strategy", "all", "--device", "meta", "--json"])
+    assert [r["strategy"] for r in records] == sorted(STRATEGIES)
+    shape = layer_shape("qwen3-235b-a22b", 4)
+    for record in records:
+        assert BASE_KEYS <= record.keys() and not TIME_KEYS & record.keys()
+        assert (record["model"], record["tp"], record["device"], record["experts"]) == (
+            "qwen3-235b-a22b", 4, "meta", 128)
+        assert isinstance(record["peak_transient_bytes"], int) and isinstance(record["allocations"], int)
+    by_name = {r["strategy"]: r for r in records}
+    assert by_name["strided_copy"]["peak_transient_bytes"] == shape.w13_bytes + shape.w2_bytes
+    assert by_name["strided_inplace"]["peak_transient_bytes"] == max(shape.w13_expert_bytes, 10 * 2**20)
+
+
+def test_measure_json_on_cpu_has_time_and_allocator_figures(capsys):
+    records = _json_lines(capsys, ["measure", "--experts", "2", "--hidden", "256", "--intermediate",
+                                   "128", "--strategy", "strided_copy,inplace", "--device", "cpu",
+                                   "--repeats", "2", "--json"])
+    assert [r["strategy"] for r in records] == ["strided_copy", "inplace"]
+    for record in records:
+        assert BASE_KEYS | TIME_KEYS | CPU_KEYS <= record.keys()
+        assert record["copy_ratio"] > 0 and record["gbps"] > 0
+        assert record["whole_model_seconds"] == pytest.approx(record["seconds_median"])  # 1 layer
+    inplace = records[1]  # the CPU index_select(dim=1) hidden copy: one more expert
+    assert inplace["allocator_peak_bytes"] == 2 * inplace["peak_transient_bytes"]
+
+
+def test_measure_table(capsys):
+    assert main(["measure", "--model", "deepseek-v3", "--tp", "8", "--device", "meta"]) == 0
+    out = capsys.readouterr().out
+    assert "deepseek-v3/tp8" in out
+    for name in STRATEGIES:
+        assert name in out
+    assert "GiB" in out and "{" not in out
+
+
+def test_measure_rejects_unknown_strategy():
+    with pytest.raises(SystemExit, match="unknown strategy"):
+        main(["measure", "--model", "qwen3-30b-a3b", "--strategy", "nope"])

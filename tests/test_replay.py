@@ -1,0 +1,140 @@
+"""Whole-model replays: the seed's table (vLLM PR #45589) and which strategies grow reserved memory.
+
+Seed 000: Qwen3-235B-A22B TP4 under vLLM sleep mode on a 141 GB GPU (139.5 GiB lent), 109.61 GiB
+of weights per rank (105.75 GiB MoE + 3.86 GiB other). Legacy ran out of memory with
+``max_split_size_mb=20`` ("Tried to allocate 20.00 MiB") and loaded with 25, 32, 64 and 128;
+preallocated loaded with 20.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moe_convert import INPLACE, STRATEGIES, LayerShape, layer_shape
+from moe_convert.allocator import Allocator, MiB
+from moe_convert.cli import main
+from moe_convert.memory import MemoryEvent
+from moe_convert.replay import LayerTrace, _replay_trace, layer_trace, replay_model
+
+GiB = 2**30
+QWEN = layer_shape("qwen3-235b-a22b", 4)
+SEED = dict(pool="sleep", device_bytes=int(139.5 * GiB), other_weights_bytes=int(3.86 * GiB))
+
+
+def seed_replay(strategy: str, max_split_mb: int | None):
+    return replay_model(QWEN, strategy, max_split_mb=max_split_mb, **SEED)
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_trace_leaves_exactly_the_outputs_of_out_of_place_strategies(strategy):
+    trace = layer_trace(QWEN, strategy)
+    assert trace.output_bytes == (0 if strategy in INPLACE else QWEN.layer_bytes)
+
+
+def test_seed_table_legacy_runs_out_at_20_only():
+    oom = seed_replay("legacy", 20)
+    assert oom.oom and oom.num_ooms == 1
+    assert oom.oom_message.startswith("Tried to allocate 20.00 MiB")  # the seed's error, too
+    # 30606 MiB free after loading; layer 0 leaves 3220 MiB reserved, each later layer strands
+    # 1300 MiB more (65 segments of 20 MiB): layer 21 ends at 30520 MiB, layer 22 cannot finish.
+    assert oom.oom_layer == 22
+    assert oom.reserved_growth_per_layer_bytes == 1300 * MiB
+    for max_split_mb in (25, 32, 64, 128, None):
+        ok = seed_replay("legacy", max_split_mb)
+        assert not ok.oom, max_split_mb
+        assert ok.reserved_growth_per_layer_bytes == 0
+        assert ok.peak_reserved_bytes == ok.loaded_reserved_bytes + 3220 * MiB
+
+
+def test_seed_table_preallocated_loads_at_20():
+    result = seed_replay("preallocated", 20)
+    assert not result.oom
+    assert result.reserved_growth_per_layer_bytes == 0
+    # the two outputs (T13 + T2) and one small-pool segment for the index temporaries
+    assert result.peak_reserved_bytes == result.loaded_reserved_bytes + QWEN.layer_bytes + 2 * MiB
+
+
+def test_one_expert_scratch_strands_one_segment_per_layer_at_20():
+    """inplace's 6 MiB scratch gets a slice of a 20 MiB segment; freed whole, that segment is
+    oversize at 20 and the next layer's scratch needs a new one. Not at 25: 20 MiB is below it."""
+    at20 = seed_replay("inplace", 20)
+    assert not at20.oom
+    assert at20.reserved_growth_per_layer_bytes == 20 * MiB
+    assert at20.stranded_segments == QWEN.moe_layers
+    at25 = seed_replay("inplace", 25)
+    assert at25.reserved_growth_per_layer_bytes == 0
+    assert at25.peak_reserved_bytes == at25.loaded_reserved_bytes + 20 * MiB
+
+
+@pytest.mark.parametrize("max_split_mb", [20, 25, None])
+def test_strided_inplace_scratch_owns_a_reused_segment(max_split_mb):
+    """strided_inplace asks for >= 10 MiB: an own 10 MiB segment, reused by every layer."""
+    result = seed_replay("strided_inplace", max_split_mb)
+    assert not result.oom
+    assert result.reserved_growth_per_layer_bytes == 0
+    assert result.peak_reserved_bytes == result.loaded_reserved_bytes + 10 * MiB
+
+
+@pytest.mark.parametrize("strategy", ["batched", "strided_copy"])
+def test_whole_tensor_transients_reuse_their_segments(strategy):
+    result = seed_replay(strategy, 20)
+    assert not result.oom and result.reserved_growth_per_layer_bytes == 0
+
+
+def test_default_pool_releases_stranded_segments_instead_of_failing():
+    result = replay_model(QWEN, "legacy", max_split_mb=20, **{**SEED, "pool": "default"})
+    assert not result.oom and result.num_ooms == 0
+    assert result.peak_reserved_bytes <= SEED["device_bytes"]
+
+
+def test_out_of_place_results_replace_the_weights():
+    result = replay_model(QWEN, "strided_copy", max_split_mb=None, pool="sleep", device_bytes=None)
+    assert result.loaded_reserved_bytes == QWEN.model_bytes
+    assert result.peak_reserved_bytes == QWEN.model_bytes + QWEN.layer_bytes
+    assert len(result.reserved_after_layer) == QWEN.moe_layers
+
+
+def test_weights_that_do_not_fit_are_an_error():
+    with pytest.raises(ValueError, match="cannot hold the weights"):
+        replay_model(QWEN, "inplace", max_split_mb=20, pool="sleep", device_bytes=100 * GiB)
+
+
+def test_replay_skips_empty_storages_and_reallocates_a_grown_one():
+    shape = LayerShape("explicit", 1, 1, 128, 128, 1)
+    events = (MemoryEvent("alloc", 0, 0, "empty"), MemoryEvent("free", 0, 0, ""),
+              MemoryEvent("alloc", 1, 6 * MiB, "empty"),
+              MemoryEvent("alloc", 1, 6 * MiB, "index_select"),  # out= grew it to 12 MiB
+              MemoryEvent("free", 1, 12 * MiB, ""))
+    alloc = Allocator(capacity_bytes=None, max_split_size=None, pool="sleep")
+    _replay_trace(alloc, LayerTrace(shape, "synthetic", events))
+    stats = alloc.stats()
+    assert [s.size for s in stats.segments] == [20 * MiB]  # 6 MiB, then 12 MiB beside it
+    assert (stats.peak_allocated_bytes, stats.allocated_bytes) == (18 * MiB, 0)
+
+
+def test_cli_simulate_json(capsys):
+    assert main(["simulate", "--model", "qwen3-235b-a22b", "--tp", "4", "--strategy",
+                 "legacy,preallocated", "--max-split-mb", "20,none", "--device-gib", "139.5",
+                 "--other-weights-gib", "3.86", "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["strategy"], r["max_split_mb"], r["oom"], r["oom_layer"]) for r in records] == [
+        ("legacy", 20, True, 22), ("legacy", None, False, None),
+        ("preallocated", 20, False, None), ("preallocated", None, False, None)]
+    assert all(r["pool"] == "sleep" and r["peak_reserved_bytes"] > 0 for r in records)
+    assert records[0]["reserved_growth_per_layer_bytes"] == 1300 * MiB
+
+
+def test_cli_simulate_table(capsys):
+    assert main(["simulate", "--model", "qwen3-235b-a22b", "--tp", "4", "--strategy", "legacy",
+                 "--max-split-mb", "20,25", "--device-gib", "139.5", "--other-weights-gib",
+                 "3.86"]) == 0
+    out = capsys.readouterr().out
+    assert "OOM layer 22" in out and "1.27 GiB" in out
+
+
+def test_cli_simulate_rejects_a_max_split_below_20():
+    with pytest.raises(SystemExit, match="--max-split-mb: '19'"):
+        main(["simulate", "--model", "qwen3-235b-a22b", "--tp", "4", "--max-split-mb", "19",
+              "--device-gib", "139.5"])

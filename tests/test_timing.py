@@ -1,0 +1,81 @@
+"""Timing helpers give sane statistics and keep their promises (no wall-clock thresholds here)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from moe_convert import INPLACE, LayerShape
+from moe_convert.timing import Timing, cpu_threads, measure_roofline, time_call
+
+TINY = LayerShape("tiny", 1, 2, 256, 128, 3)
+
+
+def test_timing_statistics():
+    timing = Timing((4.0, 1.0, 3.0, 2.0, 5.0))
+    assert timing.median == 3.0
+    assert timing.iqr == 2.0  # quartiles 2 and 4 (inclusive method)
+    assert Timing((0.5,)).iqr == 0.0
+
+
+def test_time_call_on_a_trivial_function():
+    calls = []
+    timing = time_call(lambda: calls.append("fn"), device="cpu", repeats=4, warmup=2,
+                       setup=lambda: calls.append("setup"))
+    assert len(timing.samples) == 4
+    assert all(s >= 0 for s in timing.samples)
+    assert min(timing.samples) <= timing.median <= max(timing.samples)
+    assert timing.iqr >= 0
+    assert calls == ["setup", "fn"] * 6  # setup before every call, warm-up ones included
+
+
+def test_time_call_sets_and_restores_cpu_threads():
+    before = torch.get_num_threads()
+    seen = []
+    time_call(lambda: seen.append(torch.get_num_threads()), device="cpu", repeats=2, threads=1)
+    assert seen == [1, 1, 1]
+    assert torch.get_num_threads() == before
+    with cpu_threads() as used:
+        assert used >= 1 and torch.get_num_threads() == used
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("bad", [{"repeats": 0}, {"warmup": -1}])
+def test_time_call_rejects_bad_counts(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        time_call(lambda: None, device="cpu", **bad)
+
+
+@pytest.mark.parametrize("name", ["strided_copy", "strided_inplace", "preallocated"])
+def test_roofline_on_a_tiny_shape(name):
+    roofline = measure_roofline(TINY, name, repeats=3)
+    assert (roofline.strategy, roofline.shape, roofline.device, roofline.experts) == (
+        name, "tiny/tp1", "cpu", 2)
+    assert len(roofline.strategy_time.samples) == len(roofline.copy_time.samples) == 3
+    assert roofline.bytes_moved == 2 * (TINY.w13_bytes + TINY.w2_bytes)
+    assert roofline.copy_ratio > 0 and roofline.gbps > 0 and roofline.copy_gbps > 0
+    assert isinstance(roofline.minor_faults, int) and roofline.minor_faults >= 0
+    assert roofline.threads is not None and roofline.threads >= 1
+
+
+def test_roofline_restores_inplace_input_before_each_call(monkeypatch):
+    # An in-place strategy must see checkpoint-layout bytes on every call, not its own output.
+    import moe_convert.timing as timing
+
+    seen = []
+    real_convert = timing.convert
+
+    def spy(w13, w2, **kwargs):
+        seen.append(w13.clone())
+        return real_convert(w13, w2, **kwargs)
+
+    monkeypatch.setattr(timing, "convert", spy)
+    assert "strided_inplace" in INPLACE
+    measure_roofline(TINY, "strided_inplace", repeats=2)
+    assert len(seen) == 3  # 1 warm-up round + 2 timed (the cache warm-up is memory.py's call)
+    assert all(torch.equal(s.view(torch.int16), seen[0].view(torch.int16)) for s in seen)
+
+
+def test_roofline_refuses_meta():
+    with pytest.raises(ValueError, match="meta"):
+        measure_roofline(TINY, "strided_copy", device="meta")
