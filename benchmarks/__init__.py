@@ -1,0 +1,1 @@
+"""The moe-convert-bench asv suite (see README.md, "Benchmarks")."""

@@ -1,0 +1,151 @@
+"""Shared axes, the profile, cached inputs and the skip helper of the asv suite.
+
+Legend: E experts, I intermediate size per rank, H hidden; w13 bf16 ``[E, 2I, H]``, w2 bf16
+``[E, H, I]``. Parameter values are readable names: shapes ``model/tpN``, strategies by their
+registry name. Nothing heavy happens at import: inputs are built on first use and cached per
+process (asv_runner calls ``setup`` before every timed call).
+
+The profile (``MOE_BENCH_PROFILE``: ``full`` or ``cpu``; default ``full`` where CUDA is
+available, ``cpu`` elsewhere) sets how many experts the *timed* benchmarks convert: ``full``
+converts every expert of the layer, ``cpu`` keeps each expert's geometry (I, H) but only
+``CPU_PROFILE_EXPERTS`` of them, so a 2-core CI machine finishes. Memory benchmarks are always
+full size, on ``meta``. ``bench_convert.Profile.track_timed_experts`` records the expert count
+in the results, so a cpu-profile figure can never pass for a full one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+import moe_convert
+from moe_convert.shapes import LayerShape, layer_shape
+
+__all__ = [
+    "SHAPES",
+    "STRATEGY_AXIS",
+    "OPTIONAL_STRATEGIES",
+    "PROFILES",
+    "CPU_PROFILE_EXPERTS",
+    "profile",
+    "device",
+    "full_shape",
+    "timed_shape",
+    "pristine_weights",
+    "working_weights",
+    "restore",
+    "skip",
+    "require_strategy",
+    "require_cuda",
+    "synchronize",
+]
+
+#: Model shapes benchmarked, ``model/tpN`` (see ``moe_convert.shapes.CATALOG``).
+SHAPES = (
+    "qwen3-235b-a22b/tp4",
+    "qwen3-30b-a3b/tp1",
+    "qwen3-30b-a3b/tp2",
+    "deepseek-v3/tp4",
+    "deepseek-v3/tp8",
+    "deepseek-v2-lite/tp1",
+)
+
+#: Strategies registered only where their package is installed. They are always on the axis
+#: (n/a where absent), so a benchmark's parameter list, and with it the keys of its results
+#: history, is the same on every machine: a machine without FlashInfer shows ``flashinfer`` as
+#: n/a instead of silently changing the parameter grid that the nightly history is keyed by.
+OPTIONAL_STRATEGIES = ("flashinfer",)
+
+#: Every strategy, in registry order, plus the optional ones not registered here.
+STRATEGY_AXIS = tuple(moe_convert.STRATEGIES) + tuple(
+    name for name in OPTIONAL_STRATEGIES if name not in moe_convert.STRATEGIES
+)
+
+PROFILES = ("full", "cpu")
+#: Experts converted per timed layer in the cpu profile: per-expert geometry kept, E reduced.
+CPU_PROFILE_EXPERTS = 8
+
+
+def skip(reason: str) -> None:
+    """Skip the current benchmark (asv shows n/a): raise from ``setup`` with the reason."""
+    raise NotImplementedError(reason)
+
+
+@functools.cache
+def device() -> str:
+    """``cuda`` where a CUDA device is available, else ``cpu``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@functools.cache
+def profile() -> str:
+    """The profile in use: ``MOE_BENCH_PROFILE``, default ``full`` on CUDA and ``cpu`` on CPU."""
+    default = "full" if device() == "cuda" else "cpu"
+    name = os.environ.get("MOE_BENCH_PROFILE", default)
+    if name not in PROFILES:
+        raise ValueError(f"MOE_BENCH_PROFILE={name!r}; valid profiles: {', '.join(PROFILES)}")
+    return name
+
+
+def full_shape(label: str) -> LayerShape:
+    """The full per-rank layer shape of ``label`` (``model/tpN``)."""
+    model, _, tp = label.partition("/tp")
+    return layer_shape(model, int(tp))
+
+
+def timed_shape(label: str) -> LayerShape:
+    """The layer shape the timed benchmarks convert under the current profile."""
+    shape = full_shape(label)
+    return shape.with_experts(CPU_PROFILE_EXPERTS) if profile() == "cpu" else shape
+
+
+def require_strategy(name: str) -> None:
+    """Skip unless strategy ``name`` is registered here (optional ones need their package)."""
+    if name not in moe_convert.STRATEGIES:
+        skip(f"strategy {name!r} is not registered here (its package is not installed)")
+
+
+def require_cuda() -> None:
+    """Skip unless a CUDA device is available."""
+    if device() != "cuda":
+        skip("needs a CUDA device; none is available here")
+
+
+def synchronize() -> None:
+    """Wait for the device (a no-op on CPU), so that a timing covers the work itself."""
+    if device() == "cuda":
+        torch.cuda.synchronize()
+
+
+@functools.cache
+def pristine_weights(label: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checkpoint-layout ``(w13, w2)`` of the timed shape on ``device()``, built once per process.
+
+    Never hand these to a strategy: in-place strategies overwrite their input. Use
+    ``working_weights`` and ``restore``.
+    """
+    from moe_convert.reference import random_weights
+
+    shape = timed_shape(label)
+    return random_weights(shape.w13_shape, shape.w2_shape, seed=0, device=device())
+
+
+@functools.cache
+def working_weights(label: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A second copy of ``pristine_weights`` that strategies may convert (and overwrite)."""
+    return tuple(w.clone() for w in pristine_weights(label))
+
+
+def restore(label: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copy the pristine bytes back into ``working_weights(label)`` and return them.
+
+    Cheap (one ``copy_`` per weight, no allocation); needed before each call of an in-place
+    strategy, whose previous call left block-layout bytes in its input.
+    """
+    work, pristine = working_weights(label), pristine_weights(label)
+    for dst, src in zip(work, pristine):
+        dst.copy_(src)
+    synchronize()
+    return work

@@ -1,0 +1,190 @@
+"""Budgets: limits checked into the repository (``budgets.json``), checked against asv results.
+
+A budget names a benchmark, a shape, optionally a strategy and a machine, and a ``max`` (lower
+is better: seconds, bytes) or a ``min`` (higher is better). Each is checked against the latest
+commit of every machine it applies to (or ``--commit``). Exit status of ``main``: 0 when every
+budget checked is met, 1 when any is over (with a table), 2 when results are missing, corrupt or
+failed, or when no budget could be checked at all: never a pass on nothing.
+
+Usage: ``python -m moe_bench.gate [--results results] [--budgets budgets.json]
+[--machine NAME] [--commit HASH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .results import ResultsError, load_results
+
+__all__ = ["Budget", "BudgetError", "Verdict", "check_budgets", "load_budgets", "main"]
+
+DIRECTIONS = ("max", "min")
+
+
+class BudgetError(Exception):
+    """The budgets file is missing or malformed; the message names the file and entry."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One limit: ``value <= limit`` (direction ``max``) or ``value >= limit`` (``min``)."""
+
+    benchmark: str  # e.g. "bench_convert.PeakMemory.track_peak_transient_bytes"
+    shape: str  # e.g. "qwen3-235b-a22b/tp4"
+    strategy: str | None  # None: every strategy's result must meet it
+    machine: str | None  # None: every machine's results must meet it
+    direction: str
+    limit: float
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One budget checked against one result."""
+
+    budget: Budget
+    machine: str
+    commit: str | None
+    strategy: str | None
+    value: float
+    status: str  # "ok", "over", "failed" or "missing"
+
+
+def load_budgets(path: str | Path) -> list[Budget]:
+    """Read ``path``: ``{"budgets": [{"benchmark", "shape", "max"|"min", ...}, ...]}``."""
+    path = Path(path)
+    try:
+        entries = json.loads(path.read_text())["budgets"]
+    except FileNotFoundError:
+        raise BudgetError(f"{path}: no budgets file") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise BudgetError(f"{path}: not a budgets file ({err}); expected {{\"budgets\": [...]}}")
+    budgets = []
+    for i, entry in enumerate(entries):
+        directions = [d for d in DIRECTIONS if d in entry]
+        if len(directions) != 1 or "benchmark" not in entry or "shape" not in entry:
+            raise BudgetError(
+                f"{path}: budget #{i} {entry!r} needs 'benchmark', 'shape' and exactly one of "
+                f"{' or '.join(DIRECTIONS)}"
+            )
+        direction = directions[0]
+        budgets.append(Budget(entry["benchmark"], entry["shape"], entry.get("strategy"),
+                              entry.get("machine"), direction, float(entry[direction]),
+                              entry.get("why", "")))
+    if not budgets:
+        raise BudgetError(f"{path}: no budgets in the file")
+    return budgets
+
+
+def _latest(frame: pd.DataFrame, commit: str | None) -> pd.DataFrame:
+    """Rows of ``commit`` (hash prefix), or of each machine's most recent commit."""
+    if commit is not None:
+        return frame[frame["commit"].str.startswith(commit)]
+    newest = frame.groupby("machine")["date"].transform("max")
+    return frame[frame["date"] == newest]
+
+
+def check_budgets(frame: pd.DataFrame, budgets: list[Budget], *,
+                  commit: str | None = None) -> list[Verdict]:
+    """Check each budget on each machine of ``frame`` it applies to.
+
+    A budget for a machine not in ``frame`` is not checked (another machine's nightly checks
+    it); on a machine that is, a result that is absent is ``missing`` and one whose benchmark
+    failed is ``failed``: both fail the gate like ``over``. Skipped (n/a) results are not
+    checked.
+    """
+    rows = _latest(frame, commit)
+    verdicts = []
+    for budget in budgets:
+        machines = sorted(frame["machine"].unique())
+        for machine in (m for m in machines if budget.machine in (None, m)):
+            match = rows[(rows["machine"] == machine) & (rows["benchmark"] == budget.benchmark)
+                         & (rows["shape"] == budget.shape)]
+            if budget.strategy is not None:
+                match = match[match["strategy"] == budget.strategy]
+            if match.empty:
+                verdicts.append(Verdict(budget, machine, commit, budget.strategy, math.nan,
+                                        "missing"))
+                continue
+            for row in match.itertuples():
+                if row.failed:
+                    status = "failed"
+                elif math.isnan(row.value):
+                    continue  # n/a here (e.g. a CUDA figure on a CPU machine)
+                elif budget.direction == "max":
+                    status = "ok" if row.value <= budget.limit else "over"
+                else:
+                    status = "ok" if row.value >= budget.limit else "over"
+                verdicts.append(Verdict(budget, machine, row.commit, row.strategy, row.value,
+                                        status))
+    return verdicts
+
+
+def _number(value: float) -> str:
+    """Exact integers (bytes) with separators; other values to 4 significant digits."""
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:.4g}"
+
+
+def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
+    """The verdicts as a table, worst first."""
+    table = pd.DataFrame([{
+        "status": v.status,
+        "machine": v.machine,
+        "commit": (v.commit or "")[:8],
+        "benchmark": v.budget.benchmark.rsplit(".", 1)[-1],
+        "shape": v.budget.shape,
+        "strategy": v.strategy or "",
+        "value": _number(v.value),
+        "budget": f"{v.budget.direction} {_number(v.budget.limit)}",
+        "use": f"{v.value / v.budget.limit:.2f}" if v.value == v.value else "",
+    } for v in verdicts])
+    order = {"failed": 0, "missing": 1, "over": 2, "ok": 3}
+    return table.sort_values("status", key=lambda s: s.map(order), kind="stable")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m moe_bench.gate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", default="results", help="asv results_dir (default results)")
+    parser.add_argument("--budgets", default="budgets.json", help="budgets file")
+    parser.add_argument("--machine", default=None, help="check only this machine's results")
+    parser.add_argument("--commit", default=None, help="check this commit (default: latest)")
+    args = parser.parse_args(argv)
+    try:
+        budgets = load_budgets(args.budgets)
+        frame = load_results(args.results, machine=args.machine)
+    except (BudgetError, ResultsError) as err:
+        print(f"gate: error: {err}", file=sys.stderr)
+        return 2
+    verdicts = check_budgets(frame, budgets, commit=args.commit)
+    if not verdicts:
+        print(f"gate: error: no budget in {args.budgets} applies to the results in "
+              f"{args.results} (machines: {', '.join(sorted(frame['machine'].unique()))})",
+              file=sys.stderr)
+        return 2
+    table = verdict_table(verdicts)
+    bad = table[table["status"] != "ok"]
+    with pd.option_context("display.width", 200, "display.max_rows", None):
+        print((bad if len(bad) else table).to_string(index=False))
+    if bad["status"].isin(("failed", "missing")).any():
+        print(f"gate: error: {bad['status'].isin(('failed', 'missing')).sum()} results failed "
+              "or missing (see table)", file=sys.stderr)
+        return 2
+    if len(bad):
+        print(f"gate: {len(bad)} over budget", file=sys.stderr)
+        return 1
+    print(f"gate: all {len(table)} checked results within budget")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Record this machine for asv: its name, asv's defaults, and the facts asv has no field for.
+
+asv keys its results history by machine name (``results/<machine>/``) and copies every key of
+the machine's entry in ``~/.asv-machine.json`` into ``results/<machine>/machine.json``, the
+dashboard's filters and graph paths. This adds ``gpu``, ``gpus``, ``cuda``, ``driver``,
+``torch``, ``flashinfer`` and ``profile`` to what ``asv machine --yes`` records.
+
+The name says what the machine is: ``cpu-2core-xeon``, ``gb200``, ``h200``; a profile other
+than the device's default (``full`` on CUDA, ``cpu`` elsewhere) is appended
+(``h200-cpu-profile``), so the two never share a history series.
+
+Usage: ``python -m moe_bench.machine --profile cpu [--name NAME]`` prints the name recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import re
+import shutil
+import subprocess
+
+import torch
+from asv.machine import Machine, MachineCollection
+
+__all__ = ["default_profile", "machine_facts", "machine_name", "record_machine"]
+
+PROFILES = ("full", "cpu")
+
+
+def default_profile() -> str:
+    """``full`` where CUDA is available, else ``cpu`` (the suite's own default)."""
+    return "full" if torch.cuda.is_available() else "cpu"
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _driver() -> str:
+    if shutil.which("nvidia-smi") is None:
+        return "n/a"
+    query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+    done = subprocess.run(query, capture_output=True, text=True, check=False)
+    return done.stdout.splitlines()[0].strip() if done.returncode == 0 and done.stdout else "n/a"
+
+
+def machine_facts(profile: str) -> dict[str, str]:
+    """GPU, CUDA, driver, torch and FlashInfer versions of this machine, and ``profile``.
+
+    Versions are those of the Python running this (scripts/bench's ``.venv``; asv's benchmark
+    environments install the same pins). Values are strings ("n/a" where there is no GPU).
+    """
+    if profile not in PROFILES:
+        raise ValueError(f"profile {profile!r}; valid profiles: {', '.join(PROFILES)}")
+    cuda = torch.cuda.is_available()
+    count = torch.cuda.device_count() if cuda else 0
+    return {
+        "gpu": torch.cuda.get_device_name(0) if cuda else "n/a",
+        "gpus": str(count),
+        "cuda": str(torch.version.cuda) if cuda else "n/a",
+        "driver": _driver() if cuda else "n/a",
+        "torch": torch.__version__,
+        "flashinfer": _version("flashinfer-python"),
+        "profile": profile,
+    }
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def machine_name(facts: dict[str, str], defaults: dict[str, str]) -> str:
+    """``gb200``, ``h200`` ... from the GPU name; ``cpu-<N>core-<family>`` without a GPU."""
+    if facts["gpu"] != "n/a":
+        name = _slug(facts["gpu"].removeprefix("NVIDIA "))
+    else:
+        cpu = defaults.get("cpu", "").lower()
+        family = next((f for f in ("xeon", "epyc", "grace", "ryzen", "core") if f in cpu),
+                      _slug(defaults.get("arch", "cpu")))
+        name = f"cpu-{defaults['num_cpu']}core-{family}"
+    expected = "full" if facts["gpu"] != "n/a" else "cpu"
+    return name if facts["profile"] == expected else f"{name}-{facts['profile']}-profile"
+
+
+def record_machine(profile: str, name: str | None = None) -> str:
+    """Write this machine's entry (asv defaults + ``machine_facts``) to ``~/.asv-machine.json``.
+
+    What ``asv machine --yes --machine NAME`` does, plus the facts. Returns the name.
+    """
+    facts = machine_facts(profile)
+    info = Machine.get_defaults()
+    info["machine"] = name or machine_name(facts, info)
+    info.update(facts)
+    MachineCollection.save(info["machine"], info)
+    return info["machine"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m moe_bench.machine", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", choices=PROFILES, default=None,
+                        help="the benchmark profile this machine runs (default: by device)")
+    parser.add_argument("--name", default=None, help="machine name (default: derived)")
+    args = parser.parse_args(argv)
+    print(record_machine(args.profile or default_profile(), args.name))
+
+
+if __name__ == "__main__":
+    main()

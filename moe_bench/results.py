@@ -1,0 +1,123 @@
+"""asv results as one pandas table: a row per machine, commit, benchmark and parameter set.
+
+Read through asv's own loaders (``asv.results.Results.load``, ``asv.benchmarks.Benchmarks``'s
+file format via ``asv.util.load_json``), never by parsing its columns by hand. Anything missing,
+corrupt or empty raises ``ResultsError`` naming the path, so that a gate never passes on
+nothing.
+
+Layout read (asv 0.6): ``<results_dir>/benchmarks.json`` (units, parameter names),
+``<results_dir>/<machine>/machine.json`` and ``<results_dir>/<machine>/<hash8>-<env>.json``.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from asv import util
+from asv.benchmarks import Benchmarks
+from asv.machine import Machine
+from asv.results import Results
+
+__all__ = ["COLUMNS", "ResultsError", "load_results", "machine_names"]
+
+#: The columns of ``load_results``, in order; parameter columns other than ``shape`` and
+#: ``strategy`` (none today) would follow, then ``profile``.
+COLUMNS = [
+    "machine", "commit", "date", "env", "benchmark", "shape", "strategy",
+    "value", "unit", "failed", "version", "profile",
+]
+
+
+class ResultsError(Exception):
+    """asv results are missing, corrupt or empty; the message names the path."""
+
+
+def _load_json(path: Path, api_version: int) -> Any:
+    if not path.is_file():
+        raise ResultsError(f"{path}: missing (run the suite first: scripts/bench)")
+    try:
+        return util.load_json(str(path), api_version=api_version)
+    except util.UserError as err:
+        raise ResultsError(f"{path}: corrupt asv file: {err}") from None
+
+
+def machine_names(results_dir: str | Path) -> list[str]:
+    """Names of the machines with a ``machine.json`` under ``results_dir``, sorted."""
+    return sorted(p.parent.name for p in Path(results_dir).glob("*/machine.json"))
+
+
+def _param_value(text: str) -> Any:
+    """asv stores parameter values as their ``repr``: ``"'qwen3-235b-a22b/tp4'"``."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _rows(result: Results, machine: str, benchmarks: dict, profile: str | None):
+    date = pd.Timestamp(result.date, unit="ms", tz="UTC")
+    for name in sorted(result.get_all_result_keys()):
+        meta = benchmarks.get(name)
+        if meta is None:  # a benchmark since removed from the suite
+            continue
+        params = result.get_result_params(name) or []
+        values = result.get_result_value(name, params)  # one per combination; [v] without params
+        names = meta.get("param_names", [])
+        for combo, value in zip(itertools.product(*params), values):
+            labels = dict(zip(names, (_param_value(v) for v in combo)))
+            failed = value is None
+            yield {
+                "machine": machine,
+                "commit": result.commit_hash,
+                "date": date,
+                "env": result.env_name,
+                "benchmark": name,
+                "shape": labels.pop("shape", None),
+                "strategy": labels.pop("strategy", None),
+                "value": math.nan if failed else float(value),
+                "unit": meta.get("unit"),
+                "failed": failed,
+                "version": result.benchmark_version.get(name),
+                **labels,
+                "profile": profile,
+            }
+
+
+def load_results(results_dir: str | Path, machine: str | None = None) -> pd.DataFrame:
+    """All results under ``results_dir`` (or one ``machine``'s) as a DataFrame.
+
+    One row per (machine, commit, env, benchmark, parameter combination), columns
+    ``COLUMNS``: ``date`` a UTC ``Timestamp``; ``value`` a float in ``unit`` (``seconds``,
+    ``bytes``, ``ratio``, ...), NaN when the benchmark failed (``failed`` True) or was skipped
+    (n/a, ``failed`` False); ``version`` the benchmark's version as run; ``profile`` the
+    ``profile`` key of the machine's ``machine.json`` (``scripts/bench`` records it), or None.
+
+    Raises ``ResultsError`` if ``results_dir``, its ``benchmarks.json``, the machine, or any
+    result are missing or corrupt, or if no result is found.
+    """
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise ResultsError(f"{root}: no such results directory (run the suite first: scripts/bench)")
+    benchmarks = _load_json(root / "benchmarks.json", Benchmarks.api_version)
+    machines = [machine] if machine is not None else machine_names(root)
+    rows = []
+    for name in machines:
+        info = _load_json(root / name / "machine.json", Machine.api_version)
+        files = sorted(p for p in (root / name).glob("*.json") if p.name != "machine.json")
+        for path in files:
+            try:
+                result = Results.load(str(path), machine_name=name)
+            except (util.UserError, KeyError, TypeError, ValueError) as err:
+                raise ResultsError(f"{path}: corrupt asv result file: {err}") from None
+            rows.extend(_rows(result, name, benchmarks, info.get("profile")))
+    if not rows:
+        where = f"machine {machine!r} in " if machine else ""
+        raise ResultsError(f"{where}{root}: no benchmark results found")
+    frame = pd.DataFrame(rows)
+    extra = [c for c in frame.columns if c not in COLUMNS]
+    return frame[COLUMNS[:-1] + extra + ["profile"]]

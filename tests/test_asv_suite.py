@@ -1,0 +1,106 @@
+"""The asv suite: coverage of every strategy and shape, ``asv check``, and a quick real run of a
+small subset (existing environment, so no asv environment is built) read back with
+``moe_bench.results``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from asv.util import load_json
+
+import moe_convert
+from moe_bench.results import load_results
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
+
+from benchmarks import bench_convert, common  # noqa: E402
+
+REQUIRED_SHAPES = {"qwen3-235b-a22b/tp4", "qwen3-30b-a3b/tp1", "qwen3-30b-a3b/tp2",
+                   "deepseek-v3/tp4", "deepseek-v3/tp8", "deepseek-v2-lite/tp1"}
+GRID_CLASSES = [bench_convert.TimeConvert, bench_convert.PeakMemory, bench_convert.CudaMemory,
+                bench_convert.CopyRatio, bench_convert.WholeModel]
+
+
+def test_every_registered_strategy_and_required_shape_is_benchmarked():
+    for cls in GRID_CLASSES:
+        shapes, strategies = cls.params
+        assert set(moe_convert.STRATEGIES) <= set(strategies), cls.__name__
+        assert "flashinfer" in strategies  # on the axis everywhere, n/a where not installed
+        assert REQUIRED_SHAPES <= set(shapes), cls.__name__
+        assert cls.param_names == ["shape", "strategy"]
+        assert cls.version, cls.__name__
+
+
+def test_cpu_profile_keeps_expert_geometry(monkeypatch):
+    monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
+    common.profile.cache_clear()
+    try:
+        full, timed = common.full_shape("deepseek-v3/tp4"), common.timed_shape("deepseek-v3/tp4")
+        assert timed.experts == common.CPU_PROFILE_EXPERTS < full.experts == 256
+        assert (timed.hidden, timed.intermediate) == (full.hidden, full.intermediate) == (7168, 512)
+        monkeypatch.setenv("MOE_BENCH_PROFILE", "fast")
+        common.profile.cache_clear()
+        with pytest.raises(ValueError, match="MOE_BENCH_PROFILE='fast'"):
+            common.profile()
+    finally:
+        common.profile.cache_clear()
+
+
+def _asv(tmp_path: Path, *args: str, config: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ASV_PYTHONPATH": str(ROOT), "HOME": str(tmp_path),
+           "MOE_BENCH_PROFILE": "cpu"}
+    return subprocess.run([sys.executable, "-m", "asv", "--config", str(config), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def scratch_config(tmp_path_factory) -> tuple[Path, Path]:
+    """asv.conf.json with results, html and environments in a temporary folder."""
+    tmp = tmp_path_factory.mktemp("asv")
+    conf = load_json(str(ROOT / "asv.conf.json"), js_comments=True)
+    conf.update(repo=str(ROOT), benchmark_dir=str(ROOT / "benchmarks"),
+                results_dir=str(tmp / "results"), html_dir=str(tmp / "html"),
+                env_dir=str(tmp / "env"))
+    path = tmp / "asv.conf.json"
+    path.write_text(json.dumps(conf))
+    return tmp, path
+
+
+def test_asv_check_passes(scratch_config):
+    tmp, config = scratch_config
+    done = _asv(tmp, "check", "-E", f"existing:{sys.executable}", config=config)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "No problems found" in done.stdout
+
+
+def test_quick_run_of_a_subset_is_read_back(scratch_config):
+    tmp, config = scratch_config
+    recorded = subprocess.run(
+        [sys.executable, "-m", "moe_bench.machine", "--profile", "cpu", "--name", "ci-box"],
+        env={**os.environ, "HOME": str(tmp)}, capture_output=True, text=True, check=True)
+    assert recorded.stdout.strip() == "ci-box"
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    subset = r"Profile.*qwen3-30b-a3b/tp2|(PeakMemory|TimeConvert).*qwen3-30b-a3b/tp2.*strided_copy"
+    done = _asv(tmp, "run", "--quick", "-E", f"existing:{sys.executable}",
+                "--set-commit-hash", commit, "--machine", "ci-box",
+                "--launch-method", "forkserver", "--show-stderr", "-b", subset, config=config)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    frame = load_results(tmp / "results").dropna(subset=["value"]).fillna({"strategy": ""})
+    assert set(frame["profile"]) == {"cpu"}
+    got = {(row.benchmark.split(".")[1], row.strategy): (row.value, row.unit)
+           for row in frame.itertuples()}
+    shape = common.full_shape("qwen3-30b-a3b/tp2")
+    assert got[("PeakMemory", "strided_copy")] == (shape.w13_bytes + shape.w2_bytes, "bytes")
+    assert len(got) == 3
+    assert got[("Profile", "")] == (common.CPU_PROFILE_EXPERTS, "experts")
+    seconds, unit = got[("TimeConvert", "strided_copy")]
+    assert unit == "seconds" and seconds > 0
+    assert set(frame["commit"]) == {commit}
