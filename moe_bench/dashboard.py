@@ -1,0 +1,213 @@
+"""The asv dashboard, made to work offline and served on loopback.
+
+``asv publish`` writes an ``index.html`` that loads jQuery, Flot and Bootstrap from public CDNs,
+so on an air-gapped GPU node it shows nothing. ``make_offline`` replaces that page shell with
+asv-tachyon's (PyPI ``asv-tachyon``, MIT): a self-contained UI over the same published data
+(``index.json``, ``graphs/``, ``regressions.json``), with its scripts, styles and fonts in
+``assets/``. Run it after every ``asv publish`` (publish wipes ``html_dir``). ``serve`` serves the
+folder on 127.0.0.1 only.
+
+    python -m moe_bench.dashboard offline HTML_DIR
+    python -m moe_bench.dashboard serve [HTML_DIR] [--port N]   # scripts/preview; make_offline first
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import http.server
+import io
+import json
+import re
+import shutil
+import sys
+import threading
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import asv
+from asv.util import load_json
+from asv_tachyon import cli as tachyon_cli
+
+__all__ = ["OfflineError", "make_offline", "external_references", "serve", "main"]
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+#: URLs in the bundled UI that no browser fetches: XML namespace names (SVG, MathML) and links
+#: quoted inside error and warning messages of the bundled React and highlight.js.
+NOT_FETCHED = (
+    "http://www.w3.org/",
+    "https://react.dev/errors/",
+    "https://github.com/highlightjs/highlight.js/",
+)
+
+#: Files the UI asks for besides asv's output (commit subjects, profile links, muted
+#: regressions) with their empty contents; written so that no request of the page fails.
+SIDECARS = {
+    "commits.json": {},
+    "profiles.json": {"paths": {}},
+    "regressions-ignore.json": [],
+}
+
+_URL = re.compile(r"https?://[^\s\"'`()<>]+")
+_PAGE_FILES = (".html", ".js", ".css")
+
+
+class OfflineError(RuntimeError):
+    """The published dashboard still references an external host, or is not a published one."""
+
+
+def make_offline(html_dir) -> None:
+    """Make the dashboard ``asv publish`` wrote in ``html_dir`` work without internet.
+
+    Installs asv-tachyon's page shell and assets (``index.html``, ``assets/``) and its licence
+    (``assets/LICENSE.asv-tachyon.txt``), removes asv's own page files (the CDN-loading shell
+    and its scripts, which nothing loads any more), writes the empty sidecar files the UI asks
+    for (``SIDECARS``, and ``samples/`` beside ``graphs/``), and marks every benchmark
+    ``less_is_better`` in ``index.json`` (asv's own regression detection treats a rise as worse
+    for every benchmark; asv-tachyon would otherwise colour a rise of a ``track_`` benchmark,
+    e.g. peak bytes, as an improvement). Idempotent.
+
+    Raises
+    ------
+    OfflineError
+        If ``html_dir`` has no ``index.json`` (not published), or if a page file still
+        references an external host afterwards.
+    """
+    html_dir = Path(html_dir)
+    index = html_dir / "index.json"
+    if not index.is_file():
+        raise OfflineError(
+            f"html_dir {str(html_dir)!r} has no index.json: run `asv publish` first, then make_offline"
+        )
+    for name in _stock_page_files():
+        target = html_dir / name
+        if target.is_file():
+            target.unlink()
+    said = io.StringIO()  # its hints name its own server; ours is serve()
+    with contextlib.redirect_stdout(said):
+        status = tachyon_cli.main(["install", str(html_dir), "--no-backup"])
+    if status:
+        raise OfflineError(f"`asv-tachyon install {html_dir}` exited with {status}: {said.getvalue()}")
+    shutil.copyfile(_tachyon_licence(), html_dir / "assets" / "LICENSE.asv-tachyon.txt")
+    for name, content in SIDECARS.items():
+        if not (html_dir / name).exists():
+            (html_dir / name).write_text(json.dumps(content))
+    # The UI asks for each graph's raw samples at the same path under samples/; asv's graphs
+    # carry none: an empty {revision: samples} object says so without a 404.
+    for graph in (html_dir / "graphs").rglob("*.json"):
+        samples = html_dir / "samples" / graph.relative_to(html_dir / "graphs")
+        if not samples.exists():
+            samples.parent.mkdir(parents=True, exist_ok=True)
+            samples.write_text("{}")
+    published = json.loads(index.read_text())
+    for benchmark in published["benchmarks"].values():
+        benchmark.setdefault("less_is_better", True)
+    index.write_text(json.dumps(published))
+    remaining = external_references(html_dir)
+    if remaining:
+        raise OfflineError(
+            f"{len(remaining)} external reference(s) remain in {html_dir}: "
+            + "; ".join(remaining[:5])
+        )
+
+
+def external_references(html_dir) -> list[str]:
+    """Every ``http(s)://`` URL to a non-loopback host in the page files of ``html_dir``.
+
+    Page files are the ``.html``, ``.js`` and ``.css`` files (what a browser loads); URLs listed
+    in ``NOT_FETCHED`` are ignored. Returns ``"relative/path: url"`` strings, sorted.
+    """
+    html_dir = Path(html_dir)
+    found = []
+    for path in sorted(html_dir.rglob("*")):
+        if path.suffix not in _PAGE_FILES or not path.is_file():
+            continue
+        for url in _URL.findall(path.read_text(errors="replace")):
+            if _host(url) not in LOOPBACK_HOSTS and not url.startswith(NOT_FETCHED):
+                found.append(f"{path.relative_to(html_dir)}: {url}")
+    return found
+
+
+def _host(url: str) -> str | None:
+    try:
+        return urlsplit(url).hostname
+    except ValueError:  # e.g. an unclosed "[" of an IPv6 host: not loopback as far as we know
+        return None
+
+
+def serve(html_dir, port: int = 0) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """Serve ``html_dir`` on 127.0.0.1 (never another interface) from a daemon thread.
+
+    ``port=0`` picks a free port. Returns ``(server, url)``; stop with ``server.shutdown()``.
+    """
+    html_dir = Path(html_dir)
+    if not (html_dir / "index.html").is_file():
+        raise FileNotFoundError(
+            f"html_dir {str(html_dir)!r} has no index.html: run scripts/bench (or `asv publish`"
+            " then `python -m moe_bench.dashboard offline DIR`) first"
+        )
+    handler = functools.partial(_QuietHandler, directory=str(html_dir))
+    server = _LoopbackServer(("127.0.0.1", port), handler)
+    threading.Thread(target=server.serve_forever, name="dashboard", daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+class _LoopbackServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # A browser that navigates away closes connections mid-file; that is not a server fault.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+        pass  # one line per graph file would drown the URL that preview prints
+
+
+def _stock_page_files() -> list[str]:
+    """Names of the page files asv copies into every html_dir (its ``www`` folder)."""
+    return [p.name for p in (Path(asv.__file__).parent / "www").iterdir() if p.is_file()]
+
+
+def _tachyon_licence() -> Path:
+    dist = metadata.distribution("asv-tachyon")
+    licence = next((f for f in dist.files or () if f.name == "LICENSE"), None)
+    if licence is None:
+        raise OfflineError("the installed asv-tachyon has no LICENSE file; reinstall it with pip")
+    return Path(dist.locate_file(licence))
+
+
+def _configured_html_dir(config: Path) -> Path:
+    conf = load_json(str(config), js_comments=True)
+    return config.parent / conf.get("html_dir", "html")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m moe_bench.dashboard", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    offline = sub.add_parser("offline", help="make a published html_dir work without internet")
+    offline.add_argument("html_dir", type=Path)
+    preview = sub.add_parser("serve", help="make offline, then serve on 127.0.0.1 until Ctrl-C")
+    preview.add_argument("html_dir", type=Path, nargs="?", help="default: html_dir of --config")
+    preview.add_argument("--config", type=Path, default=Path("asv.conf.json"))
+    preview.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    args = parser.parse_args(argv)
+    if args.command == "offline":
+        make_offline(args.html_dir)
+        print(f"dashboard in {args.html_dir} works offline")
+        return
+    html_dir = args.html_dir or _configured_html_dir(args.config)
+    make_offline(html_dir)  # again if `asv publish` ran since: publish rewrites the CDN page
+    server, url = serve(html_dir, args.port)
+    print(f"dashboard of {html_dir} at {url}  (Ctrl-C stops)", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.shutdown()
+
+
+if __name__ == "__main__":
+    main()

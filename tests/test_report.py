@@ -1,0 +1,168 @@
+"""The markdown summary and PR comment on the fabricated asv results (``fixtures/asv_results``).
+
+Fixture: 4 commits on machine ``fixture-box``; 2 shapes x 4 strategies (``flashinfer`` skipped);
+in the latest commit ``strided_copy`` on ``qwen3-235b-a22b/tp4`` takes 1.6 x the time, copy
+ratio and whole-model seconds and 1.5 x the peak bytes of the commit before.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from moe_bench.report import (
+    REGRESSION_FACTOR,
+    compare_markdown,
+    render_markdown,
+    summary_table,
+    write_summary,
+)
+from moe_bench.results import load_results
+from moe_bench.units import human
+
+RESULTS = Path(__file__).parent / "fixtures" / "asv_results"
+LATEST, PREVIOUS = "11137522", "ae5ad519"
+QWEN = "qwen3-235b-a22b/tp4"
+STRIDED_QWEN_PEAK = 805306368 + 402653184  # T13 + T2 of the fixture's qwen3 layer, bytes
+
+
+@pytest.fixture(scope="module")
+def results() -> pd.DataFrame:
+    return load_results(RESULTS)
+
+
+def row(table: pd.DataFrame, shape: str, strategy: str) -> pd.Series:
+    (index,) = table.index[(table["shape"] == shape) & (table["strategy"] == strategy)]
+    return table.loc[index]
+
+
+def with_latest(results: pd.DataFrame, strategy: str, benchmark_part: str, factor: float) -> pd.DataFrame:
+    """``results`` with the latest value of one qwen3 point multiplied by ``factor``."""
+    changed = results.copy()
+    point = (changed["commit"].str.startswith(LATEST) & (changed["shape"] == QWEN)
+             & (changed["strategy"] == strategy) & changed["benchmark"].str.contains(benchmark_part))
+    assert point.sum() == 1
+    changed.loc[point, "value"] *= factor
+    return changed
+
+
+@pytest.mark.parametrize(("value", "unit", "text"), [
+    (0.048, "seconds", "48.0 ms"),
+    (0.12, "seconds", "120 ms"),
+    (11.28, "seconds", "11.3 s"),
+    (2.5e-6, "seconds", "2.50 µs"),
+    (1811939328, "bytes", "1.69 GiB"),
+    (3 * 2**20, "bytes", "3.00 MiB"),
+    (512, "bytes", "512 B"),
+    (1.6, "ratio", "1.60"),
+    (8, "experts", "8.00 experts"),
+    (math.nan, "bytes", "n/a"),
+])
+def test_human_units(value, unit, text):
+    assert human(value, unit) == text
+
+
+def test_summary_has_every_figure_of_the_latest_commit(results):
+    table = summary_table(results)
+    assert len(table) == 8 and set(table["commit"].str[:8]) == {LATEST}
+    strided = row(table, QWEN, "strided_copy")
+    assert strided["time"] == pytest.approx(0.048)
+    assert strided["speedup"] == pytest.approx(0.120 / 0.048)
+    assert strided["copy_ratio"] == pytest.approx(1.6)
+    assert strided["peak_bytes"] == int(STRIDED_QWEN_PEAK * 1.5)
+    assert strided["whole_model"] == pytest.approx(2.82 * 1.6)
+    assert row(table, QWEN, "legacy")["speedup"] == 1.0
+    assert row(table, "deepseek-v3/tp8", "strided_copy")["speedup"] == pytest.approx(4.0)
+    skipped = row(table, QWEN, "flashinfer")
+    assert math.isnan(skipped["time"]) and math.isnan(skipped["speedup"]) and skipped["regressions"] == ()
+
+
+def test_summary_marks_the_injected_regression_only(results):
+    table = summary_table(results)
+    strided = row(table, QWEN, "strided_copy")
+    assert strided["regressions"] == ("time", "copy_ratio", "peak_bytes", "whole_model")
+    assert strided["peak_bytes_change"] == pytest.approx(1.5)
+    assert strided["time_change"] == pytest.approx(1.6)
+    others = table.drop(index=strided.name)
+    assert all(r == () for r in others["regressions"])
+
+
+@pytest.mark.parametrize(("factor", "marked"), [
+    (REGRESSION_FACTOR * 1.01, True),   # just beyond the threshold
+    (REGRESSION_FACTOR * 0.99, False),  # within the noise band
+    (0.5, False),                       # faster: an improvement, never a regression
+])
+def test_regression_threshold_and_direction(results, factor, marked):
+    table = summary_table(with_latest(results, "legacy", "TimeConvert", factor))
+    assert ("time" in row(table, QWEN, "legacy")["regressions"]) is marked
+
+
+def test_previous_result_skips_a_failed_run(results):
+    failed = results.copy()
+    point = (failed["commit"].str.startswith(PREVIOUS) & (failed["shape"] == QWEN)
+             & (failed["strategy"] == "strided_copy") & failed["benchmark"].str.contains("PeakMemory"))
+    failed.loc[point, ["value", "failed"]] = [math.nan, True]
+    strided = row(summary_table(failed), QWEN, "strided_copy")
+    assert "peak_bytes" in strided["regressions"]  # compared with the commit before the failure
+    assert strided["peak_bytes_change"] == pytest.approx(1.5)
+
+
+def test_summary_needs_the_suite_benchmarks(results):
+    with pytest.raises(ValueError, match="none of the summary's benchmarks"):
+        summary_table(results[results["benchmark"].str.contains("Profile")])
+
+
+def test_markdown_in_human_units_with_marks(results):
+    text = render_markdown(summary_table(results), title="nightly")
+    assert text.startswith("# nightly\n")
+    assert f"## `fixture-box`: commit `{LATEST}` (2026-11-04 12:00 UTC" in text
+    lines = {line.split("|")[2].strip() + "@" + line.split("|")[1].strip(): line
+             for line in text.splitlines() if line.startswith("| ") and "strategy" not in line}
+    strided = lines[f"strided_copy@{QWEN}"]
+    assert "**48.0 ms** ⚠ +60%" in strided and "**1.69 GiB** ⚠ +50%" in strided
+    assert "2.50×" in strided and "**4.51 s** ⚠ +60%" in strided
+    legacy = lines[f"legacy@{QWEN}"]
+    assert "120 ms" in legacy and "3.00 GiB" in legacy and "1.00×" in legacy and "⚠" not in legacy
+    assert lines[f"flashinfer@{QWEN}"].count("n/a") == 5
+    assert "4 regressed figure(s)" in text
+
+
+def test_write_summary_writes_markdown_and_plots(tmp_path):
+    path = write_summary(RESULTS, tmp_path / "summary")
+    assert path == tmp_path / "summary" / "summary.md"
+    text = path.read_text()
+    images = [line[line.index("(") + 1:-1] for line in text.splitlines() if line.startswith("![")]
+    assert "fixture-box-history.png" in images and len(images) == 4
+    assert all((path.parent / image).stat().st_size > 0 for image in images)
+
+
+def test_compare_marks_by_the_gate_factors(results):
+    text = compare_markdown(results, PREVIOUS, LATEST)
+    assert text.startswith(f"## Benchmarks: `{LATEST}` (head) vs `{PREVIOUS}` (base)")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "benchmark" not in line]
+    worse = [r for r in rows if "⚠ worse" in r]
+    # bytes compare exactly and the ratio by 1.5: both regressed; time (x1.6) is within the
+    # gate's factor 2 for seconds, so it is listed with its ratio but not marked.
+    assert len(worse) == 2 and rows[:2] == worse
+    assert "PeakMemory.track_peak_transient_bytes" in worse[0] + worse[1]
+    assert "1.12 GiB" in "".join(worse) and "1.69 GiB" in "".join(worse)
+    timed = next(r for r in rows if "time_convert" in r and QWEN in r and "strided_copy" in r)
+    assert "30.0 ms" in timed and "48.0 ms" in timed and "1.60" in timed and "⚠" not in timed
+    assert sum("| n/a" in r for r in rows) == 8  # flashinfer: skipped in both commits
+
+
+def test_compare_reversed_is_better_and_failures_are_marked(results):
+    assert compare_markdown(results, LATEST, PREVIOUS).count("| ✓ better") == 2
+    broken = results.copy()
+    broken.loc[broken["commit"].str.startswith(LATEST) & (broken["strategy"] == "legacy")
+               & (broken["shape"] == QWEN) & broken["benchmark"].str.contains("TimeConvert"),
+               ["value", "failed"]] = [math.nan, True]
+    assert compare_markdown(broken, PREVIOUS, LATEST).count("| failed") == 1
+
+
+def test_compare_names_an_unknown_commit(results):
+    with pytest.raises(ValueError, match="head 'deadbeef' matches no commit"):
+        compare_markdown(results, PREVIOUS, "deadbeef")
