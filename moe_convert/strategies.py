@@ -244,10 +244,14 @@ _MIN_OWN_SEGMENT_BYTES = 10 * 2**20
 def strided_inplace(
     w13: torch.Tensor, w2: torch.Tensor, gated: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ours, in place: per expert, a strided ``copy_`` into one scratch, then a copy back.
+    """Ours, in place: per expert, a plain copy into one scratch, then a strided ``copy_`` back.
 
-    Like ``inplace`` but with the index-free strided views of ``strided_copy``: nothing is
-    allocated but the scratch, which holds one expert. The scratch is at least 10 MiB, so that
+    Like ``inplace`` but with the index-free strided views of ``strided_copy``, and the other
+    way round: the expert is first copied as it is into the scratch (sequential reads), then
+    relaid from the scratch into its own bytes, so the scattered 128-byte reads hit the
+    just-written, cache-resident scratch rather than memory (measured on 2 CPU cores: 15-20 %
+    faster than relaying into the scratch and copying back). Nothing is allocated but the
+    scratch, which holds one expert. The scratch is at least 10 MiB, so that
     on CUDA it gets a segment of its own that later layers reuse rather than a slice of a 20 MiB
     segment that ``max_split_size_mb=20`` strands after every layer: it reserves
     ``max(S13, S2, 10 MiB)`` rounded to 2 MiB, where a smaller scratch would reserve 20 MiB per layer.
@@ -258,9 +262,11 @@ def strided_inplace(
     expert_bytes = max(w13[0].nbytes, w2[0].nbytes)
     scratch = torch.empty(max(expert_bytes, _MIN_OWN_SEGMENT_BYTES), dtype=torch.uint8, device=w13.device)
     for weight, interleave in ((w13, gated), (w2, False)):
+        _, rows, cols = weight.shape
         expert_scratch = scratch[: weight[0].nbytes]
-        expert_blocks = expert_scratch.view(_blocks_shape(weight)[1:])
+        scratch_rows = expert_scratch.view(rows, 2 * cols)
         for expert in weight:
-            _strided_copy_into(expert, expert_blocks, interleave)
-            expert.view(torch.uint8).view(-1).copy_(expert_scratch)
+            expert_u8 = expert.view(torch.uint8)
+            expert_scratch.copy_(expert_u8.view(-1))
+            _strided_copy_into(scratch_rows, expert_u8.view(_blocks_shape(weight)[1:]), interleave)
     return _blocks_alias(w13), _blocks_alias(w2)
