@@ -226,8 +226,8 @@ def strided_copy(
     outputs, nothing else).
     """
     out13 = torch.empty(_blocks_shape(w13), dtype=torch.uint8, device=w13.device)
-    _strided_copy_into(w13, out13, gated)
     out2 = torch.empty(_blocks_shape(w2), dtype=torch.uint8, device=w2.device)
+    _strided_copy_into(w13, out13, gated)
     _strided_copy_into(w2, out2, False)
     return out13.view(torch.bfloat16), out2.view(torch.bfloat16)
 
