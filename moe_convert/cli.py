@@ -142,10 +142,11 @@ def _bytes(n: int) -> str:
 
 
 def _seconds(s: float) -> str:
+    # 4 significant digits: 3 would print 999.6 ms as "1e+03 ms"
     for unit, size in (("s", 1.0), ("ms", 1e-3)):
         if s >= size:
-            return f"{s / size:.3g} {unit}"
-    return f"{s / 1e-6:.3g} us"
+            return f"{s / size:.4g} {unit}"
+    return f"{s / 1e-6:.4g} us"
 
 
 # (record key, column header, formatter); a column shows when the records have the key.

@@ -60,3 +60,9 @@ def test_measure_table(capsys):
 def test_measure_rejects_unknown_strategy():
     with pytest.raises(SystemExit, match="unknown strategy"):
         main(["measure", "--model", "qwen3-30b-a3b", "--strategy", "nope"])
+
+
+def test_seconds_column_never_prints_exponents():
+    from moe_convert.cli import _seconds
+
+    assert [_seconds(s) for s in (0.9996, 1.2345, 12.3e-6)] == ["999.6 ms", "1.234 s", "12.3 us"]
