@@ -15,12 +15,10 @@ from .strategies import INPLACE, STRATEGIES, convert
 from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
 from .timing import measure_roofline
 from .wholemodel import WholeModelTime
-from .allocator import POOLS
+from .allocator import POOLS, MiB
 from .replay import ReplayResult, simulate
 
 __all__ = ["main", "resolve_shape"]
-
-MiB = 2**20
 
 
 def resolve_shape(args: argparse.Namespace) -> LayerShape:

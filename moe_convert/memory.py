@@ -34,6 +34,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from .reference import random_weights
 from .shapes import LayerShape
 from .strategies import convert
 
@@ -159,20 +160,13 @@ def require_cuda(what: str) -> torch.device:
 def layer_weights(shape: LayerShape, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """Fresh bf16 ``w13 [E, M13, H]`` and ``w2 [E, H, I]`` of ``shape`` on ``device``.
 
-    ``meta``: ``torch.empty`` (sizes, no memory). Elsewhere: random bit patterns drawn on the
-    device itself (seeded, no host round trip), so that every byte value occurs.
+    ``meta``: ``torch.empty`` (sizes, no memory). Elsewhere: ``reference.random_weights``.
     """
     device = torch.device(device)
     if device.type == "meta":
         return (torch.empty(shape.w13_shape, dtype=torch.bfloat16, device=device),
                 torch.empty(shape.w2_shape, dtype=torch.bfloat16, device=device))
-    gen = torch.Generator(device=device).manual_seed(0)
-
-    def bits(size: tuple[int, int, int]) -> torch.Tensor:
-        raw = torch.randint(-(2**15), 2**15, size, dtype=torch.int16, device=device, generator=gen)
-        return raw.view(torch.bfloat16)
-
-    return bits(shape.w13_shape), bits(shape.w2_shape)
+    return random_weights(shape.w13_shape, shape.w2_shape, device=device)
 
 
 def warm_strategy(shape: LayerShape, strategy: str, device: torch.device) -> None:

@@ -48,13 +48,21 @@ def flashinfer_reference(
 
 
 def random_weights(
-    w13_shape: tuple[int, ...], w2_shape: tuple[int, ...], *, seed: int = 0, device: str = "cpu"
+    w13_shape: tuple[int, ...],
+    w2_shape: tuple[int, ...],
+    *,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """bf16 tensors of random bit patterns (every byte value occurs), reproducible by ``seed``."""
-    gen = torch.Generator().manual_seed(seed)
+    """bf16 tensors of random bit patterns (every byte value occurs), reproducible by ``seed``.
+
+    Drawn on ``device`` itself (no host round trip for a full-size layer on a GPU), so the
+    bits are reproducible per device type, not across them.
+    """
+    gen = torch.Generator(device=device).manual_seed(seed)
 
     def bits(shape: tuple[int, ...]) -> torch.Tensor:
-        raw = torch.randint(-(2**15), 2**15, shape, dtype=torch.int16, generator=gen)
-        return raw.view(torch.bfloat16).to(device)
+        raw = torch.randint(-(2**15), 2**15, shape, dtype=torch.int16, device=device, generator=gen)
+        return raw.view(torch.bfloat16)
 
     return bits(w13_shape), bits(w2_shape)

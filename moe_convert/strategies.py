@@ -249,7 +249,7 @@ def strided_inplace(
     Like ``inplace`` but with the index-free strided views of ``strided_copy``, and the other
     way round: the expert is first copied as it is into the scratch (sequential reads), then
     relaid from the scratch into its own bytes, so the scattered 128-byte reads hit the
-    just-written, cache-resident scratch rather than memory (measured on 2 CPU cores: 15-20 %
+    just-written, cache-resident scratch rather than memory (measured on 2 CPU cores: 12-20 %
     faster than relaying into the scratch and copying back). Nothing is allocated but the
     scratch, which holds one expert. The scratch is at least 10 MiB, so that
     on CUDA it gets a segment of its own that later layers reuse rather than a slice of a 20 MiB

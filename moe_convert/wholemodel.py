@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .allocator import MiB
 from .memory import require_cuda, warm_strategy
 from .shapes import LayerShape
 from .strategies import convert
@@ -29,7 +30,6 @@ __all__ = [
     "whole_model_seconds",
 ]
 
-MiB = 2**20
 # PyTorch's default max_split_size is SIZE_MAX (no limit); vLLM restores it as this many MiB.
 _UNLIMITED_SPLIT_MB = (2**64 - 1) // MiB
 
