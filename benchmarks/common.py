@@ -52,11 +52,13 @@ SHAPES = (
     "deepseek-v2-lite/tp1",
 )
 
-#: Strategies registered only where their package is installed. They are always on the axis
-#: (n/a where absent), so a benchmark's parameter list, and with it the keys of its results
-#: history, is the same on every machine: a machine without FlashInfer shows ``flashinfer`` as
-#: n/a instead of silently changing the parameter grid that the nightly history is keyed by.
-OPTIONAL_STRATEGIES = ("flashinfer",)
+#: Strategies registered only where they can run: ``flashinfer`` where its package is installed,
+#: ``triton`` and ``triton_inplace`` where Triton is and a GPU (or its interpreter) is there.
+#: They are always on the axis (n/a where absent), so a benchmark's parameter list, and with it
+#: the keys of its results history, is the same on every machine: a machine without FlashInfer
+#: shows ``flashinfer`` as n/a instead of silently changing the parameter grid that the nightly
+#: history is keyed by.
+OPTIONAL_STRATEGIES = ("flashinfer", "triton", "triton_inplace")
 
 #: Every strategy, in registry order, plus the optional ones not registered here.
 STRATEGY_AXIS = tuple(moe_convert.STRATEGIES) + tuple(
@@ -104,7 +106,8 @@ def timed_shape(label: str) -> LayerShape:
 def require_strategy(name: str) -> None:
     """Skip unless strategy ``name`` is registered here (optional ones need their package)."""
     if name not in moe_convert.STRATEGIES:
-        skip(f"strategy {name!r} is not registered here (its package is not installed)")
+        skip(f"strategy {name!r} is not registered here (its package is not installed, or it "
+             "needs a GPU)")
 
 
 def require_cuda() -> None:

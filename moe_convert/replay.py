@@ -31,7 +31,7 @@ from .memory import AllocationTracker, MemoryEvent, layer_weights, warm_strategy
 from .shapes import LayerShape
 from .strategies import INPLACE, convert
 
-__all__ = ["LayerTrace", "ReplayResult", "layer_trace", "replay_model", "simulate"]
+__all__ = ["LayerTrace", "LoadStep", "ReplayResult", "layer_trace", "load_steps", "replay_model", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,34 @@ def _replay_trace(allocator: Allocator, trace: LayerTrace) -> None:
                 allocator.free(old)
         else:
             allocator.free(blocks.pop(event.block))
+
+
+#: One allocator call of a load: ``(kind, key, nbytes, layer_done)``; ``kind`` is ``"alloc"`` or
+#: ``"free"``, ``key`` names the block, ``nbytes`` is 0 for a free, ``layer_done`` marks the last
+#: step of a layer's conversion.
+LoadStep = tuple[str, object, int, bool]
+
+
+def load_steps(shape: LayerShape, strategy: str) -> list[LoadStep]:
+    """The allocator calls of ``replay_model``'s load as a flat list, to replay elsewhere.
+
+    Every weight of ``shape.moe_layers`` layers, then each layer's trace (keys ``(layer,
+    block)``) followed, out of place, by the free of its old w13 and w2. ``gpu-check`` replays
+    the same list in the model and in PyTorch's caching allocator, step by step. Zero-byte
+    allocations are kept (PyTorch makes no allocator call for them: skip them when replaying).
+    """
+    trace = layer_trace(shape, strategy)
+    steps: list[LoadStep] = []
+    for layer in range(shape.moe_layers):
+        steps += [("alloc", ("w13", layer), shape.w13_bytes, False),
+                  ("alloc", ("w2", layer), shape.w2_bytes, False)]
+    for layer in range(shape.moe_layers):
+        steps += [(event.kind, (layer, event.block), event.nbytes, False) for event in trace.events]
+        if strategy not in INPLACE:
+            steps += [("free", ("w13", layer), 0, False), ("free", ("w2", layer), 0, False)]
+        kind, key, nbytes, _ = steps[-1]
+        steps[-1] = (kind, key, nbytes, True)
+    return steps
 
 
 def replay_model(

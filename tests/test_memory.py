@@ -36,6 +36,8 @@ PEAK_FORMULAS = {
     "batched": ("T13", "T13"),
     "strided_copy": ("T13 + T2", "T13 + T2"),
     "strided_inplace": ("max(S13, S2, 10 * MiB)", "max(S13, S2, 10 * MiB)"),
+    "triton": ("T13 + T2", "T13 + T2"),
+    "triton_inplace": ("max(S13, S2, 16 * MiB)", "max(S13, S2, 16 * MiB)"),
 }
 
 # What the CPU allocator sees on top of the dispatch-level peak (profiler_memory's docstring):

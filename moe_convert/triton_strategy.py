@@ -1,0 +1,170 @@
+"""One Triton kernel per weight: the row permutation and the block layout in its index math.
+
+Registers ``triton`` (out of place) and ``triton_inplace`` where Triton is installed and can
+run: on a CUDA GPU, or anywhere under Triton's interpreter (``TRITON_INTERPRET=1``, CPU tensors,
+used by the tests). Elsewhere ``UNAVAILABLE_REASON`` says why they are missing.
+
+The kernel is wrapped in a custom op, ``torch.ops.moe_convert.triton_block_layout(src, dst,
+interleave)``, with a fake implementation, so the dispatch-level counters (``memory``, traffic)
+see it as one op that reads ``src`` and writes ``dst``, on ``meta`` at full size too.
+
+Each program moves one tile of ``ROWS`` output rows x one 128-byte K block as 32 int32 words per
+row (contiguous on both sides, 16-byte aligned: Triton emits 16-byte vector loads and stores).
+Output row ``n`` of an expert takes checkpoint row ``P(n)``, computed, not looked up:
+
+- shuffle only (w2, a non-gated w13): ``P(n) = 32 (n // 32) + 4 (n % 8) + (n % 32) // 8``;
+- gated w13 (interleave, shuffle and the w3/w1 swap): with ``q = (n % 32) // 8``,
+  ``P(n) = (1 - q % 2) M/2 + 16 (n // 32) + 2 (n % 8) + q // 2`` (``layout.block_layout_copies``).
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import importlib.util
+import os
+
+import torch
+
+from .layout import BLOCK_K
+from .strategies import _blocks_alias, _blocks_shape, _MIN_OWN_SEGMENT_BYTES, register
+
+__all__ = ["AVAILABLE", "UNAVAILABLE_REASON"]
+
+
+def _unavailable_reason() -> str | None:
+    if importlib.util.find_spec("triton") is None:
+        return "Triton is not installed"
+    if not (torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"):
+        return "no CUDA device, and Triton's interpreter is off (set TRITON_INTERPRET=1)"
+    return None
+
+
+#: why ``triton`` and ``triton_inplace`` are not registered here, or ``None`` when they are.
+UNAVAILABLE_REASON = _unavailable_reason()
+AVAILABLE = UNAVAILABLE_REASON is None
+
+_WORD_BYTES = 4  # int32 words: a 128-byte K block is 32 of them
+_BLOCK_WORDS = BLOCK_K // _WORD_BYTES
+
+
+@functools.cache
+def _kernel():
+    """The Triton kernel, compiled on first use (importing Triton costs about a second)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def block_layout_kernel(src, dst, rows, row_words, nblocks,
+                            INTERLEAVE: tl.constexpr, ROWS: tl.constexpr, WORDS: tl.constexpr):
+        # src int32 [E, rows, row_words]; dst int32 [E, nblocks, rows, WORDS]
+        pid = tl.program_id(0).to(tl.int64)
+        row_tiles = rows // ROWS
+        expert_block = pid // row_tiles  # expert * nblocks + k block
+        kblock = expert_block % nblocks
+        expert = expert_block // nblocks
+        n = (pid % row_tiles) * ROWS + tl.arange(0, ROWS)
+        if INTERLEAVE:
+            q = (n % 32) // 8
+            source = (1 - q % 2) * (rows // 2) + 16 * (n // 32) + 2 * (n % 8) + q // 2
+        else:
+            source = 32 * (n // 32) + 4 * (n % 8) + (n % 32) // 8
+        word = tl.arange(0, WORDS)
+        src_offsets = (expert * rows + source)[:, None] * row_words + kblock * WORDS + word[None, :]
+        dst_offsets = (expert_block * rows + n)[:, None] * WORDS + word[None, :]
+        tl.store(dst + dst_offsets, tl.load(src + src_offsets))
+
+    return block_layout_kernel
+
+
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+#: Most rows per program: 128 rows x 128 bytes = 16 KiB per program on a GPU; the interpreter
+#: runs programs one after another, each as NumPy array operations, so there fewer, larger tiles
+#: are much faster (same kernel, same index math).
+_MAX_TILE_ROWS = 1024 if _INTERPRETED else 128
+
+
+def _tile_rows(rows: int) -> int:
+    """Rows per program: the largest power of two up to ``_MAX_TILE_ROWS`` dividing ``rows``
+    (``rows`` is a multiple of 32)."""
+    tile = _MAX_TILE_ROWS
+    while rows % tile:
+        tile //= 2
+    return tile
+
+
+@torch.library.custom_op("moe_convert::triton_block_layout", mutates_args=("dst",))
+def triton_block_layout(src: torch.Tensor, dst: torch.Tensor, interleave: bool) -> None:
+    """Write ``src`` bf16 ``[E, M, cols]`` into ``dst`` uint8 ``[E, 2 cols/128, M, 128]``.
+
+    One kernel launch; rows permuted by ``P`` (module docstring), every byte read once and
+    written once. ``src`` and ``dst`` must not overlap. Contiguous tensors on one device.
+    """
+    experts, rows, cols = src.shape
+    nblocks = cols * src.element_size() // BLOCK_K
+    grid = (experts * nblocks * (rows // _tile_rows(rows)),)
+    _kernel()[grid](src.view(torch.int32), dst.view(torch.int32), rows,
+                    cols * src.element_size() // _WORD_BYTES, nblocks,
+                    INTERLEAVE=interleave, ROWS=_tile_rows(rows), WORDS=_BLOCK_WORDS, num_warps=4)
+    if _INTERPRETED:
+        # Triton 3.9's interpreter keeps its argument tensors in self-referencing closures
+        # (GridExecutor._init_args_hst): a reference cycle that would keep a released output
+        # alive until the next garbage collection. Collect now, so memory counters see it freed.
+        gc.collect()
+
+
+@triton_block_layout.register_fake
+def _triton_block_layout_fake(src: torch.Tensor, dst: torch.Tensor, interleave: bool) -> None:
+    return None
+
+
+def triton_copy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ours, out of place: one Triton launch per weight from the checkpoint bytes into new outputs.
+
+    The shuffle, the gated interleave and the w3/w1 swap are the kernel's index arithmetic (no
+    index tensor); 16-byte vector loads and stores; every byte read once and written once.
+
+    Out of place: new outputs; the input is unchanged. Peak transient: ``T13 + T2`` (the
+    outputs, nothing else). Traffic: ``2 (T13 + T2)`` in 2 launches.
+    """
+    out13 = torch.empty(_blocks_shape(w13), dtype=torch.uint8, device=w13.device)
+    out2 = torch.empty(_blocks_shape(w2), dtype=torch.uint8, device=w2.device)
+    triton_block_layout(w13, out13, gated)
+    triton_block_layout(w2, out2, False)
+    return out13.view(torch.bfloat16), out2.view(torch.bfloat16)
+
+
+#: In-place scratch: a few experts at once, small enough to stay in a GPU's L2 cache (50 MiB on
+#: H100/H200, 126 MiB on B200) between the copy into it and the kernel reading it back, and at
+#: least 10 MiB so that the caching allocator gives it a segment of its own (see strategies).
+_SCRATCH_BYTES = max(16 * 2**20, _MIN_OWN_SEGMENT_BYTES)
+
+
+def triton_inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ours, in place: groups of experts copied into one scratch, then relaid back by Triton.
+
+    Per group of ``g = max(1, 16 MiB // S)`` experts of a weight (S one expert's bytes): one
+    ``copy_`` of the group into the scratch, then one kernel launch from the scratch into the
+    group's own storage (the scratch is still in L2 on a GPU). ``2 ceil(E / g)`` launches per
+    weight, e.g. 2 x 64 + 2 x 26 = 180 for qwen3-235b-a22b/tp4 (w13 6 MiB, w2 3 MiB per expert).
+
+    In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
+    transient: ``max(S13, S2, 16 MiB)`` (the scratch), no index tensors. Traffic:
+    ``4 (T13 + T2)`` (every byte copied into the scratch, then read back and written).
+    """
+    scratch = torch.empty(max(w13[0].nbytes, w2[0].nbytes, _SCRATCH_BYTES), dtype=torch.uint8,
+                          device=w13.device)
+    for weight, interleave in ((w13, gated), (w2, False)):
+        group = max(1, _SCRATCH_BYTES // weight[0].nbytes)
+        for start in range(0, weight.shape[0], group):
+            experts = weight[start:start + group]
+            staged = scratch[: experts.nbytes].view(torch.bfloat16).view(experts.shape)
+            staged.copy_(experts)
+            triton_block_layout(staged, experts.view(torch.uint8).view(_blocks_shape(experts)),
+                                interleave)
+    return _blocks_alias(w13), _blocks_alias(w2)
+
+
+if AVAILABLE:
+    register("triton", inplace=False)(triton_copy)
+    register("triton_inplace", inplace=True)(triton_inplace)

@@ -1,0 +1,651 @@
+"""The whole CUDA-side check of moe-convert-bench, in one command with a time budget.
+
+Run by ``scripts/gpu-check OUT [--dry-run]`` from the repository root. Each step runs in its own
+Python process (so an allocator setting, a CUDA error or a hang stays inside it), under its own
+time box, and writes its findings; a failed or timed-out step is reported and the next one runs.
+At the end ``OUT/gpu-check.md`` (the report) and ``OUT/gpu-check.json`` (every figure) are
+written, with ``OUT/asv.zip`` (results and the published dashboard) when step 6 ran.
+
+Steps (budgets in ``STEPS``):
+
+1. ``exact``: every strategy on CUDA against the CPU result for the full-size
+   ``CHECK_SHAPES``, byte for byte. The CPU result is ``strided_copy``'s on the box's CPU
+   (``CPU_REFERENCE``: byte-identical to FlashInfer's helpers and ``legacy`` by the CPU tests,
+   and seconds where ``legacy`` takes tens of seconds per layer on CPU).
+2. ``memory``: CUDA memory of every strategy (peak requested/allocated/reserved, retries)
+   against the dispatch-level peak (``strategy_memory`` on ``meta``) and the allocator model's
+   peak reserved for the same call.
+3. ``allocator``: one recorded load (``replay.load_steps``) replayed in ``moe_convert.allocator``
+   and in PyTorch's caching allocator under ``max_split_size_mb:20``, reserved bytes compared
+   after every allocation and free; the first step that differs is named.
+4. ``sleep``: ``wholemodel.sleep_mode_load`` of every strategy with the device capped
+   (``set_per_process_memory_fraction``) against ``replay_model``'s prediction for that size.
+5. ``timing``: every strategy and a same-size device copy with CUDA events, per shape of the asv
+   suite: copy ratio, GB/s, per-layer and whole-model seconds.
+6. ``asv``: ``asv run -E existing:python3 --quick`` on ``CHECK_SHAPES``, published, zipped.
+
+``--dry-run`` prints the plan and runs the parts that need no CUDA (the CPU references, the
+dispatch-level formulas, the allocator-model predictions, asv's presence); the CUDA parts are
+reported as not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # moe_convert and benchmarks from this checkout, installed or not
+
+#: Full-size shapes of steps 1, 2 and 6: the issue's two (and the seed's) per-rank layers.
+CHECK_SHAPES = ("qwen3-235b-a22b/tp4", "deepseek-v3/tp8")
+#: Step 3 and 4: layers of qwen3-235b-a22b/tp4 loaded (1.15 GiB each).
+LOAD_SHAPE = "qwen3-235b-a22b/tp4"
+ALLOCATOR_LAYERS = 24
+SLEEP_LAYERS = 24
+#: Step 4's device cap: weights of SLEEP_LAYERS layers (27.6 GiB) plus 12.4 GiB of headroom,
+#: so legacy (+1.27 GiB reserved per layer) runs out within a few layers.
+SLEEP_DEVICE_BYTES = 40 * 2**30
+MAX_SPLIT_MB = 20
+CPU_REFERENCE = "strided_copy"
+#: Step 5: ``triton_inplace`` also timed with these scratch sizes on LOAD_SHAPE, to choose it.
+SCRATCH_SWEEP_MIB = (16, 32, 64, 128)
+#: Step 5: timed calls per strategy (each after a timed copy), after one untimed round.
+TIMING_REPEATS = 10
+WALL_BUDGET_S = 360
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    name: str
+    title: str
+    budget_s: int
+    env: tuple[tuple[str, str], ...] = ()  # set before the step's process starts
+
+
+STEPS = (
+    Step("exact", "byte-exactness on CUDA against the CPU result", 50),
+    Step("memory", "CUDA memory against the dispatch-level formulas", 30),
+    Step("allocator", "allocator model against the caching allocator", 30,
+         (("PYTORCH_ALLOC_CONF", f"max_split_size_mb:{MAX_SPLIT_MB}"),)),
+    Step("sleep", "sleep-mode load (MemPool) with a capped device", 40),
+    Step("timing", "timing with CUDA events against a device copy", 80),
+    Step("asv", "asv run --quick on the box's own python", 100),
+)
+
+
+def _shape(label: str):
+    from moe_convert import layer_shape
+
+    model, _, tp = label.partition("/tp")
+    return layer_shape(model, int(tp))
+
+
+def _cuda_device():
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device: this part runs only on a GPU box")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+# -- step 1 ------------------------------------------------------------------------------------
+
+def step_exact(dry_run: bool) -> dict:
+    import torch
+
+    from moe_convert import INPLACE, STRATEGIES, convert
+    from moe_convert.reference import random_weights
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    rows = []
+    for label in CHECK_SHAPES:
+        shape = _shape(label)
+        w13, w2 = random_weights(shape.w13_shape, shape.w2_shape, seed=1)
+        start = time.perf_counter()
+        ref13, ref2 = convert(w13, w2, strategy=CPU_REFERENCE, gated=shape.gated)
+        cpu_s = time.perf_counter() - start
+        print(f"[exact] {label}: CPU reference ({CPU_REFERENCE}) in {cpu_s:.1f} s", flush=True)
+        if dry_run:
+            rows.append({"shape": label, "strategy": f"{CPU_REFERENCE} (cpu)", "cpu_reference_s": cpu_s,
+                         "exact": None})
+            continue
+        device = _cuda_device()
+        ref13, ref2 = ref13.to(device), ref2.to(device)
+        pristine13, pristine2 = w13.to(device), w2.to(device)
+        del w13, w2
+        for name in STRATEGIES:
+            try:
+                in13, in2 = (pristine13.clone(), pristine2.clone()) if name in INPLACE else (
+                    pristine13, pristine2)
+                out13, out2 = convert(in13, in2, strategy=name, gated=shape.gated)
+                torch.cuda.synchronize(device)
+                bad = int((out13.view(torch.uint8) != ref13.view(torch.uint8)).sum()
+                          + (out2.view(torch.uint8) != ref2.view(torch.uint8)).sum())
+                rows.append({"shape": label, "strategy": name, "exact": bad == 0,
+                             "bytes_differing": bad, "cpu_reference_s": cpu_s})
+                del in13, in2, out13, out2
+            except Exception as error:  # one strategy's failure must not hide the others'
+                rows.append({"shape": label, "strategy": name, "exact": False,
+                             "error": f"{type(error).__name__}: {error}"})
+            print(f"[exact] {label} {name}: {rows[-1].get('exact')}", flush=True)
+        del ref13, ref2, pristine13, pristine2
+        torch.cuda.empty_cache()
+    ok = all(row["exact"] in (True, None) for row in rows)
+    return {"ok": ok, "rows": rows}
+
+
+# -- step 2 ------------------------------------------------------------------------------------
+
+def _model_transient_reserved(shape, strategy: str, max_split_mb: int | None) -> int:
+    """Peak reserved above the loaded weights for one conversion, per the allocator model."""
+    from moe_convert.replay import replay_model
+
+    one = dataclasses.replace(shape, moe_layers=1)
+    result = replay_model(one, strategy, max_split_mb=max_split_mb, pool="default",
+                          device_bytes=None)
+    return result.peak_reserved_bytes - result.loaded_reserved_bytes
+
+
+def step_memory(dry_run: bool) -> dict:
+    from moe_convert import STRATEGIES
+    from moe_convert.memory import strategy_cuda_memory, strategy_memory
+
+    rows = []
+    for label in CHECK_SHAPES:
+        shape = _shape(label)
+        for name in STRATEGIES:
+            row = {"shape": label, "strategy": name,
+                   "dispatch_peak_bytes": strategy_memory(shape, name, device="meta").peak_bytes,
+                   "model_reserved_bytes": _model_transient_reserved(shape, name, None)}
+            if not dry_run:
+                try:
+                    cuda = strategy_cuda_memory(shape, name)
+                    row.update(dataclasses.asdict(cuda))
+                    row["requested_minus_dispatch"] = (cuda.requested_peak_bytes
+                                                       - row["dispatch_peak_bytes"])
+                    row["reserved_minus_model"] = (cuda.peak_reserved_bytes
+                                                   - row["model_reserved_bytes"])
+                except Exception as error:
+                    row["error"] = f"{type(error).__name__}: {error}"
+            rows.append(row)
+            print(f"[memory] {label} {name}: {row}", flush=True)
+    ok = all("error" not in row and row.get("requested_minus_dispatch", 0) == 0 for row in rows)
+    return {"ok": ok, "rows": rows}
+
+
+# -- step 3 ------------------------------------------------------------------------------------
+
+def step_allocator(dry_run: bool) -> dict:
+    from moe_convert import STRATEGIES
+    from moe_convert.allocator import Allocator, MiB
+    from moe_convert.replay import load_steps
+
+    shape = dataclasses.replace(_shape(LOAD_SHAPE), moe_layers=ALLOCATOR_LAYERS)
+    if not dry_run:
+        import torch
+
+        device = _cuda_device()
+        setting = torch._C._accelerator_getAllocatorSettings() if hasattr(
+            torch._C, "_accelerator_getAllocatorSettings") else os.environ.get("PYTORCH_ALLOC_CONF")
+        print(f"[allocator] allocator settings: {setting}", flush=True)
+    rows = []
+    for name in STRATEGIES:
+        steps = load_steps(shape, name)
+        model = Allocator(capacity_bytes=None, max_split_size=MAX_SPLIT_MB * MiB, pool="default")
+        blocks, tensors, requested = {}, {}, {}
+        model_after_layer, real_after_layer, first_difference = [], [], None
+        for index, (kind, key, nbytes, layer_done) in enumerate(steps):
+            if kind == "alloc" and nbytes:
+                # a second alloc of a live block is a resize through out=: a new buffer of the
+                # whole size, then the old one freed (as replay._replay_trace does)
+                requested[key] = requested.get(key, 0) + nbytes
+                old = blocks.get(key), tensors.get(key)
+                blocks[key] = model.malloc(requested[key])
+                if not dry_run:
+                    tensors[key] = torch.empty(requested[key], dtype=torch.uint8, device=device)
+                if old[0] is not None:
+                    model.free(old[0])
+                del old
+            elif kind == "free" and key in blocks:
+                requested.pop(key)
+                model.free(blocks.pop(key))
+                tensors.pop(key, None)
+            real = None if dry_run else torch.cuda.memory_reserved(device)
+            if real is not None and first_difference is None and real != model.reserved_bytes:
+                first_difference = {"step": index, "kind": kind, "key": str(key), "nbytes": nbytes,
+                                    "model_reserved": model.reserved_bytes, "real_reserved": real}
+            if layer_done:
+                model_after_layer.append(model.reserved_bytes)
+                real_after_layer.append(real)
+        tensors.clear()
+        if not dry_run:
+            torch.cuda.empty_cache()
+        row = {"strategy": name, "layers": ALLOCATOR_LAYERS, "steps": len(steps),
+               "model_reserved_after_layer": model_after_layer,
+               "real_reserved_after_layer": None if dry_run else real_after_layer,
+               "match": None if dry_run else first_difference is None,
+               "first_difference": first_difference}
+        rows.append(row)
+        print(f"[allocator] {name}: {len(steps)} steps, match {row['match']}, "
+              f"model after last layer {model_after_layer[-1] / 2**30:.3f} GiB, "
+              f"first difference {first_difference}", flush=True)
+    ok = all(row["match"] in (True, None) for row in rows)
+    return {"ok": ok, "shape": LOAD_SHAPE, "max_split_mb": MAX_SPLIT_MB, "rows": rows}
+
+
+# -- step 4 ------------------------------------------------------------------------------------
+
+def step_sleep(dry_run: bool) -> dict:
+    from moe_convert import STRATEGIES
+    from moe_convert.replay import replay_model
+
+    shape = dataclasses.replace(_shape(LOAD_SHAPE), moe_layers=SLEEP_LAYERS)
+    device_bytes = SLEEP_DEVICE_BYTES
+    if not dry_run:
+        import torch
+
+        from moe_convert.wholemodel import sleep_mode_load
+
+        device = _cuda_device()
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(SLEEP_DEVICE_BYTES / total, device)
+    rows = []
+    for name in STRATEGIES:
+        row = {"strategy": name, "layers": SLEEP_LAYERS, "device_bytes": device_bytes}
+        for pool in ("sleep", "default"):
+            predicted = replay_model(shape, name, max_split_mb=MAX_SPLIT_MB, pool=pool,
+                                     device_bytes=device_bytes)
+            row[f"predicted_{pool}_oom_layer"] = predicted.oom_layer
+            row[f"predicted_{pool}_peak_reserved_bytes"] = predicted.peak_reserved_bytes
+        if not dry_run:
+            try:
+                load = sleep_mode_load(shape, name, layers=SLEEP_LAYERS,
+                                       max_split_size_mb=MAX_SPLIT_MB)
+                row.update({"oom_layer": load.oom_layer, "oom_message": load.oom_message,
+                            "peak_reserved_bytes": load.peak_reserved_bytes,
+                            "peak_allocated_bytes": load.peak_allocated_bytes,
+                            "weights_reserved_bytes": load.weights_reserved_bytes})
+                row["matches_prediction"] = load.oom_layer in (
+                    row["predicted_sleep_oom_layer"], row["predicted_default_oom_layer"])
+            except Exception as error:
+                row["error"] = f"{type(error).__name__}: {error}"
+        rows.append(row)
+        print(f"[sleep] {row}", flush=True)
+    ok = all("error" not in row and row.get("matches_prediction", True) for row in rows)
+    return {"ok": ok, "shape": LOAD_SHAPE, "rows": rows}
+
+
+# -- step 5 ------------------------------------------------------------------------------------
+
+def _event_times(fn: Callable[[], object], setup: Callable[[], object] | None,
+                 copy: Callable[[], object]) -> tuple[list[float], list[float]]:
+    """Seconds of ``fn`` and of ``copy``, interleaved, by CUDA events; one untimed round first."""
+    import torch
+
+    fn_s, copy_s = [], []
+    for call in range(1 + TIMING_REPEATS):
+        times = []
+        for work, prepare in ((copy, None), (fn, setup)):
+            if prepare is not None:
+                prepare()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            result = work()
+            end.record()
+            end.synchronize()
+            del result
+            times.append(start.elapsed_time(end) / 1e3)
+        if call:
+            copy_s.append(times[0])
+            fn_s.append(times[1])
+    return fn_s, copy_s
+
+
+def _time_strategy(shape, name: str, pristine13, pristine2, copy) -> dict:
+    """One timing row: ``name`` on ``shape`` against ``copy``, by CUDA events."""
+    import torch
+
+    from moe_convert import INPLACE, convert
+    from moe_convert.memory import strategy_memory, warm_strategy
+
+    warm_strategy(shape, name, pristine13.device)
+    work13, work2 = pristine13.clone(), pristine2.clone()
+
+    def restore():
+        work13.copy_(pristine13)
+        work2.copy_(pristine2)
+
+    fn_s, copy_s = _event_times(lambda: convert(work13, work2, strategy=name, gated=shape.gated),
+                                restore if name in INPLACE else None, copy)
+    del work13, work2
+    torch.cuda.empty_cache()
+    seconds, copy_seconds = statistics.median(fn_s), statistics.median(copy_s)
+    return {"shape": shape.label, "strategy": name, "inplace": name in INPLACE,
+            "peak_bytes": strategy_memory(shape, name, device="meta").peak_bytes,
+            "seconds": seconds, "copy_seconds": copy_seconds, "copy_ratio": seconds / copy_seconds,
+            "gbps": 2 * shape.layer_bytes / seconds / 1e9,
+            "copy_gbps": 2 * shape.layer_bytes / copy_seconds / 1e9,
+            "whole_model_seconds": seconds * shape.moe_layers, "moe_layers": shape.moe_layers,
+            "samples": fn_s, "copy_samples": copy_s}
+
+
+def step_timing(dry_run: bool) -> dict:
+    from benchmarks.common import SHAPES
+    from moe_convert import STRATEGIES
+
+    if dry_run:
+        return {"ok": True, "rows": [], "plan": [f"{label} x {name}" for label in SHAPES
+                                                for name in STRATEGIES]}
+    import torch
+
+    from moe_convert.reference import random_weights
+
+    device = _cuda_device()
+    rows, sweep = [], []
+    for label in SHAPES:
+        shape = _shape(label)
+        pristine13, pristine2 = random_weights(shape.w13_shape, shape.w2_shape, device=device)
+        copy13, copy2 = torch.empty_like(pristine13), torch.empty_like(pristine2)
+
+        def copy():
+            copy13.copy_(pristine13)
+            copy2.copy_(pristine2)
+
+        for name in STRATEGIES:
+            try:
+                row = _time_strategy(shape, name, pristine13, pristine2, copy)
+            except Exception as error:
+                row = {"shape": label, "strategy": name, "error": f"{type(error).__name__}: {error}"}
+            rows.append(row)
+            print(f"[timing] {label} {name}: "
+                  + (row.get("error") or f"{row['seconds'] * 1e3:.3f} ms, "
+                     f"x{row['copy_ratio']:.2f} copy, {row['gbps']:.0f} GB/s"), flush=True)
+        if label == LOAD_SHAPE and "triton_inplace" in STRATEGIES:
+            from moe_convert import triton_strategy
+
+            chosen = triton_strategy._SCRATCH_BYTES
+            for mib in SCRATCH_SWEEP_MIB:  # an experiment: the module constant, set for a moment
+                triton_strategy._SCRATCH_BYTES = mib * 2**20
+                try:
+                    row = _time_strategy(shape, "triton_inplace", pristine13, pristine2, copy)
+                finally:
+                    triton_strategy._SCRATCH_BYTES = chosen
+                sweep.append({"scratch_mib": mib, **row})
+                print(f"[timing] triton_inplace scratch {mib} MiB: x{row['copy_ratio']:.2f} copy",
+                      flush=True)
+        del pristine13, pristine2, copy13, copy2
+        torch.cuda.empty_cache()
+    return {"ok": all("error" not in row for row in rows), "rows": rows, "scratch_sweep": sweep}
+
+
+# -- step 6 ------------------------------------------------------------------------------------
+
+def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    print("[asv] $ " + " ".join(cmd), flush=True)
+    return subprocess.run(cmd, cwd=ROOT, text=True, **kwargs)
+
+
+#: Step 6's benchmarks: the timed ones (the memory ones are exact and checked by steps 1-2),
+#: on CHECK_SHAPES only (asv matches ``name(param, ...)`` with the parameters' reprs).
+ASV_BENCHMARKS = (r"(TimeConvert|CopyRatio)\.\w+\('("
+                  + "|".join(label.replace(".", r"\.") for label in CHECK_SHAPES) + ")'")
+
+
+def step_asv(dry_run: bool, out: Path) -> dict:
+    try:
+        import asv  # noqa: F401
+    except ImportError:
+        return {"ok": False, "error": "asv is not importable: run scripts/gpu-wheels and carry .whl"}
+    if dry_run:
+        return {"ok": True, "asv": "importable", "benchmarks": ASV_BENCHMARKS}
+    commit = _run(["git", "rev-parse", "HEAD"], capture_output=True).stdout.strip()
+    if not commit:
+        return {"ok": False, "error": "not a git checkout: asv needs the commit (clone the tree)"}
+    machine = _run([sys.executable, "-m", "moe_bench.machine", "--profile", "full"],
+                   capture_output=True).stdout.strip() or "gpu-check"
+    # asv drops PYTHONPATH from the benchmarks' environment unless given as ASV_PYTHONPATH
+    env = dict(os.environ, ASV_PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    bench = [sys.executable, "-m", "asv", "run", "-E", f"existing:{sys.executable}", "--quick",
+             "--launch-method", "forkserver", "--show-stderr", "--machine", machine,
+             "--set-commit-hash", commit, "-b", ASV_BENCHMARKS]
+    # leave time to publish and zip inside the step's box
+    budget = next(step.budget_s for step in STEPS if step.name == "asv") - 20
+    try:
+        returncode = _run(bench, env=env, timeout=budget).returncode
+    except subprocess.TimeoutExpired:
+        returncode = f"timed out after {budget} s"
+    _run([sys.executable, "-m", "asv", "publish"], env=env)
+    _run([sys.executable, "-m", "moe_bench.dashboard", "offline", "html"], env=env)
+    archive = out / "asv.zip"
+    files = 0
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+        for folder in (ROOT / "results" / machine, ROOT / "html"):
+            for path in folder.rglob("*") if folder.exists() else ():
+                if path.is_file():
+                    zipped.write(path, path.relative_to(ROOT))
+                    files += 1
+    return {"ok": returncode == 0, "returncode": returncode, "machine": machine,
+            "commit": commit, "archive": archive.name, "archived_files": files}
+
+
+STEP_FUNCTIONS = {"exact": step_exact, "memory": step_memory, "allocator": step_allocator,
+                  "sleep": step_sleep, "timing": step_timing}
+
+
+# -- the orchestrator --------------------------------------------------------------------------
+
+def plan_lines(dry_run: bool) -> list[str]:
+    lines = [f"gpu-check plan ({'dry run: CUDA parts skipped' if dry_run else 'full'}), "
+             f"wall budget {WALL_BUDGET_S} s:"]
+    for number, step in enumerate(STEPS, 1):
+        env = " ".join(f"{k}={v}" for k, v in step.env)
+        lines.append(f"  {number}. {step.name:<9} {step.budget_s:>4} s  {step.title}"
+                     + (f"  [{env}]" if env else ""))
+    lines.append(f"  total      {sum(step.budget_s for step in STEPS):>4} s")
+    return lines
+
+
+def run_step(step: Step, out: Path, scratch: Path, dry_run: bool, timeout_s: float) -> dict:
+    """Run one step in a fresh interpreter under ``timeout_s``; its findings, or why none."""
+    result_file = scratch / f"{step.name}.json"
+    env = dict(os.environ, **dict(step.env), PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--step", step.name,
+           "--result", str(result_file), str(out)] + (["--dry-run"] if dry_run else [])
+    start = time.perf_counter()
+    try:
+        process = subprocess.run(cmd, cwd=ROOT, env=env, timeout=timeout_s)
+        status = "passed" if process.returncode == 0 else f"crashed (exit {process.returncode})"
+    except subprocess.TimeoutExpired:
+        status = f"timed out after {timeout_s:.0f} s"
+    seconds = time.perf_counter() - start
+    findings = json.loads(result_file.read_text()) if result_file.exists() else {}
+    if status == "passed" and not findings.get("ok", False):
+        status = "failed"
+    return {"step": step.name, "title": step.title, "status": status, "seconds": seconds,
+            "budget_s": step.budget_s, **findings}
+
+
+def _gib(nbytes) -> str:
+    return "n/a" if nbytes is None else f"{nbytes / 2**30:.3f} GiB"
+
+
+def _mib(nbytes) -> str:
+    return "n/a" if nbytes is None else f"{nbytes / 2**20:.2f} MiB"
+
+
+#: Issue 11's targets: out-of-place and in-place time over a same-size device copy, and the
+#: whole qwen3-235b-a22b/tp4 rank.
+TARGET_OUT_OF_PLACE_RATIO = 1.25
+TARGET_INPLACE_RATIO = 1.6
+TARGET_WHOLE_MODEL_S = 0.060
+
+
+def target_lines(rows: list[dict]) -> list[str]:
+    """Per shape: the best out-of-place and in-place strategies against the targets."""
+    lines = []
+    timed = [row for row in rows if "error" not in row]
+    for label in dict.fromkeys(row["shape"] for row in timed):
+        for inplace, target in ((False, TARGET_OUT_OF_PLACE_RATIO), (True, TARGET_INPLACE_RATIO)):
+            group = [r for r in timed if r["shape"] == label and r["inplace"] == inplace]
+            if not group:
+                continue
+            best = min(group, key=lambda r: r["copy_ratio"])
+            verdict = "met" if best["copy_ratio"] <= target else "NOT met"
+            lines.append(f"- {label}, best {'in place' if inplace else 'out of place'}: "
+                         f"`{best['strategy']}` x{best['copy_ratio']:.3f} copy (target <= {target}: "
+                         f"{verdict}), {best['seconds'] * 1e3:.3f} ms/layer, peak "
+                         f"{_mib(best['peak_bytes'])}, whole model {best['whole_model_seconds'] * 1e3:.1f} ms")
+    qwen = [r for r in timed if r["shape"] == LOAD_SHAPE]
+    if qwen:
+        best = min(qwen, key=lambda r: r["whole_model_seconds"])
+        verdict = "met" if best["whole_model_seconds"] <= TARGET_WHOLE_MODEL_S else "NOT met"
+        lines.append(f"- whole {LOAD_SHAPE} rank ({best['moe_layers']} layers): `{best['strategy']}` "
+                     f"{best['whole_model_seconds'] * 1e3:.1f} ms (target <= "
+                     f"{TARGET_WHOLE_MODEL_S * 1e3:.0f} ms: {verdict})")
+    return lines
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    """Markdown table lines."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def report_markdown(summary: dict) -> str:
+    lines = [f"# gpu-check {summary['started']}", "",
+             f"{summary['device']}; torch {summary['torch']}, triton {summary['triton']}, "
+             f"commit {summary['commit']}; {'dry run' if summary['dry_run'] else 'full run'}; "
+             f"{summary['seconds']:.0f} s wall.", ""]
+    lines += _table(["step", "status", "seconds (budget)"], [
+        [f"{s['step']}: {s['title']}", s["status"], f"{s['seconds']:.0f} ({s['budget_s']})"]
+        for s in summary["steps"]])
+    steps = {step["step"]: step for step in summary["steps"]}
+
+    def rows_of(name: str) -> list[dict]:
+        return steps.get(name, {}).get("rows") or []
+
+    if rows_of("exact"):
+        lines += ["", f"## 1. Byte-exactness (CUDA vs CPU {CPU_REFERENCE})", ""]
+        lines += _table(["shape", "strategy", "exact", "bytes differing"], [
+            [r["shape"], r["strategy"], r.get("exact"), r.get("bytes_differing", r.get("error", ""))]
+            for r in rows_of("exact")])
+    if rows_of("memory"):
+        lines += ["", "## 2. CUDA memory vs dispatch-level peak", "",
+                  "requested = unrounded caching-allocator requests (should equal the dispatch "
+                  "peak); allocated rounds each block up to 512 B; reserved counts whole segments "
+                  "(2 MiB small-pool, 20 MiB for 1-10 MiB requests, 2 MiB rounding above), "
+                  "compared with the allocator model replaying the same call.", ""]
+        lines += _table(["shape", "strategy", "dispatch", "requested", "allocated", "reserved",
+                         "model reserved", "retries"], [
+            [r["shape"], r["strategy"], _mib(r["dispatch_peak_bytes"]),
+             _mib(r.get("requested_peak_bytes")), _mib(r.get("peak_allocated_bytes")),
+             _mib(r.get("peak_reserved_bytes")), _mib(r["model_reserved_bytes"]),
+             r.get("num_alloc_retries", r.get("error", "n/a"))] for r in rows_of("memory")])
+    if rows_of("allocator"):
+        lines += ["", f"## 3. Allocator model vs caching allocator ({LOAD_SHAPE}, "
+                  f"{ALLOCATOR_LAYERS} layers, max_split_size_mb:{MAX_SPLIT_MB})", ""]
+        lines += _table(["strategy", "steps", "match", "model reserved after last layer", "real",
+                         "first difference"], [
+            [r["strategy"], r["steps"], r["match"], _gib(r["model_reserved_after_layer"][-1]),
+             _gib((r.get("real_reserved_after_layer") or [None])[-1]), r["first_difference"] or ""]
+            for r in rows_of("allocator")])
+    if rows_of("sleep"):
+        lines += ["", f"## 4. Sleep-mode load ({LOAD_SHAPE}, {SLEEP_LAYERS} layers, device capped "
+                  f"at {_gib(SLEEP_DEVICE_BYTES)})", ""]
+        lines += _table(["strategy", "OOM layer", "predicted (sleep pool)", "predicted (default pool)",
+                         "peak reserved", "predicted peak (sleep)"], [
+            [r["strategy"], r.get("oom_layer", r.get("error", "n/a")), r["predicted_sleep_oom_layer"],
+             r["predicted_default_oom_layer"], _gib(r.get("peak_reserved_bytes")),
+             _gib(r["predicted_sleep_peak_reserved_bytes"])] for r in rows_of("sleep")])
+    if rows_of("timing"):
+        lines += ["", f"## 5. Timing (CUDA events, median of {TIMING_REPEATS}, interleaved with a "
+                  "same-size device copy)", ""]
+        lines += _table(["shape", "strategy", "ms / layer", "x copy", "GB/s", "copy GB/s",
+                         "whole model (s)"], [
+            [r["shape"], r["strategy"], r["error"], "", "", "", ""] if "error" in r else
+            [r["shape"], r["strategy"], f"{r['seconds'] * 1e3:.3f}", f"{r['copy_ratio']:.2f}",
+             f"{r['gbps']:.0f}", f"{r['copy_gbps']:.0f}", f"{r['whole_model_seconds']:.4f}"]
+            for r in rows_of("timing")])
+        sweep = steps["timing"].get("scratch_sweep") or []
+        if sweep:
+            lines += ["", f"triton_inplace scratch sweep ({LOAD_SHAPE}): " + ", ".join(
+                f"{r['scratch_mib']} MiB x{r['copy_ratio']:.2f}" for r in sweep)]
+        lines += ["", "## Targets (issue 11)", ""] + target_lines(rows_of("timing"))
+    if "asv" in steps:
+        lines += ["", "## 6. asv", "", str({k: v for k, v in steps["asv"].items() if k != "title"})]
+    return "\n".join(lines) + "\n"
+
+
+def _environment() -> dict:
+    import torch
+
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "not installed"
+    device = (torch.cuda.get_device_name() if torch.cuda.is_available()
+              else f"no CUDA device ({platform.processor() or platform.machine()})")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                            capture_output=True).stdout.strip() or os.environ.get(
+                                "GPU_CHECK_COMMIT", "unknown")
+    return {"device": device, "torch": torch.__version__, "triton": triton_version,
+            "commit": commit, "python": platform.python_version()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/gpu-check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="folder for gpu-check.md, gpu-check.json, asv.zip")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan, run only what needs no CUDA")
+    parser.add_argument("--step", choices=[step.name for step in STEPS], help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.step:  # inside one step's own process
+        if args.step == "asv":
+            findings = step_asv(args.dry_run, args.out)
+        else:
+            findings = STEP_FUNCTIONS[args.step](args.dry_run)
+        args.result.write_text(json.dumps(findings, default=str))
+        return 0
+    print("\n".join(plan_lines(args.dry_run)), flush=True)
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    start = time.perf_counter()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
+        for step in STEPS:
+            left = WALL_BUDGET_S - (time.perf_counter() - start)
+            if left < 5:
+                results.append({"step": step.name, "title": step.title, "seconds": 0.0,
+                                "budget_s": step.budget_s, "status": "not run: out of time"})
+                continue
+            print(f"== step {step.name} (budget {step.budget_s} s, {left:.0f} s left)", flush=True)
+            results.append(run_step(step, args.out, Path(scratch), args.dry_run,
+                                    min(step.budget_s, left)))
+            print(f"== step {step.name}: {results[-1]['status']} in "
+                  f"{results[-1]['seconds']:.1f} s", flush=True)
+    summary = {"started": started, "dry_run": args.dry_run,
+               "seconds": time.perf_counter() - start, **_environment(), "steps": results}
+    (args.out / "gpu-check.json").write_text(json.dumps(summary, indent=1, default=str))
+    (args.out / "gpu-check.md").write_text(report_markdown(summary))
+    print(report_markdown(summary), flush=True)
+    return 0 if all(r["status"] == "passed" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
