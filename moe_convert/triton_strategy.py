@@ -4,9 +4,10 @@ Registers ``triton`` (out of place) and ``triton_inplace`` where Triton is insta
 run: on a CUDA GPU, or anywhere under Triton's interpreter (``TRITON_INTERPRET=1``, CPU tensors,
 used by the tests). Elsewhere ``UNAVAILABLE_REASON`` says why they are missing.
 
-The kernel is wrapped in a custom op, ``torch.ops.moe_convert.triton_block_layout(src, dst,
-interleave)``, with a fake implementation, so the dispatch-level counters (``memory``, traffic)
-see it as one op that reads ``src`` and writes ``dst``, on ``meta`` at full size too.
+The kernel is wrapped in a custom op, ``torch.ops.moe_convert.triton_block_layout(src,
+interleave, out=dst)``, with a fake implementation, so the dispatch-level counters (``memory``,
+``traffic``) see it as one launch that reads ``src`` and only writes ``out`` (keyword-only, as an
+``out=`` argument), on ``meta`` at full size too.
 
 Each program moves one tile of ``ROWS`` output rows x one 128-byte K block as 32 int32 words per
 row (contiguous on both sides, 16-byte aligned: Triton emits 16-byte vector loads and stores).
@@ -93,29 +94,48 @@ def _tile_rows(rows: int) -> int:
     return tile
 
 
-@torch.library.custom_op("moe_convert::triton_block_layout", mutates_args=("dst",))
-def triton_block_layout(src: torch.Tensor, dst: torch.Tensor, interleave: bool) -> None:
-    """Write ``src`` bf16 ``[E, M, cols]`` into ``dst`` uint8 ``[E, 2 cols/128, M, 128]``.
+# Declared with a schema, not ``custom_op``: ``out`` is keyword-only, like an ``out=`` argument,
+# which tells the traffic counter that the op only writes it (custom_op refuses such arguments).
+torch.library.define("moe_convert::triton_block_layout",
+                     "(Tensor src, bool interleave, *, Tensor(a!) out) -> ()")
+
+
+@torch.library.impl("moe_convert::triton_block_layout", ("cpu", "cuda"))
+def _triton_block_layout(src: torch.Tensor, interleave: bool, *, out: torch.Tensor) -> None:
+    """Write ``src`` bf16 ``[E, M, cols]`` into ``out`` uint8 ``[E, 2 cols/128, M, 128]``.
 
     One kernel launch; rows permuted by ``P`` (module docstring), every byte read once and
-    written once. ``src`` and ``dst`` must not overlap. Contiguous tensors on one device.
+    written once. ``src`` and ``out`` must not overlap. Contiguous tensors on one device.
     """
     experts, rows, cols = src.shape
     nblocks = cols * src.element_size() // BLOCK_K
     grid = (experts * nblocks * (rows // _tile_rows(rows)),)
-    _kernel()[grid](src.view(torch.int32), dst.view(torch.int32), rows,
-                    cols * src.element_size() // _WORD_BYTES, nblocks,
-                    INTERLEAVE=interleave, ROWS=_tile_rows(rows), WORDS=_BLOCK_WORDS, num_warps=4)
-    if _INTERPRETED:
-        # Triton 3.9's interpreter keeps its argument tensors in self-referencing closures
-        # (GridExecutor._init_args_hst): a reference cycle that would keep a released output
-        # alive until the next garbage collection. Collect now, so memory counters see it freed.
-        gc.collect()
+    launch = functools.partial(
+        _kernel()[grid], src.view(torch.int32), out.view(torch.int32), rows,
+        cols * src.element_size() // _WORD_BYTES, nblocks,
+        INTERLEAVE=interleave, ROWS=_tile_rows(rows), WORDS=_BLOCK_WORDS, num_warps=4)
+    if not _INTERPRETED:
+        launch()
+        return
+    # Triton 3.9's interpreter keeps its argument tensors in self-referencing closures
+    # (GridExecutor._init_args_hst): a reference cycle that would keep a released output alive
+    # until some later garbage collection, and memory counters would miss its free. With
+    # automatic collection off during the launch the cycle is still in generation 0 afterwards,
+    # and collecting that generation alone frees it (cheap, unlike a full collection).
+    gc.disable()
+    try:
+        launch()
+    finally:
+        gc.enable()
+        gc.collect(0)
 
 
-@triton_block_layout.register_fake
-def _triton_block_layout_fake(src: torch.Tensor, dst: torch.Tensor, interleave: bool) -> None:
+@torch.library.register_fake("moe_convert::triton_block_layout")
+def _triton_block_layout_fake(src: torch.Tensor, interleave: bool, *, out: torch.Tensor) -> None:
     return None
+
+
+triton_block_layout = torch.ops.moe_convert.triton_block_layout
 
 
 def triton_copy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,8 +149,8 @@ def triton_copy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch
     """
     out13 = torch.empty(_blocks_shape(w13), dtype=torch.uint8, device=w13.device)
     out2 = torch.empty(_blocks_shape(w2), dtype=torch.uint8, device=w2.device)
-    triton_block_layout(w13, out13, gated)
-    triton_block_layout(w2, out2, False)
+    triton_block_layout(w13, gated, out=out13)
+    triton_block_layout(w2, False, out=out2)
     return out13.view(torch.bfloat16), out2.view(torch.bfloat16)
 
 
@@ -160,8 +180,8 @@ def triton_inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[to
             experts = weight[start:start + group]
             staged = scratch[: experts.nbytes].view(torch.bfloat16).view(experts.shape)
             staged.copy_(experts)
-            triton_block_layout(staged, experts.view(torch.uint8).view(_blocks_shape(experts)),
-                                interleave)
+            triton_block_layout(staged, interleave,
+                                out=experts.view(torch.uint8).view(_blocks_shape(experts)))
     return _blocks_alias(w13), _blocks_alias(w2)
 
 

@@ -62,7 +62,7 @@ MAX_SPLIT_MB = 20
 CPU_REFERENCE = "strided_copy"
 #: Step 5: ``triton_inplace`` also timed with these scratch sizes on LOAD_SHAPE, to choose it.
 SCRATCH_SWEEP_MIB = (16, 32, 64, 128)
-#: Step 5: timed calls per strategy (each after a timed copy), after one untimed round.
+#: Step 5: timed calls per strategy (each paired with a timed copy), after one untimed round.
 TIMING_REPEATS = 10
 WALL_BUDGET_S = 360
 
@@ -84,6 +84,17 @@ STEPS = (
     Step("timing", "timing with CUDA events against a device copy", 80),
     Step("asv", "asv run --quick on the box's own python", 100),
 )
+
+
+#: Where this step's process writes its findings (``--result``); set in ``main``.
+_RESULT_FILE: Path | None = None
+
+
+def _record(rows: list[dict], row: dict) -> None:
+    """Append ``row`` and save the rows so far: a step stopped by its time box still reports them."""
+    rows.append(row)
+    if _RESULT_FILE is not None:
+        _RESULT_FILE.write_text(json.dumps({"ok": False, "partial": True, "rows": rows}, default=str))
 
 
 def _shape(label: str):
@@ -119,7 +130,7 @@ def step_exact(dry_run: bool) -> dict:
         cpu_s = time.perf_counter() - start
         print(f"[exact] {label}: CPU reference ({CPU_REFERENCE}) in {cpu_s:.1f} s", flush=True)
         if dry_run:
-            rows.append({"shape": label, "strategy": f"{CPU_REFERENCE} (cpu)", "cpu_reference_s": cpu_s,
+            _record(rows, {"shape": label, "strategy": f"{CPU_REFERENCE} (cpu)", "cpu_reference_s": cpu_s,
                          "exact": None})
             continue
         device = _cuda_device()
@@ -134,11 +145,11 @@ def step_exact(dry_run: bool) -> dict:
                 torch.cuda.synchronize(device)
                 bad = int((out13.view(torch.uint8) != ref13.view(torch.uint8)).sum()
                           + (out2.view(torch.uint8) != ref2.view(torch.uint8)).sum())
-                rows.append({"shape": label, "strategy": name, "exact": bad == 0,
+                _record(rows, {"shape": label, "strategy": name, "exact": bad == 0,
                              "bytes_differing": bad, "cpu_reference_s": cpu_s})
                 del in13, in2, out13, out2
             except Exception as error:  # one strategy's failure must not hide the others'
-                rows.append({"shape": label, "strategy": name, "exact": False,
+                _record(rows, {"shape": label, "strategy": name, "exact": False,
                              "error": f"{type(error).__name__}: {error}"})
             print(f"[exact] {label} {name}: {rows[-1].get('exact')}", flush=True)
         del ref13, ref2, pristine13, pristine2
@@ -180,7 +191,7 @@ def step_memory(dry_run: bool) -> dict:
                                                    - row["model_reserved_bytes"])
                 except Exception as error:
                     row["error"] = f"{type(error).__name__}: {error}"
-            rows.append(row)
+            _record(rows, row)
             print(f"[memory] {label} {name}: {row}", flush=True)
     ok = all("error" not in row and row.get("requested_minus_dispatch", 0) == 0 for row in rows)
     return {"ok": ok, "rows": rows}
@@ -238,7 +249,7 @@ def step_allocator(dry_run: bool) -> dict:
                "real_reserved_after_layer": None if dry_run else real_after_layer,
                "match": None if dry_run else first_difference is None,
                "first_difference": first_difference}
-        rows.append(row)
+        _record(rows, row)
         print(f"[allocator] {name}: {len(steps)} steps, match {row['match']}, "
               f"model after last layer {model_after_layer[-1] / 2**30:.3f} GiB, "
               f"first difference {first_difference}", flush=True)
@@ -282,7 +293,7 @@ def step_sleep(dry_run: bool) -> dict:
                     row["predicted_sleep_oom_layer"], row["predicted_default_oom_layer"])
             except Exception as error:
                 row["error"] = f"{type(error).__name__}: {error}"
-        rows.append(row)
+        _record(rows, row)
         print(f"[sleep] {row}", flush=True)
     ok = all("error" not in row and row.get("matches_prediction", True) for row in rows)
     return {"ok": ok, "shape": LOAD_SHAPE, "rows": rows}
@@ -290,56 +301,21 @@ def step_sleep(dry_run: bool) -> dict:
 
 # -- step 5 ------------------------------------------------------------------------------------
 
-def _event_times(fn: Callable[[], object], setup: Callable[[], object] | None,
-                 copy: Callable[[], object]) -> tuple[list[float], list[float]]:
-    """Seconds of ``fn`` and of ``copy``, interleaved, by CUDA events; one untimed round first."""
-    import torch
+def _time_strategy(shape, name: str, device) -> dict:
+    """One timing row: ``timing.measure_roofline`` (CUDA events, paired with a device copy)."""
+    from moe_convert import INPLACE
+    from moe_convert.memory import strategy_memory
+    from moe_convert.timing import measure_roofline
 
-    fn_s, copy_s = [], []
-    for call in range(1 + TIMING_REPEATS):
-        times = []
-        for work, prepare in ((copy, None), (fn, setup)):
-            if prepare is not None:
-                prepare()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            result = work()
-            end.record()
-            end.synchronize()
-            del result
-            times.append(start.elapsed_time(end) / 1e3)
-        if call:
-            copy_s.append(times[0])
-            fn_s.append(times[1])
-    return fn_s, copy_s
-
-
-def _time_strategy(shape, name: str, pristine13, pristine2, copy) -> dict:
-    """One timing row: ``name`` on ``shape`` against ``copy``, by CUDA events."""
-    import torch
-
-    from moe_convert import INPLACE, convert
-    from moe_convert.memory import strategy_memory, warm_strategy
-
-    warm_strategy(shape, name, pristine13.device)
-    work13, work2 = pristine13.clone(), pristine2.clone()
-
-    def restore():
-        work13.copy_(pristine13)
-        work2.copy_(pristine2)
-
-    fn_s, copy_s = _event_times(lambda: convert(work13, work2, strategy=name, gated=shape.gated),
-                                restore if name in INPLACE else None, copy)
-    del work13, work2
-    torch.cuda.empty_cache()
-    seconds, copy_seconds = statistics.median(fn_s), statistics.median(copy_s)
+    roofline = measure_roofline(shape, name, device=device, repeats=TIMING_REPEATS, warmup=1)
+    seconds = roofline.strategy_time.median
     return {"shape": shape.label, "strategy": name, "inplace": name in INPLACE,
             "peak_bytes": strategy_memory(shape, name, device="meta").peak_bytes,
-            "seconds": seconds, "copy_seconds": copy_seconds, "copy_ratio": seconds / copy_seconds,
-            "gbps": 2 * shape.layer_bytes / seconds / 1e9,
-            "copy_gbps": 2 * shape.layer_bytes / copy_seconds / 1e9,
-            "whole_model_seconds": seconds * shape.moe_layers, "moe_layers": shape.moe_layers,
-            "samples": fn_s, "copy_samples": copy_s}
+            "seconds": seconds, "copy_seconds": roofline.copy_time.median,
+            "copy_ratio": roofline.copy_ratio, "gbps": roofline.gbps,
+            "copy_gbps": roofline.copy_gbps, "whole_model_seconds": seconds * shape.moe_layers,
+            "moe_layers": shape.moe_layers, "samples": roofline.strategy_time.samples,
+            "copy_samples": roofline.copy_time.samples}
 
 
 def step_timing(dry_run: bool) -> dict:
@@ -351,25 +327,17 @@ def step_timing(dry_run: bool) -> dict:
                                                 for name in STRATEGIES]}
     import torch
 
-    from moe_convert.reference import random_weights
-
     device = _cuda_device()
     rows, sweep = [], []
     for label in SHAPES:
         shape = _shape(label)
-        pristine13, pristine2 = random_weights(shape.w13_shape, shape.w2_shape, device=device)
-        copy13, copy2 = torch.empty_like(pristine13), torch.empty_like(pristine2)
-
-        def copy():
-            copy13.copy_(pristine13)
-            copy2.copy_(pristine2)
-
         for name in STRATEGIES:
             try:
-                row = _time_strategy(shape, name, pristine13, pristine2, copy)
+                row = _time_strategy(shape, name, device)
             except Exception as error:
                 row = {"shape": label, "strategy": name, "error": f"{type(error).__name__}: {error}"}
-            rows.append(row)
+            torch.cuda.empty_cache()
+            _record(rows, row)
             print(f"[timing] {label} {name}: "
                   + (row.get("error") or f"{row['seconds'] * 1e3:.3f} ms, "
                      f"x{row['copy_ratio']:.2f} copy, {row['gbps']:.0f} GB/s"), flush=True)
@@ -380,14 +348,14 @@ def step_timing(dry_run: bool) -> dict:
             for mib in SCRATCH_SWEEP_MIB:  # an experiment: the module constant, set for a moment
                 triton_strategy._SCRATCH_BYTES = mib * 2**20
                 try:
-                    row = _time_strategy(shape, "triton_inplace", pristine13, pristine2, copy)
+                    row = _time_strategy(shape, "triton_inplace", device)
+                except Exception as error:
+                    row = {"error": f"{type(error).__name__}: {error}", "copy_ratio": float("nan")}
                 finally:
                     triton_strategy._SCRATCH_BYTES = chosen
                 sweep.append({"scratch_mib": mib, **row})
                 print(f"[timing] triton_inplace scratch {mib} MiB: x{row['copy_ratio']:.2f} copy",
                       flush=True)
-        del pristine13, pristine2, copy13, copy2
-        torch.cuda.empty_cache()
     return {"ok": all("error" not in row for row in rows), "rows": rows, "scratch_sweep": sweep}
 
 
@@ -571,8 +539,8 @@ def report_markdown(summary: dict) -> str:
              r["predicted_default_oom_layer"], _gib(r.get("peak_reserved_bytes")),
              _gib(r["predicted_sleep_peak_reserved_bytes"])] for r in rows_of("sleep")])
     if rows_of("timing"):
-        lines += ["", f"## 5. Timing (CUDA events, median of {TIMING_REPEATS}, interleaved with a "
-                  "same-size device copy)", ""]
+        lines += ["", f"## 5. Timing (CUDA events, {TIMING_REPEATS} calls each paired with a "
+                  "same-size device copy; x copy: median of the paired ratios)", ""]
         lines += _table(["shape", "strategy", "ms / layer", "x copy", "GB/s", "copy GB/s",
                          "whole model (s)"], [
             [r["shape"], r["strategy"], r["error"], "", "", "", ""] if "error" in r else
@@ -617,6 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.step:  # inside one step's own process
+        global _RESULT_FILE
+        _RESULT_FILE = args.result
         if args.step == "asv":
             findings = step_asv(args.dry_run, args.out)
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,8 +112,10 @@ def test_a_failed_or_timed_out_step_is_reported_and_the_next_one_runs(tmp_path, 
 @pytest.mark.slow
 def test_dry_run_end_to_end(tmp_path):
     """The command itself, full size: every step runs its CPU part inside its budget."""
+    # the script runs `python3`: this interpreter's, as on a GPU box where python3 has torch
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     process = subprocess.run([str(ROOT / "scripts" / "gpu-check"), str(tmp_path), "--dry-run"],
-                             capture_output=True, text=True, timeout=600)
+                             capture_output=True, text=True, timeout=600, env=env)
     summary = json.loads((tmp_path / "gpu-check.json").read_text())
     assert [step["step"] for step in summary["steps"]] == [step.name for step in gpu_check.STEPS]
     failed = {s["step"]: s["status"] for s in summary["steps"] if s["status"] != "passed"}

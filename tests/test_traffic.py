@@ -22,7 +22,11 @@ TRAFFIC_FORMULAS = {
     "batched": ("4*(T13 + T2) + X13 + X2", "4*(T13 + T2) + X13 + X2"),
     "strided_copy": ("2*(T13 + T2)", "2*(T13 + T2)"),
     "strided_inplace": ("4*(T13 + T2)", "4*(T13 + T2)"),
+    "triton": ("2*(T13 + T2)", "2*(T13 + T2)"),
+    "triton_inplace": ("4*(T13 + T2)", "4*(T13 + T2)"),
 }
+# triton_inplace: a copy and a kernel per group of max(1, 16 MiB // S) experts (ceil by -(-a // b))
+_TRITON_INPLACE_LAUNCHES = "2*(-(-E // max(1, 16*MiB // S13)) - (-E // max(1, 16*MiB // S2)))"
 LAUNCH_FORMULAS = {
     "legacy": ("6*E + 3", "6*E + 2"),
     "flashinfer": ("4*E + 3", "4*E + 2"),
@@ -31,6 +35,8 @@ LAUNCH_FORMULAS = {
     "batched": ("4", "4"),
     "strided_copy": ("3", "2"),
     "strided_inplace": ("5*E", "4*E"),
+    "triton": ("2", "2"),
+    "triton_inplace": (_TRITON_INPLACE_LAUNCHES, _TRITON_INPLACE_LAUNCHES),
 }
 
 
