@@ -379,7 +379,7 @@ def step_asv(dry_run: bool, out: Path) -> dict:
         return {"ok": False, "error": "asv is not importable: run scripts/gpu-wheels and carry .whl"}
     if dry_run:
         return {"ok": True, "asv": "importable", "benchmarks": ASV_BENCHMARKS}
-    commit = _run(["git", "rev-parse", "HEAD"], capture_output=True).stdout.strip()
+    commit = shutil.which("git") and _run(["git", "rev-parse", "HEAD"], capture_output=True).stdout.strip()
     if not commit:
         return {"ok": False, "error": "not a git checkout: asv needs the commit (clone the tree)"}
     machine = _run([sys.executable, "-m", "moe_bench.machine", "--profile", "full"],
@@ -567,9 +567,10 @@ def _environment() -> dict:
         triton_version = "not installed"
     device = (torch.cuda.get_device_name() if torch.cuda.is_available()
               else f"no CUDA device ({platform.processor() or platform.machine()})")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                            capture_output=True).stdout.strip() or os.environ.get(
-                                "GPU_CHECK_COMMIT", "unknown")
+    commit = os.environ.get("GPU_CHECK_COMMIT", "unknown")
+    if shutil.which("git"):
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                                capture_output=True).stdout.strip() or commit
     return {"device": device, "torch": torch.__version__, "triton": triton_version,
             "commit": commit, "python": platform.python_version()}
 
