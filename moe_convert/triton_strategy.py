@@ -83,6 +83,7 @@ _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 #: runs programs one after another, each as NumPy array operations, so there fewer, larger tiles
 #: are much faster (same kernel, same index math).
 _MAX_TILE_ROWS = 1024 if _INTERPRETED else 128
+_NUM_WARPS = 4
 
 
 def _tile_rows(rows: int) -> int:
@@ -113,7 +114,7 @@ def _triton_block_layout(src: torch.Tensor, interleave: bool, *, out: torch.Tens
     launch = functools.partial(
         _kernel()[grid], src.view(torch.int32), out.view(torch.int32), rows,
         cols * src.element_size() // _WORD_BYTES, nblocks,
-        INTERLEAVE=interleave, ROWS=_tile_rows(rows), WORDS=_BLOCK_WORDS, num_warps=4)
+        INTERLEAVE=interleave, ROWS=_tile_rows(rows), WORDS=_BLOCK_WORDS, num_warps=_NUM_WARPS)
     if not _INTERPRETED:
         launch()
         return
@@ -176,12 +177,13 @@ def triton_inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[to
                           device=w13.device)
     for weight, interleave in ((w13, gated), (w2, False)):
         group = max(1, _SCRATCH_BYTES // weight[0].nbytes)
-        for start in range(0, weight.shape[0], group):
-            experts = weight[start:start + group]
-            staged = scratch[: experts.nbytes].view(torch.bfloat16).view(experts.shape)
-            staged.copy_(experts)
-            triton_block_layout(staged, interleave,
-                                out=experts.view(torch.uint8).view(_blocks_shape(experts)))
+        # every view made up front: on a GPU the loop is bound by the host's time per launch
+        staged = scratch[: group * weight[0].nbytes].view(weight.dtype).view(group, *weight.shape[1:])
+        blocks = weight.view(torch.uint8).view(_blocks_shape(weight))
+        for experts, out in zip(weight.split(group), blocks.split(group)):
+            stage = staged[: len(experts)]
+            stage.copy_(experts)
+            triton_block_layout(stage, interleave, out=out)
     return _blocks_alias(w13), _blocks_alias(w2)
 
 

@@ -60,8 +60,14 @@ SLEEP_LAYERS = 24
 SLEEP_DEVICE_BYTES = 40 * 2**30
 MAX_SPLIT_MB = 20
 CPU_REFERENCE = "strided_copy"
-#: Step 5: ``triton_inplace`` also timed with these scratch sizes on LOAD_SHAPE, to choose it.
-SCRATCH_SWEEP_MIB = (16, 32, 64, 128)
+#: Step 5's experiments, to choose the Triton strategies' constants: (shape, strategy, settings
+#: of ``moe_convert.triton_strategy`` constants), each timed like a strategy, the constants
+#: restored after.
+TRITON_SWEEPS = (
+    [(LOAD_SHAPE, "triton_inplace", {"_SCRATCH_BYTES": mib * 2**20}) for mib in (16, 32, 64, 128)]
+    + [(label, "triton", {"_MAX_TILE_ROWS": rows, "_NUM_WARPS": warps})
+       for label in (LOAD_SHAPE, "qwen3-30b-a3b/tp2") for rows in (64, 128, 256) for warps in (4, 8)]
+)
 #: Step 5: timed calls per strategy (each paired with a timed copy), after one untimed round.
 TIMING_REPEATS = 10
 WALL_BUDGET_S = 360
@@ -75,14 +81,16 @@ class Step:
     env: tuple[tuple[str, str], ...] = ()  # set before the step's process starts
 
 
+#: Budgets: the H200 run of 2026-11-30 took 33, 17, 21, 16 and 27 s (plus the sweeps) for
+#: steps 1-5; asv gets the rest of the wall budget.
 STEPS = (
-    Step("exact", "byte-exactness on CUDA against the CPU result", 50),
-    Step("memory", "CUDA memory against the dispatch-level formulas", 30),
+    Step("exact", "byte-exactness on CUDA against the CPU result", 45),
+    Step("memory", "CUDA memory against the dispatch-level formulas", 25),
     Step("allocator", "allocator model against the caching allocator", 30,
          (("PYTORCH_ALLOC_CONF", f"max_split_size_mb:{MAX_SPLIT_MB}"),)),
-    Step("sleep", "sleep-mode load (MemPool) with a capped device", 40),
-    Step("timing", "timing with CUDA events against a device copy", 80),
-    Step("asv", "asv run --quick on the box's own python", 100),
+    Step("sleep", "sleep-mode load (MemPool) with a capped device", 30),
+    Step("timing", "timing with CUDA events against a device copy", 70),
+    Step("asv", "asv run --quick on the box's own python", 150),
 )
 
 
@@ -341,22 +349,23 @@ def step_timing(dry_run: bool) -> dict:
             print(f"[timing] {label} {name}: "
                   + (row.get("error") or f"{row['seconds'] * 1e3:.3f} ms, "
                      f"x{row['copy_ratio']:.2f} copy, {row['gbps']:.0f} GB/s"), flush=True)
-        if label == LOAD_SHAPE and "triton_inplace" in STRATEGIES:
-            from moe_convert import triton_strategy
+    for label, name, settings in TRITON_SWEEPS if "triton" in STRATEGIES else ():
+        from moe_convert import triton_strategy
 
-            chosen = triton_strategy._SCRATCH_BYTES
-            for mib in SCRATCH_SWEEP_MIB:  # an experiment: the module constant, set for a moment
-                triton_strategy._SCRATCH_BYTES = mib * 2**20
-                try:
-                    row = _time_strategy(shape, "triton_inplace", device)
-                except Exception as error:
-                    row = {"error": f"{type(error).__name__}: {error}", "copy_ratio": float("nan")}
-                finally:
-                    triton_strategy._SCRATCH_BYTES = chosen
-                sweep.append({"scratch_mib": mib, **row})
-                print(f"[timing] triton_inplace scratch {mib} MiB: x{row['copy_ratio']:.2f} copy",
-                      flush=True)
-    return {"ok": all("error" not in row for row in rows), "rows": rows, "scratch_sweep": sweep}
+        chosen = {key: getattr(triton_strategy, key) for key in settings}
+        try:  # an experiment: module constants set for a moment
+            for key, value in settings.items():
+                setattr(triton_strategy, key, value)
+            row = _time_strategy(_shape(label), name, device)
+        except Exception as error:
+            row = {"shape": label, "strategy": name, "error": f"{type(error).__name__}: {error}"}
+        finally:
+            for key, value in chosen.items():
+                setattr(triton_strategy, key, value)
+        sweep.append({"settings": settings, **row})
+        print(f"[timing] sweep {label} {name} {settings}: "
+              + (row.get("error") or f"x{row['copy_ratio']:.3f} copy"), flush=True)
+    return {"ok": all("error" not in row for row in rows), "rows": rows, "sweep": sweep}
 
 
 # -- step 6 ------------------------------------------------------------------------------------
@@ -382,6 +391,9 @@ def step_asv(dry_run: bool, out: Path) -> dict:
     commit = shutil.which("git") and _run(["git", "rev-parse", "HEAD"], capture_output=True).stdout.strip()
     if not commit:
         return {"ok": False, "error": "not a git checkout: asv needs the commit (clone the tree)"}
+    if _run(["git", "rev-parse", "--verify", "-q", "main"], capture_output=True).returncode:
+        return {"ok": False, "error": "no branch main here: asv.conf.json's branches need it (in a "
+                "scratch clone: git branch main HEAD)"}
     machine = _run([sys.executable, "-m", "moe_bench.machine", "--profile", "full"],
                    capture_output=True).stdout.strip() or "gpu-check"
     # asv drops PYTHONPATH from the benchmarks' environment unless given as ASV_PYTHONPATH
@@ -547,10 +559,13 @@ def report_markdown(summary: dict) -> str:
             [r["shape"], r["strategy"], f"{r['seconds'] * 1e3:.3f}", f"{r['copy_ratio']:.2f}",
              f"{r['gbps']:.0f}", f"{r['copy_gbps']:.0f}", f"{r['whole_model_seconds']:.4f}"]
             for r in rows_of("timing")])
-        sweep = steps["timing"].get("scratch_sweep") or []
+        sweep = steps["timing"].get("sweep") or []
         if sweep:
-            lines += ["", f"triton_inplace scratch sweep ({LOAD_SHAPE}): " + ", ".join(
-                f"{r['scratch_mib']} MiB x{r['copy_ratio']:.2f}" for r in sweep)]
+            lines += ["", "Triton constants tried (the chosen ones are in the table above):", ""]
+            lines += _table(["shape", "strategy", "settings", "ms / layer", "x copy"], [
+                [r["shape"], r["strategy"], r["settings"], r.get("error", "") or
+                 f"{r['seconds'] * 1e3:.3f}", "" if "error" in r else f"{r['copy_ratio']:.3f}"]
+                for r in sweep])
         lines += ["", "## Targets (issue 11)", ""] + target_lines(rows_of("timing"))
     if "asv" in steps:
         lines += ["", "## 6. asv", "", str({k: v for k, v in steps["asv"].items() if k != "title"})]
