@@ -375,17 +375,21 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, text=True, **kwargs)
 
 
-#: Step 6's benchmarks: the timed ones (the memory ones are exact and checked by steps 1-2),
-#: on CHECK_SHAPES only (asv matches ``name(param, ...)`` with the parameters' reprs).
-ASV_BENCHMARKS = (r"(TimeConvert|CopyRatio)\.\w+\('("
+#: Step 6's benchmark: the time of one layer (memory is exact and checked by steps 1-2, the copy
+#: ratio by step 5), on CHECK_SHAPES only (asv matches ``name(param, ...)`` with the parameters'
+#: reprs). Each runs in a fresh interpreter (``spawn``: a forked child cannot use CUDA once its
+#: parent has touched it, and importing the suite asks torch whether CUDA is there), a few
+#: seconds each.
+ASV_BENCHMARKS = (r"TimeConvert\.\w+\('("
                   + "|".join(label.replace(".", r"\.") for label in CHECK_SHAPES) + ")'")
 
 
 def step_asv(dry_run: bool, out: Path) -> dict:
     try:
         import asv  # noqa: F401
-    except ImportError:
-        return {"ok": False, "error": "asv is not importable: run scripts/gpu-wheels and carry .whl"}
+    except ImportError as error:
+        return {"ok": False, "error": f"asv is not importable ({error}): run scripts/gpu-wheels "
+                "here and carry .whl/"}
     if dry_run:
         return {"ok": True, "asv": "importable", "benchmarks": ASV_BENCHMARKS}
     commit = shutil.which("git") and _run(["git", "rev-parse", "HEAD"], capture_output=True).stdout.strip()
@@ -399,7 +403,7 @@ def step_asv(dry_run: bool, out: Path) -> dict:
     # asv drops PYTHONPATH from the benchmarks' environment unless given as ASV_PYTHONPATH
     env = dict(os.environ, ASV_PYTHONPATH=os.environ.get("PYTHONPATH", ""))
     bench = [sys.executable, "-m", "asv", "run", "-E", f"existing:{sys.executable}", "--quick",
-             "--launch-method", "forkserver", "--show-stderr", "--machine", machine,
+             "--launch-method", "spawn", "--show-stderr", "--machine", machine,
              "--set-commit-hash", commit, "-b", ASV_BENCHMARKS]
     # leave time to publish and zip inside the step's box
     budget = next(step.budget_s for step in STEPS if step.name == "asv") - 20
