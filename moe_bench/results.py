@@ -116,6 +116,11 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
     machines = [machine] if machine is not None else machine_names(root)
     rows = []
     for name in machines:
+        if machine is None and not (root / name / "machine.json").is_file():
+            raise ResultsError(
+                f"{root / name}: results without machine.json (asv writes it beside them: copy the "
+                "whole machine folder, e.g. rsync -a results/<machine>/)"
+            )
         info = _load_json(root / name / "machine.json", Machine.api_version)
         files = sorted(p for p in (root / name).glob("*.json") if p.name != "machine.json")
         for path in files:

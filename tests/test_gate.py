@@ -330,9 +330,11 @@ def test_gate_uses_latest_commit(tmp_path, capsys):
     ("null max", "max is None, expected a finite number"),
     ("not an object", "budget #0 is 'peak', expected an object"),
     ("unknown benchmark", "benchmark 'bench_convert.Nope.track_nope' is not in the metrics table"),
-    ("no machine.json", "machine.json: missing"),
+    ("no machine.json", "gb200: results without machine.json"),
     ("failed unbudgeted", "1 benchmark(s) failed in the results checked: "
                           "bench_convert.CopyRatio.track_copy_ratio deepseek-v3/tp4 strided_copy"),
+    ("unknown unit", "bench_convert.CopyRatio.track_copy_ratio is in unit 'percent'"),
+    ("infinite", "infinite value of bench_convert.PeakMemory.track_peak_transient_bytes"),
 ])
 def test_gate_errors_are_not_a_pass(tmp_path, capsys, case, message):
     results = tmp_path / "results"
@@ -364,6 +366,10 @@ def test_gate_errors_are_not_a_pass(tmp_path, capsys, case, message):
         (results / "gb200" / "machine.json").unlink()
     if case == "failed unbudgeted":
         write_results(results, BASE, {**GOOD, RATIO: [1.2, math.nan, None, math.nan]})
+    if case == "unknown unit":
+        write_results(results, BASE, GOOD, units={RATIO: "percent"})
+    if case == "infinite":
+        write_results(results, BASE, {**GOOD, PEAK: [math.inf, math.nan, 5000.0, math.nan]})
     budgets = write_budgets(tmp_path / "budgets.json", [entry])
     assert gate.main(["--results", str(results), "--budgets", budgets]) == 2
     err = capsys.readouterr().err
