@@ -60,6 +60,10 @@ SIDECARS = {
 TACHYON_BYTES = ('if(r==="bytes"){const f=[["B",1],["kB",1e3],["MB",1e6],["GB",1e9]];'
                  'for(let p=0;p<f.length-1;p++)if(Math.abs(a)<f[p+1][1])return p===0?`${Math.round(a)}B`'
                  ':(a/f[p][1]).toFixed(2)+f[p][0];return(a/1e9).toFixed(2)+"GB"}')
+#: The regressions view's initial "factor threshold" (it hides rows of ``regressions.json`` below
+#: 1.05x). ``regressions.json`` already holds what the metrics table calls a regression (an exact
+#: figure's single byte more included), so the view starts at 1: it shows every row.
+TACHYON_REGRESSIONS_FACTOR = "[de,De]=te.useState(1.05)"
 
 _URL = re.compile(r"https?://[^\s\"'`()<>]+")
 _PAGE_FILES = (".html", ".js", ".css")
@@ -78,14 +82,15 @@ def make_offline(html_dir) -> None:
     for (``SIDECARS``, and ``samples/`` beside ``graphs/``), marks each benchmark's
     ``less_is_better`` in ``index.json`` from the metrics table (``moe_bench.metrics``;
     asv-tachyon would otherwise colour a rise of a ``track_`` benchmark, e.g. peak bytes, as an
-    improvement), and makes the UI print bytes in binary units (``TACHYON_BYTES``). Idempotent.
+    improvement), makes the UI print bytes in binary units and its regressions view list every
+    published regression (``_patch_ui``). Idempotent.
 
     Raises
     ------
     OfflineError
         If ``html_dir`` has no ``index.json`` (not published), if it holds a benchmark the
-        metrics table does not know, if the UI's bytes formatting is not the one expected (another
-        asv-tachyon), or if a page file still references an external host afterwards.
+        metrics table does not know, if the UI's script is not the one ``_patch_ui`` expects
+        (another asv-tachyon), or if a page file still references an external host afterwards.
     """
     html_dir = Path(html_dir)
     index = html_dir / "index.json"
@@ -121,7 +126,7 @@ def make_offline(html_dir) -> None:
     for name, benchmark in published["benchmarks"].items():
         benchmark["less_is_better"] = METRICS[name].lower_is_better is not False
     index.write_text(json.dumps(published))
-    _binary_bytes(html_dir / "assets")
+    _patch_ui(html_dir / "assets")
     remaining = external_references(html_dir)
     if remaining:
         raise OfflineError(
@@ -130,22 +135,33 @@ def make_offline(html_dir) -> None:
         )
 
 
-def _binary_bytes(assets: Path) -> None:
-    """Replace asv-tachyon's decimal bytes formatting (``TACHYON_BYTES``) in its script."""
+def _patch_ui(assets: Path) -> None:
+    """Make asv-tachyon's script print bytes in binary units and list every published regression.
+
+    Replaces ``TACHYON_BYTES`` and ``TACHYON_REGRESSIONS_FACTOR``, each found exactly once in
+    the pinned asv-tachyon's script; another script (another version) is refused, not ignored.
+    """
     steps = sorted(SCALES["bytes"])  # smallest first
     table = ",".join(f'["{label}",{divisor:.0f}]' for divisor, label in steps)
-    binary = (f'if(r==="bytes"){{const f=[{table}];for(let p=f.length-1;p>0;p--)'
-              'if(Math.abs(a)>=f[p][1])return(a/f[p][1]).toFixed(2)+f[p][0];return`${Math.round(a)}B`}')
-    scripts = sorted(assets.glob("*.js"))
-    stock = [p for p in scripts if TACHYON_BYTES in p.read_text()]
-    if len(stock) == 1 and stock[0].read_text().count(TACHYON_BYTES) == 1:
-        stock[0].write_text(stock[0].read_text().replace(TACHYON_BYTES, binary))
-    elif stock or not any(binary in p.read_text() for p in scripts):
-        raise OfflineError(
-            f"{assets}: asv-tachyon's bytes formatting is not the one this code replaces (found "
-            f"{len(stock)} time(s)); the pinned asv-tachyon==0.5.8 has it once: reinstall it or "
-            "update moe_bench.dashboard.TACHYON_BYTES"
-        )
+    patches = {
+        TACHYON_BYTES: (f'if(r==="bytes"){{const f=[{table}];for(let p=f.length-1;p>0;p--)'
+                        'if(Math.abs(a)>=f[p][1])return(a/f[p][1]).toFixed(2)+f[p][0];'
+                        'return`${Math.round(a)}B`}'),
+        TACHYON_REGRESSIONS_FACTOR: TACHYON_REGRESSIONS_FACTOR.replace("1.05", "1"),
+    }
+    texts = {path: path.read_text() for path in sorted(assets.glob("*.js"))}
+    for stock, ours in patches.items():
+        holders = [path for path, text in texts.items() if stock in text]
+        if len(holders) == 1 and texts[holders[0]].count(stock) == 1:
+            texts[holders[0]] = texts[holders[0]].replace(stock, ours)
+        elif holders or not any(ours in text for text in texts.values()):
+            raise OfflineError(
+                f"{assets}: asv-tachyon's script is not the one moe_bench.dashboard patches ({stock!r} "
+                f"found in {len(holders)} file(s), expected 1): reinstall asv-tachyon==0.5.8 or "
+                "update the TACHYON_ snippets there"
+            )
+    for path, text in texts.items():
+        path.write_text(text)
 
 
 def external_references(html_dir) -> list[str]:

@@ -146,7 +146,7 @@ def test_make_offline_refuses_unknown_benchmarks_and_another_ui(tmp_path, html_d
     make_offline(copy)  # idempotent
     # An asv-tachyon whose bytes formatting differs from the pinned one's: refused, not ignored.
     monkeypatch.setattr(dashboard, "TACHYON_BYTES", TACHYON_BYTES.replace("1e9", "1e12"))
-    with pytest.raises(OfflineError, match="bytes formatting is not the one this code replaces"):
+    with pytest.raises(OfflineError, match="script is not the one moe_bench.dashboard patches"):
         make_offline(copy)
 
 
@@ -214,6 +214,7 @@ def test_regressions_view_follows_the_gate_rules(browser, url):
     bytes (x1.5, exact) regressed; the time figures (x1.6) are within NOISE_FACTOR."""
     seen = visit(browser, url, "#view=regressions", "regressions.png", ready="table tbody tr")
     rows = seen.page.locator("table tbody tr").all_inner_texts()
+    assert "factor ≥ 1\n" in seen.page.locator("body").inner_text() + "\n"  # hides none of them
     assert len(rows) == 1, rows
     assert "('qwen3-235b-a22b/tp4', 'strided_copy')" in rows[0]
     assert "PeakMemory.track_peak_transient_bytes" in rows[0]
