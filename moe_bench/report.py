@@ -164,8 +164,10 @@ def comment_markdown(table: pd.DataFrame, base: str, head: str, *,
 
     ``table`` has ``compare.VERDICT_COLUMNS``; ``base``/``head`` are the commits' hashes;
     ``paired_threshold`` the paired run's threshold (None: no paired run). The verdict line
-    counts the failing rows by status; every failing row is listed, then the whole table in
-    human units, failing rows first.
+    counts the failing rows by status; every failing row is listed, then the table in human
+    units, failing rows first. Points skipped in both commits (not selected with ``-b``, or not
+    runnable on this machine) are counted, not listed: a subset run would otherwise bury the
+    figures under hundreds of empty rows.
     """
     failing = table[table["failing"]]
     counts = failing["status"].value_counts()
@@ -179,6 +181,8 @@ def comment_markdown(table: pd.DataFrame, base: str, head: str, *,
     else:
         how = (f"time judged by the paired A/B run (`{PAIRED_TIME}`: regressed when the head/base "
                f"interval lies above {paired_threshold:g})")
+    skipped = table["status"] == "n/a"
+    table = table[~skipped]
     shown = pd.DataFrame({
         "benchmark": table["benchmark"].map(_name),
         "shape": table["shape"].fillna(""),
@@ -197,6 +201,8 @@ def comment_markdown(table: pd.DataFrame, base: str, head: str, *,
         f"`{head[:8]}` (head) vs `{base[:8]}` (base). Compared exactly: {_exact_units()}; "
         f"{how}.\n\n"
         + shown.to_markdown(index=False, disable_numparse=True) + "\n"
+        + (f"\n{int(skipped.sum())} points with nothing to compare (n/a: skipped) are not listed.\n"
+           if skipped.any() else "")
     )
 
 
