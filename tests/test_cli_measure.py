@@ -57,9 +57,13 @@ def test_measure_table(capsys):
     assert "GiB" in out and "{" not in out
 
 
-def test_measure_rejects_unknown_strategy():
-    with pytest.raises(SystemExit, match="unknown strategy"):
-        main(["measure", "--model", "qwen3-30b-a3b", "--strategy", "nope"])
+def test_measure_notes_a_shape_the_kernel_cannot_take(capsys):
+    argv = ["measure", "--model", "qwen3-235b-a22b", "--tp", "8", "--strategy", "strided_copy"]
+    assert main(argv) == 0
+    assert "note: the SM100 kernel cannot take this shape: I/TP = 192" in capsys.readouterr().out
+    assert main(argv + ["--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["tp"] == 8 and "I/TP = 192" in err  # stdout stays JSON lines
 
 
 def test_seconds_column_never_prints_exponents():
