@@ -15,6 +15,7 @@ import argparse
 import difflib
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 from . import reference
-from .shapes import CATALOG, LayerShape, ModelSpec, catalog_shapes, spec_from_hf_config
+from .shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, catalog_shapes, spec_from_hf_config
 from .strategies import INPLACE, STRATEGIES, convert
 from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
 from .timing import measure_roofline
@@ -174,8 +175,8 @@ def resolve_shape(args: argparse.Namespace) -> LayerShape:
         if missing:
             raise UsageError(f"give --model NAME [--tp N], or all of --experts, --hidden, "
                              f"--intermediate (missing: {', '.join(missing)})")
-        if args.experts < 1:
-            raise UsageError(f"argument --experts: {args.experts}: give an integer >= 1")
+        if not 1 <= args.experts <= MAX_SIZE:
+            raise UsageError(f"argument --experts: {args.experts}: give 1 to {MAX_SIZE}")
         shape = LayerShape("explicit", 1, args.experts, args.hidden, args.intermediate, 1, args.gated)
         blame, fix = "", ""
     if args.experts is not None:
@@ -185,6 +186,27 @@ def resolve_shape(args: argparse.Namespace) -> LayerShape:
         raise UsageError(f"{blame}{shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
                          f"cannot be converted: {error}{fix}")
     return shape
+
+
+def _check_fits(shape: LayerShape, device: str, layers: int) -> None:
+    """``UsageError`` unless ``layers`` copies of the layer fit in ``device``'s total memory: a
+    lower bound (strategies' transients come on top), so that a shape that can never run fails
+    now rather than out of memory after minutes. Nothing to check on meta."""
+    kind = torch.device(device).type
+    if kind == "cpu":
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    elif kind == "cuda":
+        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    else:
+        return
+    need = layers * shape.layer_bytes
+    if need > total:
+        fits = shape.experts * total // need
+        raise UsageError(
+            f"{shape.label} with {shape.experts} experts needs at least {_bytes(need)} on {device} "
+            f"({layers} copies of the {_bytes(shape.layer_bytes)} layer), which has {_bytes(total)}: "
+            + (f"give --experts {fits} or fewer" if fits else "give a smaller shape")
+            + (", or a larger --tp" if shape.model != "explicit" else ""))
 
 
 def _add_command(sub: argparse._SubParsersAction, name: str, handler: Callable[[argparse.Namespace], int],
@@ -200,8 +222,8 @@ def _add_work_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=int, help="tensor-parallel size, with --model (default 1)")
     parser.add_argument("--experts", type=int,
                         help="number of experts (1 to the model's E, to limit a model's)")
-    parser.add_argument("--hidden", type=_int_at_least(1), help="hidden size H (explicit shape)")
-    parser.add_argument("--intermediate", type=_int_at_least(1),
+    parser.add_argument("--hidden", type=_int_at_least(1, MAX_SIZE), help="hidden size H (explicit shape)")
+    parser.add_argument("--intermediate", type=_int_at_least(1, MAX_SIZE),
                         help="intermediate size I per rank (explicit shape; no --tp)")
     parser.add_argument("--no-gated", dest="gated", action="store_false",
                         help="non-gated activation (ReLU2), explicit shape: w13 is [E, I, H]")
@@ -242,6 +264,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         oracle = lambda w13, w2: convert(w13.clone(), w2.clone(), strategy="legacy", gated=shape.gated)  # noqa: E731
     print(f"verify {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)}, "
           f"gated={shape.gated}, device {args.device}; against {oracle_name}", flush=True)
+    _check_fits(shape, args.device, 3)  # the input, the expected output, a clone converted
     if not shape.valid:
         print(_kernel_note(shape), flush=True)
     failed = 0
@@ -348,6 +371,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     if args.threads is not None and kind != "cpu":
         raise UsageError(f"argument --threads: {args.threads} threads apply to --device cpu only, "
                          f"not {args.device}")
+    # the layer, the copy_ destination, and the pristine copy that restores an in-place input
+    _check_fits(shape, args.device, 3 if INPLACE & set(args.strategy) else 2)
     if not args.json:
         print(f"measure {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
               f"({_bytes(shape.layer_bytes)} per layer, {shape.moe_layers} MoE layers), "

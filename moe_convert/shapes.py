@@ -20,6 +20,7 @@ __all__ = [
     "CATALOG",
     "TP_SIZES",
     "KERNEL_INTERMEDIATE_ALIGN",
+    "MAX_SIZE",
     "LayerShape",
     "ModelSpec",
     "catalog_shapes",
@@ -32,6 +33,9 @@ BF16_BYTES = 2
 TP_SIZES = (1, 2, 4, 8)
 # FlashInfer Bf16MoeLauncher::check_moe: intermediate_size % 128 == 0 per rank.
 KERNEL_INTERMEDIATE_ALIGN = 128
+# The largest E, H, I or layer count accepted from a user: far above any model (DeepSeek-V3: H =
+# 7168, E = 256), and it keeps E x 2I x H within int64 for the meta tensors of the checks.
+MAX_SIZE = 2**20
 
 
 @dataclass(frozen=True)
@@ -246,6 +250,9 @@ class _Config:
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise ValueError(f"{self.path}: `{key}` must be {kind}, got {json.dumps(value)}")
+        if value > MAX_SIZE:
+            raise ValueError(f"{self.path}: `{key}` is {value}, more than any model's; "
+                             f"accepted up to {MAX_SIZE}")
         return value
 
 
