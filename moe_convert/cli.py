@@ -17,7 +17,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -50,7 +50,7 @@ class _Parser(argparse.ArgumentParser):
 
 # Argument types: argparse reports their ArgumentTypeError as "argument --X: MESSAGE", exit 2.
 
-def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+def _bounded_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -133,10 +133,9 @@ def _model_spec(model: str) -> ModelSpec:
             return spec_from_hf_config(model)
         except ValueError as error:
             raise UsageError(f"argument --model: {error}") from None
-    if "/" in model or model.endswith(".json"):
-        raise UsageError(f"argument --model: no such file or folder: {model!r} (give a Hugging Face "
-                         f"config.json or its folder, or a catalog name: {', '.join(CATALOG)})")
-    close = difflib.get_close_matches(model.lower(), CATALOG, n=3, cutoff=0.6)
+    # Match Hugging Face ids too: "Qwen/Qwen3-30B-A3B" suggests qwen3-30b-a3b.
+    known = {**{spec.hf_id.lower(): name for name, spec in CATALOG.items()}, **{name: name for name in CATALOG}}
+    close = dict.fromkeys(known[key] for key in difflib.get_close_matches(model.lower(), known, n=3, cutoff=0.6))
     names = f"closest catalog names: {', '.join(close)}" if close else f"catalog names: {', '.join(CATALOG)}"
     raise UsageError(f"argument --model: {model!r} is no catalog name and no existing file or "
                      f"folder; {names}, or a path to a Hugging Face config.json")
@@ -222,8 +221,8 @@ def _add_work_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=int, help="tensor-parallel size, with --model (default 1)")
     parser.add_argument("--experts", type=int,
                         help="number of experts (1 to the model's E, to limit a model's)")
-    parser.add_argument("--hidden", type=_int_at_least(1, MAX_SIZE), help="hidden size H (explicit shape)")
-    parser.add_argument("--intermediate", type=_int_at_least(1, MAX_SIZE),
+    parser.add_argument("--hidden", type=_bounded_int(1, MAX_SIZE), help="hidden size H (explicit shape)")
+    parser.add_argument("--intermediate", type=_bounded_int(1, MAX_SIZE),
                         help="intermediate size I per rank (explicit shape; no --tp)")
     parser.add_argument("--no-gated", dest="gated", action="store_false",
                         help="non-gated activation (ReLU2), explicit shape: w13 is [E, I, H]")
@@ -473,15 +472,15 @@ def main(argv: list[str] | None = None) -> int:
                      "check every strategy byte for byte against FlashInfer's helpers")
     _add_work_args(p)
     p.add_argument("--device", type=_device("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--seed", type=_int_at_least(0, 2**63 - 1), default=0)
+    p.add_argument("--seed", type=_bounded_int(0, 2**63 - 1), default=0)
 
     p = _add_command(sub, "measure", cmd_measure,
                      "peak transient memory, time against a same-size copy_, whole-model time")
     _add_work_args(p)
     p.add_argument("--device", type=_device("meta", "cpu", "cuda"), default="meta",
                    help="meta (memory only, full size for free), cpu or cuda")
-    p.add_argument("--repeats", type=_int_at_least(1), default=5, help="timed calls per strategy (default 5)")
-    p.add_argument("--threads", type=_int_at_least(1), help="CPU threads (default: all cores; 1 is "
+    p.add_argument("--repeats", type=_bounded_int(1), default=5, help="timed calls per strategy (default 5)")
+    p.add_argument("--threads", type=_bounded_int(1), help="CPU threads (default: all cores; 1 is "
                    "steadier on a shared machine, where a descheduled OpenMP thread stalls the others)")
     p.add_argument("--json", action="store_true", help="one JSON object per strategy per line")
 

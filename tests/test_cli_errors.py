@@ -18,7 +18,8 @@ BAD = [
     (["measure", "--model", "nosuch"], ["'nosuch'", "or a path to a Hugging Face config.json"]),
     (["measure", "--model", "QWEN3-235B-A22B"], ["'QWEN3-235B-A22B'", "closest catalog names: qwen3-235b-a22b"]),
     (["verify", "--model", "qwen3-235b"], ["'qwen3-235b'", "qwen3-235b-a22b"]),
-    (["measure", "--model", "no/such/config.json"], ["'no/such/config.json'", "no such file"]),
+    (["measure", "--model", "no/such/config.json"], ["'no/such/config.json'", "no existing file"]),
+    (["measure", "--model", "Qwen/Qwen3-30B-A3B"], ["'Qwen/Qwen3-30B-A3B'", "closest catalog names: qwen3-30b-a3b"]),
     (["measure", "--model", "qwen3-30b-a3b", "--hidden", "4096"], ["--hidden", "qwen3-30b-a3b"]),
     (["measure", "--model", "qwen3-30b-a3b", "--no-gated"], ["--no-gated"]),
     # --tp
