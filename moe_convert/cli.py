@@ -256,6 +256,7 @@ def cmd_shapes(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     shape = resolve_shape(args)
+    _check_fits(shape, args.device, 3)  # the input, the expected output, a clone converted
     if reference.AVAILABLE:
         oracle_name = "FlashInfer's helpers"
         oracle = lambda w13, w2: reference.flashinfer_reference(w13, w2, gated=shape.gated)  # noqa: E731
@@ -264,7 +265,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
         oracle = lambda w13, w2: convert(w13.clone(), w2.clone(), strategy="legacy", gated=shape.gated)  # noqa: E731
     print(f"verify {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)}, "
           f"gated={shape.gated}, device {args.device}; against {oracle_name}", flush=True)
-    _check_fits(shape, args.device, 3)  # the input, the expected output, a clone converted
     if not shape.valid:
         print(_kernel_note(shape), flush=True)
     failed = 0

@@ -23,7 +23,7 @@ def _error_line(main, argv: list[str], capsys) -> str:
     with pytest.raises(SystemExit) as stop:
         main(argv)
     out, err = capsys.readouterr()
-    assert stop.value.code == 2 and "Traceback" not in out + err
+    assert stop.value.code == 2 and "Traceback" not in out + err and out == ""
     lines = err.splitlines()
     assert len(lines) == 1 and ": error: " in lines[0], err
     return lines[0]

@@ -133,6 +133,7 @@ def _error_line(argv: list[str], capsys) -> str:
     out, err = capsys.readouterr()
     assert stop.value.code == 2
     assert "Traceback" not in out + err
+    assert out == ""  # refused before anything was printed, let alone done
     lines = err.splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("python -m moe_convert") and ": error: " in lines[0]
