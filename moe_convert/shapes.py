@@ -240,7 +240,7 @@ class _Config:
         """``key`` is present and not ``null`` (Hugging Face writes unset options as ``null``)."""
         return self.data.get(key) is not None
 
-    def int(self, key: str, *, minimum: int = 1, default: int | None = None) -> int:
+    def integer(self, key: str, *, minimum: int = 1, default: int | None = None) -> int:
         value = self.data.get(key)
         if value is None:
             if default is None:
@@ -270,18 +270,18 @@ def spec_from_hf_config(path: str | Path) -> ModelSpec:
     expert_key = next((key for key in _EXPERT_KEYS if config.has(key)), None)
     if expert_key is None:
         raise ValueError(f"{path}: not an MoE model: none of {', '.join(_EXPERT_KEYS)} is set")
-    experts = config.int(expert_key)
-    hidden = config.int("hidden_size")
+    experts = config.integer(expert_key)
+    hidden = config.integer("hidden_size")
     # Mixtral has no moe_intermediate_size: its only MLP size is the experts'
-    intermediate = config.int("moe_intermediate_size" if config.has("moe_intermediate_size")
+    intermediate = config.integer("moe_intermediate_size" if config.has("moe_intermediate_size")
                               else "intermediate_size")
-    layers = config.int("num_hidden_layers")
+    layers = config.integer("num_hidden_layers")
     if config.has("first_k_dense_replace"):  # DeepSeek: dense first layers, then every freq-th
-        first = config.int("first_k_dense_replace", minimum=0)
-        freq = config.int("moe_layer_freq", default=1)
+        first = config.integer("first_k_dense_replace", minimum=0)
+        freq = config.integer("moe_layer_freq", default=1)
         moe_layers = sum(1 for i in range(first, layers) if i % freq == 0)
     else:  # Qwen3-MoE: every decoder_sparse_step-th layer not listed in mlp_only_layers
-        step = config.int("decoder_sparse_step", default=1)
+        step = config.integer("decoder_sparse_step", default=1)
         dense = config.data.get("mlp_only_layers") or []  # null: none, as in transformers
         if not isinstance(dense, list) or not all(isinstance(i, int) for i in dense):
             raise ValueError(f"{path}: `mlp_only_layers` must be a list of layer indices, "
