@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import functools
 import http.server
 import io
@@ -31,6 +32,7 @@ import asv
 from asv.util import load_json
 from asv_tachyon import cli as tachyon_cli
 
+from .argparsing import ArgumentParser
 from .metrics import METRICS
 from .units import SCALES
 
@@ -235,23 +237,45 @@ def _configured_html_dir(config: Path) -> Path:
     return config.parent / conf.get("html_dir", "html")
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port: give 0 (a free one) to 65535")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m moe_bench.dashboard", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m moe_bench.dashboard", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     offline = sub.add_parser("offline", help="make a published html_dir work without internet")
     offline.add_argument("html_dir", type=Path)
     preview = sub.add_parser("serve", help="make offline, then serve on 127.0.0.1 until Ctrl-C")
     preview.add_argument("html_dir", type=Path, nargs="?", help="default: html_dir of --config")
     preview.add_argument("--config", type=Path, default=Path("asv.conf.json"))
-    preview.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    preview.add_argument("--port", type=_port, default=8080, help="0 picks a free port")
     args = parser.parse_args(argv)
+    command = sub.choices[args.command]
+    html_dir = args.html_dir
+    if html_dir is None:
+        try:
+            html_dir = _configured_html_dir(args.config)
+        except FileNotFoundError:
+            command.error(f"argument --config: no such file: {str(args.config)!r} (run from the "
+                          "repository root, or give --config PATH or the html_dir)")
+        except ValueError as error:  # asv's JSON reader
+            command.error(f"argument --config: {str(args.config)!r} is not valid JSON: {error}")
+    try:
+        make_offline(html_dir)  # serve: again if `asv publish` ran since (it rewrites the page)
+    except OfflineError as error:
+        command.error(str(error))
     if args.command == "offline":
-        make_offline(args.html_dir)
-        print(f"dashboard in {args.html_dir} works offline")
+        print(f"dashboard in {html_dir} works offline")
         return
-    html_dir = args.html_dir or _configured_html_dir(args.config)
-    make_offline(html_dir)  # again if `asv publish` ran since: publish rewrites the CDN page
-    server, url = serve(html_dir, args.port)
+    try:
+        server, url = serve(html_dir, args.port)
+    except OSError as error:
+        if error.errno not in (errno.EADDRINUSE, errno.EACCES):
+            raise
+        command.error(f"argument --port: cannot serve on 127.0.0.1:{args.port}: {error.strerror}")
     print(f"dashboard of {html_dir} at {url}  (Ctrl-C stops)", flush=True)
     try:
         threading.Event().wait()

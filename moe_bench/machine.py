@@ -23,6 +23,8 @@ import subprocess
 import torch
 from asv.machine import Machine, MachineCollection
 
+from .argparsing import ArgumentParser
+
 __all__ = ["default_profile", "machine_facts", "machine_name", "record_machine"]
 
 PROFILES = ("full", "cpu")
@@ -99,12 +101,21 @@ def record_machine(profile: str, name: str | None = None) -> str:
     return info["machine"]
 
 
+def _name(text: str) -> str:
+    """A machine name: asv makes it a folder, ``results/<name>/``."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a machine name is a folder name of letters, digits, '.', '_' and '-', "
+            "not starting with '.', '_' or '-' (e.g. h200, cpu-2core-xeon)")
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m moe_bench.machine", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="python -m moe_bench.machine", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=PROFILES, default=None,
                         help="the benchmark profile this machine runs (default: by device)")
-    parser.add_argument("--name", default=None, help="machine name (default: derived)")
+    parser.add_argument("--name", type=_name, default=None, help="machine name (default: derived)")
     args = parser.parse_args(argv)
     print(record_machine(args.profile or default_profile(), args.name))
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from .checks import check_weights
+from .checks import check_disjoint, check_weights
 from .layout import BLOCK_K, block_layout_copies, to_block_layout, w13_row_index, w2_row_index
 
 __all__ = ["STRATEGIES", "INPLACE", "register", "convert"]
@@ -59,7 +59,7 @@ def convert(
     ``([E, 2H/128, 2I, 64], [E, 2I/128, H, 64])``, byte-identical for every strategy. Whether
     the result is a new tensor or a view of the input's storage is the strategy's contract
     (``name in INPLACE``). Bad input raises ``TypeError``/``ValueError`` before any byte is
-    written.
+    written, and so do a ``w13`` and ``w2`` that share bytes, for an in-place strategy.
     """
     try:
         fn = STRATEGIES[strategy]
@@ -68,6 +68,8 @@ def convert(
             f"unknown strategy {strategy!r}; valid strategies: {', '.join(sorted(STRATEGIES))}"
         ) from None
     check_weights(w13, w2, gated=gated)
+    if strategy in INPLACE:  # out-of-place strategies only read their input: overlap is harmless
+        check_disjoint(w13, w2)
     return fn(w13, w2, gated)
 
 
