@@ -222,7 +222,11 @@ def _strided_copy_into(rows: torch.Tensor, blocks_u8: torch.Tensor, interleave: 
     for dst, src in block_layout_copies(rows.view(torch.uint8), blocks_u8, interleave=interleave):
         # Copy 8-byte words, not bytes: the same bytes move, but a strided CUDA copy handles
         # one element per load, so wider elements mean 8x fewer of them (no change on CPU).
-        dst.view(torch.int64).copy_(src.view(torch.int64))
+        # A weight that starts off an 8-byte boundary (a view into a shared buffer) cannot be
+        # viewed as words: its bytes are copied as they are.
+        if dst.storage_offset() % 8 == 0 and src.storage_offset() % 8 == 0:
+            dst, src = dst.view(torch.int64), src.view(torch.int64)
+        dst.copy_(src)
 
 
 @register("strided_copy", inplace=False)

@@ -47,7 +47,7 @@ SMALL = [
 ]
 
 
-def test_every_strategy_has_aevaluate():
+def test_every_strategy_has_a_formula():
     assert set(STRATEGIES) <= set(PEAK_FORMULAS), "add the new strategy's peak formula here"
 
 
