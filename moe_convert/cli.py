@@ -17,6 +17,7 @@ from .timing import measure_roofline
 from .wholemodel import WholeModelTime
 from .allocator import POOLS, MiB
 from .replay import ReplayResult, simulate
+from .engines import ENGINES, check_engine
 
 __all__ = ["main", "resolve_shape"]
 
@@ -280,6 +281,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_engines(args: argparse.Namespace) -> int:
+    failed = 0
+    for check in (check_engine(engine, device=args.device) for engine in ENGINES):
+        engine = check.engine
+        print(f"{engine.strategy:<17} {engine.distribution} {check.version}\n"
+              f"  calls {engine.module}.{engine.function} (transcribed as {engine.transcription!r})")
+        if check.identical is not None:
+            print(f"  {'byte-identical' if check.identical else 'DIFFERS or FAILED'}: {check.detail}")
+        failed += check.identical is False
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m moe_convert", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -324,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true",
                    help="one JSON object per strategy x max-split value per line")
     p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("engines", help="the installed engines' converters: versions, the function each "
+                       "adapter calls, byte-identical to FlashInfer's helpers or not (exit 1 if not)")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.set_defaults(func=cmd_engines)
 
     args = parser.parse_args(argv)
     return args.func(args)
