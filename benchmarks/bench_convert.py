@@ -1,4 +1,4 @@
-"""One MoE layer's conversion: time, peak transient memory, copy ratio and whole-model seconds.
+"""One MoE layer's conversion: time, peak transient memory, traffic, copy ratio, whole-model seconds.
 
 Parametrised over model shape x strategy (``common.SHAPES`` x ``common.STRATEGY_AXIS``); each
 strategy is reached only through ``moe_convert.convert(..., strategy=name)``. Time figures use
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import moe_convert
 from moe_convert.memory import strategy_cuda_memory, strategy_memory
+from moe_convert.traffic import strategy_traffic
 # the module, not its functions: asv would take a module-level ``time_call`` for a benchmark
 from moe_convert import timing
 from moe_convert.wholemodel import whole_model_seconds
@@ -73,6 +74,39 @@ class PeakMemory(_ShapeStrategy):
 
     def track_peak_transient_bytes(self, shape: str, strategy: str) -> int:
         return strategy_memory(common.full_shape(shape), strategy, device="meta").peak_bytes
+
+
+class Traffic(_ShapeStrategy):
+    """Exact work of one full-size layer, counted at dispatch level on ``meta``: no noise at all.
+
+    ``traffic_bytes`` (bytes read + written), ``launches`` (data-moving ops; CUDA kernel
+    launches) and ``traffic_ratio`` (traffic / 2 x layer bytes: 1.0 is the out-of-place floor),
+    by ``moe_convert.traffic``'s counting rule. Each strategy's docstring states its formulas.
+    Deterministic on every machine: the PR gate compares them exactly, so an extra copy, a
+    per-expert loop or a lost fusion fails it whatever the machine's load.
+    """
+
+    version = "1"
+
+    def setup(self, shape: str, strategy: str) -> None:
+        super().setup(shape, strategy)
+        self.full = common.full_shape(shape)
+        self.measured = strategy_traffic(self.full, strategy)
+
+    def track_traffic_bytes(self, shape: str, strategy: str) -> int:
+        return self.measured.traffic_bytes
+
+    track_traffic_bytes.unit = "bytes"
+
+    def track_launches(self, shape: str, strategy: str) -> int:
+        return self.measured.launches
+
+    track_launches.unit = "launches"
+
+    def track_traffic_ratio(self, shape: str, strategy: str) -> float:
+        return self.measured.traffic_bytes / (2 * self.full.layer_bytes)
+
+    track_traffic_ratio.unit = "ratio"
 
 
 class CudaMemory(_ShapeStrategy):

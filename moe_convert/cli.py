@@ -14,6 +14,7 @@ from .checks import check_weights
 from .strategies import INPLACE, STRATEGIES, convert
 from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
 from .timing import measure_roofline
+from .traffic import strategy_traffic
 from .wholemodel import WholeModelTime
 from .allocator import POOLS, MiB
 from .replay import ReplayResult, simulate
@@ -107,9 +108,12 @@ def _measure_record(shape: LayerShape, name: str, device: str, repeats: int,
     """Every figure of one strategy on ``shape``: dispatch-level memory everywhere; on cpu/cuda the
     roofline and whole-model time; on cpu the allocator-level peak; on cuda the caching allocator's."""
     memory = strategy_memory(shape, name, device=device)
+    work = strategy_traffic(shape, name)  # on meta: exact and free on any device
     record = {"strategy": name, "model": shape.model, "tp": shape.tp, "device": device,
               "experts": shape.experts, "layer_bytes": shape.layer_bytes,
-              "peak_transient_bytes": memory.peak_bytes, "allocations": memory.allocations}
+              "peak_transient_bytes": memory.peak_bytes, "allocations": memory.allocations,
+              "traffic_bytes": work.traffic_bytes, "launches": work.launches,
+              "traffic_ratio": work.traffic_bytes / (2 * shape.layer_bytes)}
     if torch.device(device).type == "meta":
         return record
     roofline = measure_roofline(shape, name, device=device, repeats=repeats, threads=threads)
@@ -153,6 +157,8 @@ _MEASURE_COLUMNS = (
     ("strategy", "strategy", str),
     ("peak_transient_bytes", "peak", _bytes),
     ("allocations", "allocs", str),
+    ("traffic_ratio", "traffic", "{:.3f}".format),
+    ("launches", "launches", str),
     ("allocator_peak_bytes", "alloc. peak", _bytes),
     ("cuda_peak_reserved_bytes", "reserved", _bytes),
     ("cuda_num_alloc_retries", "retries", str),
@@ -188,7 +194,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
         print(f"measure {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
               f"({_bytes(shape.layer_bytes)} per layer, {shape.moe_layers} MoE layers), "
               f"device {args.device}")
-        print("peak: dispatch-level peak transient bytes (exact), allocs: new storages")
+        print("peak: dispatch-level peak transient bytes (exact), allocs: new storages; "
+              "traffic: bytes read + written / (2 x layer bytes), launches: data-moving ops")
         if kind == "cpu":
             print("alloc. peak: the CPU allocator's peak, kernel temporaries included; "
                   "faults: minor page faults per call")

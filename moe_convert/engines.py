@@ -108,9 +108,10 @@ def _vllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tenso
     the one-expert scratch, and per expert the swap folded into a new index, ``(P + M/2) % M``
     (two int64 temporaries), where the ``inplace`` transcription reads a cached folded index.
 
-    Traffic (vLLM 0.33.0): ``4 (T13 + T2) + 8 E (M13 + M2)`` bytes in ``4 E`` launches, as
-    ``inplace`` (per expert an ``index_select`` into the scratch and a copy back), plus, gated,
-    ``32 E M13`` bytes in ``2 E`` launches for the per-expert ``add`` and ``remainder`` of the index.
+    Traffic (vLLM 0.33.0): ``4 (T13 + T2) + E (5 X13 + X2)`` in ``6E`` launches gated, as
+    ``inplace`` (per expert an ``index_select`` into the scratch and a copy back) plus the
+    per-expert ``add`` and ``remainder`` of the w13 index (``4 E X13`` in ``2E``); not gated,
+    ``inplace``'s ``4 (T13 + T2) + E (X13 + X2)`` in ``4E``.
     """
     module, name = VLLM.resolve()
     cache = _PERMUTE_CACHES.setdefault((VLLM.strategy, w13.device), {})

@@ -33,6 +33,9 @@ def flashinfer_prepare(
 
     Out of place: new outputs; the input is unchanged. Peak transient: the swap copy, both lists
     and both stacked outputs, ``3 T13 + 2 T2`` gated (``2 T13 + 2 T2`` not gated), as legacy.
+    Traffic: ``8 T13 + 6 T2 + E (X13 + X2)`` in ``4E + 3`` launches gated (the swap, per expert
+    a gather and a block-layout copy per weight, two stacks); not gated ``6 T13 + 6 T2 +
+    E (X13 + X2)`` in ``4E + 2``.
     """
     from flashinfer.fused_moe.api import ReLU2, SwiGLU
     from flashinfer.fused_moe.prepare import prepare_trtllm_bf16_weights

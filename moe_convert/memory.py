@@ -49,6 +49,7 @@ __all__ = [
     "profiler_memory",
     "require_cuda",
     "strategy_allocator_memory",
+    "strategy_call",
     "strategy_cuda_memory",
     "strategy_memory",
     "warm_strategy",
@@ -181,7 +182,7 @@ def warm_strategy(shape: LayerShape, strategy: str, device: torch.device) -> Non
     convert(w13, w2, strategy=strategy, gated=shape.gated)
 
 
-def _strategy_call(
+def strategy_call(
     shape: LayerShape, strategy: str, device: torch.device | str
 ) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
     """Fresh weights of ``shape`` on ``device``, the strategy warmed, and one conversion to call."""
@@ -200,7 +201,7 @@ def strategy_memory(
     strategy's docstring states (e.g. ``T13 + T2`` for ``strided_copy``). On ``meta`` it is exact
     at full model size with no memory (DeepSeek-V3 TP1, T13 = 14 GiB: well under a second).
     """
-    return measure_memory(_strategy_call(shape, strategy, device))
+    return measure_memory(strategy_call(shape, strategy, device))
 
 
 def _allocator_events(prof: profile) -> list[tuple[int, int, int, str]]:
@@ -264,7 +265,7 @@ def profiler_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Memory
 
 def strategy_allocator_memory(shape: LayerShape, strategy: str) -> MemoryMeasurement:
     """``profiler_memory`` of one conversion of a fresh CPU ``shape`` layer (caches warmed)."""
-    return profiler_memory(_strategy_call(shape, strategy, "cpu"))
+    return profiler_memory(strategy_call(shape, strategy, "cpu"))
 
 
 @dataclass(frozen=True)
@@ -313,4 +314,4 @@ def cuda_memory(fn: Callable[[], object]) -> CudaMemoryMeasurement:
 
 def strategy_cuda_memory(shape: LayerShape, strategy: str) -> CudaMemoryMeasurement:
     """``cuda_memory`` of one conversion of a fresh ``shape`` layer on the current CUDA device."""
-    return cuda_memory(_strategy_call(shape, strategy, require_cuda("strategy_cuda_memory")))
+    return cuda_memory(strategy_call(shape, strategy, require_cuda("strategy_cuda_memory")))

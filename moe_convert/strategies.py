@@ -5,11 +5,14 @@ Legend: E experts; w13 bf16 ``[E, M13, H]`` with ``M13 = 2I`` (gated) or ``I``; 
 weight is the bf16 view ``[E, Kb/128, M, 64]`` of ``uint8 [E, Kb/128, M, 128]``.
 
 Memory contracts use T13, T2 (bytes of the whole w13, w2 tensor), S13, S2 (bytes of one expert
-of each), M13, M2 (rows of one expert of each; M2 = H) and X13 = 8 M13 (bytes of one int64
-row index of w13). "Peak transient" is the peak, during the call, of bytes allocated by the
-call and still alive, counted at the dispatch level (new tensor storages; views, ``out=`` and
-in-place ops add nothing), with the row indices already cached. Outputs that are new tensors
-count: they are alive when the call returns.
+of each) and X13 = 8 M13, X2 = 8 H (bytes of one int64 row index of w13, w2). "Peak transient"
+is the peak,
+during the call, of bytes allocated by the call and still alive, counted at the dispatch level
+(new tensor storages; views, ``out=`` and in-place ops add nothing), with the row indices
+already cached. Outputs that are new tensors count: they are alive when the call returns.
+"Traffic" is bytes read plus written and "launches" the data-moving ops of one call, by
+``moe_convert.traffic``'s counting rule (a ``copy_`` of T bytes moves 2T); the out-of-place
+floor is ``2 (T13 + T2)``.
 
 Every function takes ``(w13, w2, gated)`` already checked by ``check_weights`` and returns
 ``(w13_out, w2_out)``. Reach them through ``convert(..., strategy=NAME)`` or ``STRATEGIES``.
@@ -88,6 +91,9 @@ def legacy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tens
 
     Out of place: new outputs; the input is unchanged. Peak transient: the swap copy, both lists
     and both stacked outputs at once, ``3 T13 + 2 T2`` gated (``2 T13 + 2 T2`` not gated).
+    Traffic: ``10 T13 + 8 T2 + E (X13 + X2)`` in ``6E + 3`` launches gated (the swap, per expert
+    two clones and a gather per weight, two stacks); not gated ``8 T13 + 8 T2 + E (X13 + X2)``
+    in ``6E + 2``.
     """
     experts, rows13, _ = w13.shape
     rows2 = w2.shape[1]
@@ -131,7 +137,9 @@ def preallocated(
 
     Out of place: new outputs; the input is unchanged. Peak transient: ``T13 + T2 + 2 X13``
     gated (the outputs and the two index temporaries), ``T13 + T2`` not gated. On CPU the
-    allocator also sees one hidden expert copy (``+ S13``) inside ``index_select``.
+    allocator also sees one hidden expert copy (``+ S13``) inside ``index_select``. Traffic:
+    ``2 (T13 + T2) + E (5 X13 + X2)`` in ``4E`` launches gated (per expert the index ``add`` and
+    ``remainder`` and two gathers); not gated ``2 (T13 + T2) + E (X13 + X2)`` in ``2E``.
     """
     experts, rows13, _ = w13.shape
     rows2 = w2.shape[1]
@@ -164,6 +172,8 @@ def inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
     inputs' 3-D views then hold block-layout bytes, and a refit loads new checkpoint-layout
     weights into them and converts again. Peak transient: ``max(S13, S2)`` (the scratch). On CPU
     the allocator also sees the hidden expert copy inside ``index_select`` (``+ S13``).
+    Traffic: ``4 (T13 + T2) + E (X13 + X2)`` in ``4E`` launches (per expert a gather into the
+    scratch and a copy back, per weight).
     """
     experts, rows13, _ = w13.shape
     rows2 = w2.shape[1]
@@ -189,7 +199,8 @@ def batched(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
     (NeMo-RL keeps the scratch between refits; here it is made per call so it shows.)
 
     In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
-    transient: ``T13`` (the w13 scratch; it is freed before the w2 one is made).
+    transient: ``T13`` (the w13 scratch; it is freed before the w2 one is made). Traffic:
+    ``4 (T13 + T2) + X13 + X2`` in 4 launches.
     """
     rows13, rows2 = w13.shape[1], w2.shape[1]
     for weight, index in (
@@ -224,7 +235,8 @@ def strided_copy(
     written once.
 
     Out of place: new outputs; the input is unchanged. Peak transient: ``T13 + T2`` (the
-    outputs, nothing else).
+    outputs, nothing else). Traffic: ``2 (T13 + T2)``, the out-of-place floor, in 3 launches
+    gated (2 not gated).
     """
     out13 = torch.empty(_blocks_shape(w13), dtype=torch.uint8, device=w13.device)
     out2 = torch.empty(_blocks_shape(w2), dtype=torch.uint8, device=w2.device)
@@ -258,7 +270,9 @@ def strided_inplace(
     ``max(S13, S2, 10 MiB)`` rounded to 2 MiB, where a smaller scratch would reserve 20 MiB per layer.
 
     In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
-    transient: ``max(S13, S2, 10 MiB)`` (the scratch), no index tensors.
+    transient: ``max(S13, S2, 10 MiB)`` (the scratch), no index tensors. Traffic:
+    ``4 (T13 + T2)`` in ``5E`` launches gated (per expert one copy into the scratch and one
+    back per half of w13, then the same for w2), ``4E`` not gated.
     """
     expert_bytes = max(w13[0].nbytes, w2[0].nbytes)
     scratch = torch.empty(max(expert_bytes, _MIN_OWN_SEGMENT_BYTES), dtype=torch.uint8, device=w13.device)
@@ -312,7 +326,7 @@ def sglang(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tens
     transient: ``3 max(S13, S2)`` with two or more experts (the previous tile, the clone and
     the gathered rows; one expert: ``2 max(S13, S2)``).
 
-    Traffic: ``8 (T13 + T2) + 8 E (M13 + M2)`` bytes in ``8 E`` launches: per expert a clone,
+    Traffic: ``8 (T13 + T2) + E (X13 + X2)`` in ``8E`` launches: per expert a clone,
     a gather (its int64 index read too), a block-layout copy and a copy back (a weight with one
     128-byte block per row skips the block-layout copy: ``2 T`` and ``E`` launches fewer).
     """
@@ -352,7 +366,7 @@ def trtllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tens
     Out of place: new outputs; the input is unchanged. Peak transient:
     ``T13 + max(T13, 2 T2)`` (w13's list and stack; then w13's stack with w2's list and stack).
 
-    Traffic: ``6 (T13 + T2) + 8 E (M13 + M2)`` bytes in ``4 E + 2`` launches: per expert a
+    Traffic: ``6 (T13 + T2) + E (X13 + X2)`` in ``4E + 2`` launches: per expert a
     gather (its int64 index read too) and a block-layout copy, then one stack per weight (a
     weight with one 128-byte block per row skips the block-layout copy: ``2 T`` and ``E``
     launches fewer).

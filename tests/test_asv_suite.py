@@ -23,8 +23,8 @@ from benchmarks import bench_convert, common  # noqa: E402
 
 REQUIRED_SHAPES = {"qwen3-235b-a22b/tp4", "qwen3-30b-a3b/tp1", "qwen3-30b-a3b/tp2",
                    "deepseek-v3/tp4", "deepseek-v3/tp8", "deepseek-v2-lite/tp1"}
-GRID_CLASSES = [bench_convert.TimeConvert, bench_convert.PeakMemory, bench_convert.CudaMemory,
-                bench_convert.CopyRatio, bench_convert.WholeModel]
+GRID_CLASSES = [bench_convert.TimeConvert, bench_convert.PeakMemory, bench_convert.Traffic,
+                bench_convert.CudaMemory, bench_convert.CopyRatio, bench_convert.WholeModel]
 
 
 def test_every_registered_strategy_and_required_shape_is_benchmarked():
@@ -88,7 +88,8 @@ def test_quick_run_of_a_subset_is_read_back(scratch_config):
     assert recorded.stdout.strip() == "ci-box"
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True, check=True).stdout.strip()
-    subset = r"Profile.*qwen3-30b-a3b/tp2|(PeakMemory|TimeConvert).*qwen3-30b-a3b/tp2.*strided_copy"
+    subset = (r"Profile.*qwen3-30b-a3b/tp2"
+              r"|(PeakMemory|TimeConvert|Traffic).*qwen3-30b-a3b/tp2.*strided_copy")
     done = _asv(tmp, "run", "--quick", "-E", f"existing:{sys.executable}",
                 "--set-commit-hash", commit, "--machine", "ci-box",
                 "--launch-method", "forkserver", "--show-stderr", "-b", subset, config=config)
@@ -100,7 +101,12 @@ def test_quick_run_of_a_subset_is_read_back(scratch_config):
            for row in frame.itertuples()}
     shape = common.full_shape("qwen3-30b-a3b/tp2")
     assert got[("PeakMemory", "strided_copy")] == (shape.w13_bytes + shape.w2_bytes, "bytes")
-    assert len(got) == 3
+    got.update({(row.benchmark.split(".")[2], row.strategy): (row.value, row.unit)
+                for row in frame.itertuples() if ".Traffic." in row.benchmark})
+    assert got[("track_traffic_bytes", "strided_copy")] == (2 * shape.layer_bytes, "bytes")
+    assert got[("track_launches", "strided_copy")] == (3, "launches")
+    assert got[("track_traffic_ratio", "strided_copy")] == (1.0, "ratio")
+    assert len(frame) == 6  # Profile, PeakMemory, TimeConvert and Traffic's three
     assert got[("Profile", "")] == (common.CPU_PROFILE_EXPERTS, "experts")
     seconds, unit = got[("TimeConvert", "strided_copy")]
     assert unit == "seconds" and seconds > 0

@@ -1,7 +1,6 @@
 """Exact memory figures: every strategy's docstring formula, the tracker's rules, the allocator view.
 
-Legend: T13, T2 bytes of the whole w13, w2; S13, S2 bytes of one expert of each; X13 = 8 M13 bytes
-of one int64 w13 row index (M13 = rows of one w13 expert).
+Formulas use the legend of ``tests/formulas.py``.
 """
 
 from __future__ import annotations
@@ -9,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import requires_cuda
+from formulas import FULL_SIZE, evaluate
 
 from moe_convert import STRATEGIES, LayerShape, layer_shape
 from moe_convert.memory import (
@@ -20,11 +20,6 @@ from moe_convert.memory import (
     strategy_cuda_memory,
     strategy_memory,
 )
-
-
-def _sizes(shape: LayerShape) -> dict[str, int]:
-    return {"T13": shape.w13_bytes, "T2": shape.w2_bytes, "S13": shape.w13_expert_bytes,
-            "S2": shape.w2_expert_bytes, "X13": 8 * shape.w13_shape[1], "MiB": 2**20}
 
 
 # Each strategy's peak transient, as its docstring states it: (gated, not gated).
@@ -50,19 +45,6 @@ ALLOCATOR_EXTRA = {
     "vllm": ("S13 - X13", "S13"),
 }
 
-
-def _formula(table: dict[str, tuple[str, str]], name: str, shape: LayerShape, default: str = "0") -> int:
-    gated, not_gated = table.get(name, (default, default))
-    return eval(gated if shape.gated else not_gated, {"max": max}, _sizes(shape))
-
-
-FULL_SIZE = [
-    layer_shape("qwen3-235b-a22b", 4),
-    layer_shape("deepseek-v3", 8),
-    layer_shape("deepseek-v3", 1),  # T13 = 14 GiB: free on meta
-    layer_shape("mixtral-8x7b", 2),
-    LayerShape("relu2", 2, 64, 2048, 1024, 8, gated=False),
-]
 SMALL = [
     LayerShape("small", 1, 3, 256, 128, 1),
     LayerShape("small", 1, 2, 128, 256, 1),
@@ -70,7 +52,7 @@ SMALL = [
 ]
 
 
-def test_every_strategy_has_a_formula():
+def test_every_strategy_has_aevaluate():
     assert set(STRATEGIES) <= set(PEAK_FORMULAS), "add the new strategy's peak formula here"
 
 
@@ -78,14 +60,14 @@ def test_every_strategy_has_a_formula():
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_peak_is_the_docstring_formula_on_meta_at_full_size(name, shape):
     measured = strategy_memory(shape, name, device="meta")
-    assert measured.peak_bytes == _formula(PEAK_FORMULAS, name, shape)
+    assert measured.peak_bytes == evaluate(PEAK_FORMULAS, name, shape)
     assert measured.end_bytes == 0  # nothing outlives the call once its result is released
 
 
 @pytest.mark.parametrize("shape", SMALL, ids=lambda s: f"E{s.experts}H{s.hidden}I{s.intermediate}g{int(s.gated)}")
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_peak_is_the_docstring_formula_on_cpu(name, shape):
-    assert strategy_memory(shape, name, device="cpu").peak_bytes == _formula(PEAK_FORMULAS, name, shape)
+    assert strategy_memory(shape, name, device="cpu").peak_bytes == evaluate(PEAK_FORMULAS, name, shape)
 
 
 @pytest.mark.parametrize("shape", SMALL, ids=lambda s: f"E{s.experts}H{s.hidden}I{s.intermediate}g{int(s.gated)}")
@@ -93,7 +75,7 @@ def test_peak_is_the_docstring_formula_on_cpu(name, shape):
 def test_allocator_peak_differs_only_by_the_hidden_index_select_copy(name, shape):
     dispatch = strategy_memory(shape, name, device="cpu")
     allocator = strategy_allocator_memory(shape, name)
-    assert allocator.peak_bytes - dispatch.peak_bytes == _formula(ALLOCATOR_EXTRA, name, shape)
+    assert allocator.peak_bytes - dispatch.peak_bytes == evaluate(ALLOCATOR_EXTRA, name, shape)
     assert allocator.end_bytes == 0
 
 
@@ -164,10 +146,10 @@ def test_strategy_memory_is_fast_enough_at_full_size_on_meta():
 
 @requires_cuda
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
-def test_cuda_requested_peak_is_the_docstring_formula(name):
+def test_cuda_requested_peak_is_the_docstringevaluate(name):
     shape = LayerShape("small", 1, 4, 1024, 512, 1)
     measured = strategy_cuda_memory(shape, name)
-    formula = _formula(PEAK_FORMULAS, name, shape)
+    formula = evaluate(PEAK_FORMULAS, name, shape)
     if name.startswith("strided_"):  # plain copy_ of views: no kernel temporary can hide
         assert measured.requested_peak_bytes == formula
     else:  # the allocator also sees what kernels allocate for themselves (unchecked on GPU)

@@ -1,0 +1,273 @@
+"""Paired A/B timing of two commits' conversions in one process: the PR gate's time verdict.
+
+``asv continuous`` measures all of base, then all of head: a change in the machine's load between
+the two reads as a regression (on the shared 2-core machine unchanged code was called 105x
+slower that way). Here both commits' ``moe_convert`` are loaded side by side in this process
+(each commit's tree exported with ``git archive`` into its own folder and imported under its own
+module name), and for each shape x strategy their calls alternate on the same inputs, in a
+seeded random order within each pair, so a load that comes and goes moves both alike.
+
+The verdict of a cell is read from the per-pair ratios ``head_i / base_i``: the estimate is their
+median, with a bootstrap confidence interval (``CONFIDENCE``) of that median. A regression is
+declared only when the whole interval lies above ``THRESHOLD``; an improvement only when it lies
+below ``1 / THRESHOLD``. Pairs are added in batches until the interval is decisive or the cell's
+budget is spent, so quiet cells finish fast and noisy ones get more samples.
+
+What a call's time includes is what ``moe_convert.timing`` states: out-of-place outputs are
+allocated in the call and freed after the clock stops; in-place inputs are restored from a
+pristine copy before every call, outside the timed region. CUDA calls are timed with CUDA events.
+
+Usage: ``python -m benchmarks.paired BASE HEAD [--bench REGEX] [--out FILE]``; writes the JSON
+that ``moe_bench.compare --paired`` reads. Exit 0 when no cell regressed or failed, 1 otherwise,
+2 on a usage error (an unknown commit, a bad regex).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import math
+import random
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import torch
+from scipy import stats
+
+from . import common
+
+#: A cell regresses when the whole confidence interval of head/base lies above this. Chosen so
+#: that a 1.25x slowdown is caught under load (README, PR comparison: measured detection).
+THRESHOLD = 1.10
+#: Confidence of the bootstrap interval. Two-sided 99 %: the chance that unchanged code is called
+#: a regression in one cell is below 0.5 %, before the threshold's margin is even counted.
+CONFIDENCE = 0.99
+#: Pairs measured before the first verdict, added per batch after it, and at most per cell. A
+#: fast call is noisier (a 20 ms call on the loaded 2-core machine: per-pair log-ratio standard
+#: deviation 0.2-0.35), so it needs many pairs; a slow one is decided after the first batch.
+MIN_PAIRS, BATCH_PAIRS, MAX_PAIRS = 10, 10, 400
+#: Seconds of timed calls a cell may take before its verdict is read from what it has.
+CELL_BUDGET_SECONDS = 20.0
+#: Untimed pairs first: index caches, first touch of inputs and outputs.
+WARMUP_PAIRS = 2
+#: CPU threads per call. One: with two threads a busy neighbour on one of this machine's two
+#: cores stalled every parallel region (median 13.9 -> 24.0 ms, spread 1.19 -> 2.37); one thread
+#: kept its time within noise.
+CPU_THREADS = 1
+#: The asv figures this verdict decides (they measure the same call, unpaired).
+JUDGED_BENCHMARKS = (
+    "bench_convert.TimeConvert.time_convert",
+    "bench_convert.CopyRatio.track_copy_ratio",
+    "bench_convert.WholeModel.track_whole_model_seconds",
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The paired verdict of one shape x strategy."""
+
+    shape: str
+    strategy: str
+    verdict: str  # "same", "regressed", "improved", "failed" (head fails), "n/a"
+    ratio: float | None = None  # median of head_i / base_i
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_pairs: int = 0
+    base_seconds: float | None = None  # median of base's samples
+    head_seconds: float | None = None
+    error: str | None = None  # why failed or n/a
+
+
+def load_commit(commit: str, root: Path, into: Path, side: str) -> ModuleType:
+    """Import ``moe_convert`` as it is at ``commit`` of the repository ``root`` as ``moe_convert_<side>``.
+
+    The package is exported with ``git archive`` into ``into/<side>/`` and imported under its own
+    name (its modules import each other relatively), so two commits' libraries, or two copies of
+    one commit, live side by side with separate registries and caches.
+    """
+    tree = into / side
+    archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", commit, "moe_convert"],
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(tree, filter="data")
+    name = f"moe_convert_{side}"
+    spec = importlib.util.spec_from_file_location(
+        name, tree / "moe_convert" / "__init__.py",
+        submodule_search_locations=[str(tree / "moe_convert")])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Clock:
+    """Seconds of one call on ``device``: CUDA events on CUDA, ``perf_counter`` on CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.end = torch.cuda.Event(enable_timing=True)
+
+    def time(self, fn) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.start.record()
+            result = fn()
+            self.end.record()
+            self.end.synchronize()
+            del result
+            return self.start.elapsed_time(self.end) / 1e3
+        start = time.perf_counter()
+        result = fn()
+        seconds = time.perf_counter() - start
+        del result
+        return seconds
+
+
+def _interval(log_ratios: list[float]) -> tuple[float, float, float]:
+    """(median, low, high) of head/base from per-pair log ratios; bootstrap of the median."""
+    data = np.asarray(log_ratios)
+    median = float(np.median(data))
+    if np.ptp(data) == 0:  # identical samples: bootstrap has nothing to resample
+        return math.exp(median), math.exp(median), math.exp(median)
+    interval = stats.bootstrap((data,), np.median, confidence_level=CONFIDENCE,
+                               method="percentile", n_resamples=2000, random_state=0).confidence_interval
+    return math.exp(median), math.exp(interval.low), math.exp(interval.high)
+
+
+def _verdict(low: float, high: float) -> str:
+    if low > THRESHOLD:
+        return "regressed"
+    if high < 1 / THRESHOLD:
+        return "improved"
+    return "same"
+
+
+def measure_cell(libs: dict[str, ModuleType], label: str, strategy: str,
+                 device: torch.device, seed: int = 0) -> Cell:
+    """Alternate base and head calls of ``strategy`` on one shape's inputs; the paired verdict."""
+    missing = [side for side, lib in libs.items() if strategy not in lib.STRATEGIES]
+    if missing:
+        why = f"strategy {strategy!r} is not registered in {' and '.join(missing)}"
+        return Cell(label, strategy, "failed" if missing == ["head"] else "n/a", error=why)
+    head = libs["head"]
+    model, _, tp = label.partition("/tp")
+    shape = head.layer_shape(model, int(tp))
+    if common.profile() == "cpu":
+        shape = shape.with_experts(common.CPU_PROFILE_EXPERTS)
+    generator = torch.Generator().manual_seed(seed)
+    pristine = [torch.randn(dims, generator=generator).to(torch.bfloat16).to(device)
+                for dims in (shape.w13_shape, shape.w2_shape)]
+    inputs = {side: [w.clone() for w in pristine] for side in libs}
+
+    def call(side: str):
+        w13, w2 = inputs[side]
+        return libs[side].convert(w13, w2, strategy=strategy, gated=shape.gated)
+
+    def restore(side: str) -> None:
+        if strategy in libs[side].INPLACE:
+            for dst, src in zip(inputs[side], pristine):
+                dst.copy_(src)
+
+    clock, order = _Clock(device), random.Random(seed)
+    samples: dict[str, list[float]] = {side: [] for side in libs}
+    spent, log_ratios = 0.0, []
+    verdict, ratio, low, high = "same", math.nan, math.nan, math.nan
+    for pair in range(WARMUP_PAIRS + MAX_PAIRS):
+        times = {}
+        for side in order.sample(sorted(libs), k=len(libs)):
+            restore(side)
+            try:
+                times[side] = clock.time(lambda: call(side))
+            except Exception as err:  # a strategy that raises is this cell's finding, not a crash
+                if side == "head":
+                    return Cell(label, strategy, "failed", error=f"head raised {err!r}")
+                return Cell(label, strategy, "n/a", error=f"base raised {err!r}")
+        if pair < WARMUP_PAIRS:
+            continue
+        for side, seconds in times.items():
+            samples[side].append(seconds)
+        spent += sum(times.values())
+        log_ratios.append(math.log(times["head"] / times["base"]))
+        n = len(log_ratios)
+        out_of_budget = n == MAX_PAIRS or spent > CELL_BUDGET_SECONDS
+        if n >= MIN_PAIRS and ((n - MIN_PAIRS) % BATCH_PAIRS == 0 or out_of_budget):
+            ratio, low, high = _interval(log_ratios)
+            verdict = _verdict(low, high)
+            decided = low > THRESHOLD or high < THRESHOLD
+            if decided or out_of_budget:
+                break
+    return Cell(label, strategy, verdict, ratio, low, high, len(log_ratios),
+                float(np.median(samples["base"])), float(np.median(samples["head"])))
+
+
+def _selected(regex: re.Pattern | None, label: str, strategy: str) -> bool:
+    return regex is None or any(regex.search(f"{name}('{label}', '{strategy}')")
+                                for name in JUDGED_BENCHMARKS)
+
+
+def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -> dict:
+    """Every selected cell of the suite's grid, paired; the JSON-ready result."""
+    device = torch.device(common.device())
+    if device.type == "cpu":
+        torch.set_num_threads(CPU_THREADS)
+    with tempfile.TemporaryDirectory(prefix="moe-paired-") as folder:
+        libs = {side: load_commit(commit, root, Path(folder), side)
+                for side, commit in (("base", base), ("head", head))}
+        strategies = list(dict.fromkeys([*libs["head"].STRATEGIES, *libs["base"].STRATEGIES]))
+        cells = [(label, strategy) for label in common.SHAPES for strategy in strategies
+                 if _selected(regex, label, strategy)]
+        rows = []
+        for i, (label, strategy) in enumerate(cells, 1):
+            cell = measure_cell(libs, label, strategy, device)
+            rows.append(asdict(cell))
+            print(f"[paired {i}/{len(cells)}] {label} {strategy}: {cell.verdict} "
+                  + (f"{cell.ratio:.3f} [{cell.ci_low:.3f}, {cell.ci_high:.3f}] n={cell.n_pairs}"
+                     if cell.ratio is not None else cell.error), file=sys.stderr, flush=True)
+    return {"base": base, "head": head, "threshold": THRESHOLD, "confidence": CONFIDENCE,
+            "device": str(device), "profile": common.profile(),
+            "threads": CPU_THREADS if device.type == "cpu" else None, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.paired", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("base", help="base commit (hash, branch or tag)")
+    parser.add_argument("head", help="head commit")
+    parser.add_argument("--bench", "-b", default=None,
+                        help="regex over the judged benchmarks' names with parameters, as asv's -b")
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON result here")
+    args = parser.parse_args(argv)
+    root = Path(__file__).resolve().parent.parent
+    commits = []
+    for given in (args.base, args.head):
+        found = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "-q", f"{given}^{{commit}}"],
+                               capture_output=True, text=True)
+        if found.returncode != 0:
+            parser.error(f"{given!r} is not a commit of {root}")
+        commits.append(found.stdout.strip())
+    try:
+        regex = re.compile(args.bench) if args.bench else None
+    except re.error as err:
+        parser.error(f"--bench {args.bench!r} is not a regular expression: {err}")
+    result = compare(root, *commits, regex)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    failing = [row for row in result["rows"] if row["verdict"] in ("regressed", "failed")]
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The paired A/B comparison: two commits' libraries side by side, the verdict rule, usage errors.
+
+The verdict logic is tested on given times (``_Clock.time`` replaced), not on the machine's
+clock: a unit test asserts the rule, the README's trials measure the detection.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
+
+from benchmarks import paired  # noqa: E402
+
+HEAD = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                      text=True, check=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("commits")
+    return {side: paired.load_commit(HEAD, ROOT, folder, side) for side in ("base", "head")}
+
+
+def test_two_copies_of_the_library_live_side_by_side(libs):
+    base, head = libs["base"], libs["head"]
+    assert base is not head and base.STRATEGIES is not head.STRATEGIES
+    assert base.convert.__module__ != "moe_convert.strategies"  # not the installed package
+    assert set(base.STRATEGIES) == set(head.STRATEGIES)
+
+
+def _fake_clock(monkeypatch, head_factor: float) -> None:
+    """Base calls take 10 ms, head calls 10 ms x ``head_factor``; the machine's load multiplies
+    both calls of a pair alike (up to 2x), and each call has its own +-3 % on top."""
+    load = [1.0, 1.6, 1.1, 2.0, 1.3]
+    own = [1.03, 0.97, 1.0, 0.98, 1.02, 1.01, 0.99]
+    calls = itertools.count()
+
+    def time(self, fn):
+        fn()  # the real call, so the strategy still runs
+        call = next(calls)
+        seconds = 0.01 * load[call // 2 % len(load)] * own[call % len(own)]
+        return seconds * (head_factor if _side[0] == "head" else 1.0)
+
+    monkeypatch.setattr(paired._Clock, "time", time)
+
+
+_side = [""]
+
+
+@pytest.fixture
+def track_side(monkeypatch, libs):
+    """Remember which library each timed call belongs to (the fake clock needs it)."""
+    for side, lib in libs.items():
+        original = lib.convert
+
+        def convert(*args, _side_name=side, _original=original, **kwargs):
+            _side[0] = _side_name
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(lib, "convert", convert)
+
+
+@pytest.mark.parametrize("factor, verdict", [(1.0, "same"), (1.3, "regressed"), (1.5, "regressed"),
+                                             (0.7, "improved")])
+def test_verdict_rule(monkeypatch, libs, track_side, factor, verdict):
+    monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
+    _fake_clock(monkeypatch, factor)
+    cell = paired.measure_cell(libs, "qwen3-30b-a3b/tp2", "strided_copy", paired.torch.device("cpu"))
+    assert cell.verdict == verdict
+    assert cell.ci_low <= cell.ratio <= cell.ci_high
+    assert cell.ratio == pytest.approx(factor, rel=0.05)
+    assert paired.MIN_PAIRS <= cell.n_pairs <= paired.MAX_PAIRS
+
+
+def test_a_head_that_raises_fails_its_cell(monkeypatch, libs):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(libs["head"].STRATEGIES, "strided_copy", broken)
+    cell = paired.measure_cell(libs, "qwen3-30b-a3b/tp2", "strided_copy", paired.torch.device("cpu"))
+    assert (cell.verdict, cell.ratio) == ("failed", None)
+    assert "head raised RuntimeError('boom')" in cell.error
+
+
+def test_a_strategy_missing_in_head_fails_and_one_new_in_head_is_not_judged(monkeypatch, libs):
+    monkeypatch.delitem(libs["head"].STRATEGIES, "batched")
+    cell = paired.measure_cell(libs, "qwen3-30b-a3b/tp2", "batched", paired.torch.device("cpu"))
+    assert cell.verdict == "failed" and "not registered in head" in cell.error
+    monkeypatch.setitem(libs["head"].STRATEGIES, "batched", libs["base"].STRATEGIES["batched"])
+    monkeypatch.delitem(libs["base"].STRATEGIES, "batched")
+    cell = paired.measure_cell(libs, "qwen3-30b-a3b/tp2", "batched", paired.torch.device("cpu"))
+    assert cell.verdict == "n/a" and "not registered in base" in cell.error
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["nosuchcommit", "HEAD"], "'nosuchcommit' is not a commit"),
+    (["HEAD", "HEAD", "-b", "("], "--bench '(' is not a regular expression"),
+])
+def test_usage_errors_exit_2_with_one_line(argv, message):
+    done = subprocess.run([sys.executable, "-m", "benchmarks.paired", *argv], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
