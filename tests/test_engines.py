@@ -121,6 +121,7 @@ def test_engines_command_lists_every_engine(capsys):
 
 
 def test_machine_records_the_engine_versions():
+    pytest.importorskip("asv", reason="moe_bench.machine needs asv (the bench extra)")
     from moe_bench.machine import machine_facts
 
     facts = machine_facts("cpu")
