@@ -27,7 +27,7 @@ import torch
 
 from .reference import AVAILABLE as FLASHINFER_AVAILABLE
 from .reference import flashinfer_reference, random_weights
-from .strategies import _blocks_alias, _swap_w13_to_w31, convert, register
+from .strategies import INPLACE, _blocks_alias, _swap_w13_to_w31, convert, register
 
 __all__ = ["CHECK_EXPERTS", "CHECK_HIDDEN", "CHECK_INTERMEDIATE", "ENGINES", "Engine", "EngineCheck",
            "check_engine"]
@@ -103,8 +103,10 @@ def _vllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tenso
     passes a fresh permute cache per layer; here the cache is kept per device, so a measured
     call finds the indices cached, as for every strategy.
 
-    In place: returns vLLM's 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged).
-    Peak transient (vLLM 0.33.0): ``max(S13 + 2 X13, S2)`` gated, ``max(S13, S2)`` not gated:
+    In place from vLLM 0.31.0 on: returns vLLM's 4-D bf16 views of the inputs' storages
+    (``data_ptr`` unchanged); 0.29.0 and 0.30.0 return new tensors (registered out of place
+    there). Checked against 0.29.0 to 0.33.0; older releases were not read. Peak transient
+    (vLLM 0.33.0): ``max(S13 + 2 X13, S2)`` gated, ``max(S13, S2)`` not gated:
     the one-expert scratch, and per expert the swap folded into a new index, ``(P + M/2) % M``
     (two int64 temporaries), where the ``inplace`` transcription reads a cached folded index.
 
@@ -150,9 +152,17 @@ def _sglang(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
     return _blocks_alias(w13), _blocks_alias(w2)
 
 
-for _engine, _adapter in ((VLLM, _vllm), (SGLANG, _sglang)):
-    if _engine.installed:
-        register(_engine.strategy, inplace=True)(_adapter)
+def _vllm_converts_in_place(version: str) -> bool:
+    """vLLM 0.31.0 made the converter in place (#54699); 0.29.0 and 0.30.0 return new tensors
+    (the #45589 form, transcribed as ``preallocated``). Both take w13 as ``[w1; w3]``."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return (major, minor) >= (0, 31)
+
+
+if VLLM.installed:
+    register(VLLM.strategy, inplace=_vllm_converts_in_place(VLLM.version))(_vllm)
+if SGLANG.installed:
+    register(SGLANG.strategy, inplace=True)(_sglang)
 
 
 #: The small layer each engine is checked on, gated and not: E = 4, H = 256, I = 128.
@@ -173,7 +183,8 @@ def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> Engin
     """Convert a small random layer with ``engine``'s adapter and compare with FlashInfer's helpers.
 
     Gated and non-gated, ``CHECK_*`` sizes, on clones of the same random weights as the
-    reference. ``identical`` is ``None`` where the engine is not installed and ``False`` where
+    reference; the result must also alias the input exactly when the adapter is registered in
+    place. ``identical`` is ``None`` where the engine is not installed and ``False`` where
     it is installed but disagrees, cannot run (flashinfer-python missing: both engines import
     it) or raises (the error is in ``detail``): an installed engine is never skipped.
     """
@@ -189,13 +200,17 @@ def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> Engin
                                  (CHECK_EXPERTS, CHECK_HIDDEN, CHECK_INTERMEDIATE), device=device)
         want = flashinfer_reference(w13, w2, gated=gated)
         try:
-            got = convert(w13.clone(), w2.clone(), strategy=engine.strategy, gated=gated)
+            in13, in2 = w13.clone(), w2.clone()
+            got = convert(in13, in2, strategy=engine.strategy, gated=gated)
         except Exception as error:  # reported, with the engine's own message, as a failed check
             return EngineCheck(engine, engine.version, False,
                                f"gated={gated}: {type(error).__name__}: {error}")
         same = [torch.equal(g.view(torch.uint8), w.view(torch.uint8)) for g, w in zip(got, want)]
-        results.append((gated, same))
+        aliased = got[0].data_ptr() == in13.data_ptr() and got[1].data_ptr() == in2.data_ptr()
+        results.append((gated, same, aliased == (engine.strategy in INPLACE)))
     detail = "; ".join(f"gated={gated}: w13 {'ok' if same[0] else 'MISMATCH'}, "
-                       f"w2 {'ok' if same[1] else 'MISMATCH'}" for gated, same in results)
-    identical = all(all(same) for _, same in results)
+                       f"w2 {'ok' if same[1] else 'MISMATCH'}"
+                       f"{'' if contract else ', in place or not AGAINST its registration'}"
+                       for gated, same, contract in results)
+    identical = all(all(same) and contract for _, same, contract in results)
     return EngineCheck(engine, engine.version, identical, f"{detail} (against FlashInfer's helpers)")

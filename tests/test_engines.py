@@ -10,6 +10,7 @@ skip there, saying why (docs/engines.md: how the vLLM adapter was tested against
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,7 +28,7 @@ def requires_engine(engine: Engine) -> pytest.MarkDecorator:
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.strategy)
 def test_adapter_registered_exactly_where_its_engine_is_installed(engine):
-    assert (engine.strategy in STRATEGIES) == (engine.strategy in INPLACE) == engine.installed
+    assert (engine.strategy in STRATEGIES) == engine.installed
     assert engine.transcription in STRATEGIES and engine.transcription != engine.strategy
     assert engine.version != "not installed" if engine.installed else engine.version == "not installed"
 
@@ -48,7 +49,8 @@ def test_adapter_calls_the_installed_function_and_matches_flashinfer(engine, gat
     in13, in2 = w13.clone(), w2.clone()
     got = convert(in13, in2, strategy=engine.strategy, gated=gated)
     assert calls == [name]  # the engine's own code ran, once
-    assert (got[0].data_ptr(), got[1].data_ptr()) == (in13.data_ptr(), in2.data_ptr())
+    aliased = (got[0].data_ptr(), got[1].data_ptr()) == (in13.data_ptr(), in2.data_ptr())
+    assert aliased == (engine.strategy in INPLACE)
     for g, w in zip(got, flashinfer_reference(w13, w2, gated=gated)):
         assert g.shape == w.shape and torch.equal(g.view(torch.uint8), w.view(torch.uint8))
 
@@ -68,6 +70,11 @@ def test_vllm_adapter_raises_when_vllm_does_not_import(monkeypatch):
     with pytest.raises(ImportError, match="xgrammar"):
         engines._vllm(w13, w2, True)
     assert torch.equal(w13.view(torch.uint8), before.view(torch.uint8))  # nothing converted
+
+
+def test_vllm_is_in_place_from_0_31_on():
+    assert [engines._vllm_converts_in_place(v) for v in ("0.29.0", "0.30.0", "0.31.0", "0.33.1.dev4+gabc", "1.0.0")] == [
+        False, False, True, True, True]
 
 
 def test_check_engine_of_an_absent_engine_says_so():
@@ -126,3 +133,16 @@ def test_machine_records_the_engine_versions():
 
     facts = machine_facts("cpu")
     assert (facts["vllm"], facts["sglang"]) == (VLLM.version, SGLANG.version)
+
+
+def test_vllm_asv_configuration_has_a_release_matrix_apart_from_the_nightly():
+    pytest.importorskip("asv", reason="asv is in the bench extra")
+    from asv.config import Config
+
+    root = Path(__file__).resolve().parents[1]
+    vllm, nightly = (Config.load(root / name) for name in ("asv.vllm.conf.json", "asv.conf.json"))
+    assert len(vllm.matrix["req"]["vllm"]) >= 2  # releases side by side
+    assert "torch" not in vllm.matrix["req"]  # each release brings its own pins
+    for key in ("env_dir", "results_dir", "html_dir"):
+        assert getattr(vllm, key) != getattr(nightly, key), key  # never mixed into the nightly history
+    assert vllm.benchmark_dir == nightly.benchmark_dir
