@@ -1,7 +1,7 @@
 """The engines' own converters as installed: strategies that call vLLM's and SGLang's functions.
 
 ``vllm`` calls vLLM's ``convert_moe_weights_to_flashinfer_trtllm_block_layout``;
-``sglang-installed`` calls SGLang's ``_maybe_apply_flashinfer_trtllm_bf16_block_layout``.
+``sglang-installed`` calls SGLang's ``_apply_trtllm_bf16_block_layout``.
 Each is registered only where its engine is installed (``importlib.util.find_spec``, as for
 ``flashinfer``) and imports the engine on its first call, so that importing ``moe_convert``
 (once per asv benchmark process) does not pay vLLM's 10-13 s import. An adapter never falls
@@ -84,7 +84,7 @@ SGLANG = Engine(
     strategy="sglang-installed",
     distribution="sglang",
     module="sglang.srt.layers.quantization.unquant",
-    function="UnquantizedFusedMoEMethod._maybe_apply_flashinfer_trtllm_bf16_block_layout",
+    function="UnquantizedFusedMoEMethod._apply_trtllm_bf16_block_layout",
     transcription="sglang",
 )
 #: Every engine with an adapter, installed here or not.
@@ -121,34 +121,32 @@ def _vllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tenso
 
 
 def _sglang(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """SGLang's ``UnquantizedFusedMoEMethod._maybe_apply_flashinfer_trtllm_bf16_block_layout``.
+    """SGLang's ``UnquantizedFusedMoEMethod._apply_trtllm_bf16_block_layout``, as installed.
 
-    SGLang's loader stores w13 as ``[w3; w1]``: a gated w13 is swapped in place first (one full
-    copy, the load step SGLang's loader does for free). The method object is made without its
-    ``__init__`` (which reads SGLang's server arguments); the converter reads only
-    ``use_flashinfer_trtllm_moe`` and its permute cache, and clears that cache on every call.
-    The layer is a module holding the two parameters (sharing the inputs' storage), the expert
-    count, the sizes and ``moe_runner_config.is_gated``.
+    Called for w13, then w2, as SGLang's ``_maybe_apply_flashinfer_trtllm_bf16_block_layout``
+    calls it; that wrapper also clears the permute cache on every call, so SGLang recomputes the
+    indices per layer: here the method's cache is kept per device instead, so a measured call
+    finds them, as for every strategy. SGLang's loader stores w13 as ``[w3; w1]``: a gated w13
+    is swapped in place first (one full copy, the load step SGLang's loader does for free). The
+    method object is made without its ``__init__`` (which reads SGLang's server arguments): the
+    conversion reads only its permute cache. The layer is a module holding the two parameters
+    (sharing the inputs' storage), the expert count and ``moe_runner_config.is_gated``.
 
     In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
     transient: ``max(T13, 3 max(S13, S2))`` gated (the swap copy, then the ``sglang``
-    transcription's), ``3 max(S13, S2)`` not gated, plus SGLang's index computation per call.
+    transcription's), ``3 max(S13, S2)`` not gated. Traffic: the ``sglang`` transcription's,
+    ``8 (T13 + T2) + E (X13 + X2)`` in ``8E`` launches, plus the swap gated (``4 T13`` in 2).
     """
     method_class, name = SGLANG.resolve()
     if gated:
         w13.copy_(_swap_w13_to_w31(w13))
     method = object.__new__(method_class)
-    method.use_flashinfer_trtllm_moe = True
-    method._cache_permute_indices = {}
+    method._cache_permute_indices = _PERMUTE_CACHES.setdefault((SGLANG.strategy, w13.device), {})
     layer = torch.nn.Module()
-    layer.w13_weight = torch.nn.Parameter(w13, requires_grad=False)
-    layer.w2_weight = torch.nn.Parameter(w2, requires_grad=False)
-    layer.num_local_experts, layer.hidden_size, layer.intermediate_size_per_partition = w2.shape
+    layer.num_local_experts = w13.shape[0]
     layer.moe_runner_config = SimpleNamespace(is_gated=gated)
-    getattr(method, name)(layer)
-    if tuple(layer.w13_weight.shape) == tuple(w13.shape):
-        raise RuntimeError(f"{SGLANG.module}.{SGLANG.function} left w13 unconverted "
-                           f"(shape {tuple(w13.shape)}): the adapter no longer matches SGLang")
+    for param_name, weight in (("w13_weight", w13), ("w2_weight", w2)):
+        getattr(method, name)(layer, torch.nn.Parameter(weight, requires_grad=False), param_name)
     return _blocks_alias(w13), _blocks_alias(w2)
 
 

@@ -35,6 +35,7 @@ PEAK_FORMULAS = {
     "trtllm": ("T13 + max(T13, 2*T2)", "T13 + max(T13, 2*T2)"),
     # the installed engines (moe_convert.engines), where installed
     "vllm": ("max(S13 + 2*X13, S2)", "max(S13, S2)"),
+    "sglang-installed": ("max(T13, 3*max(S13, S2))", "3*max(S13, S2)"),
 }
 
 # What the CPU allocator sees on top of the dispatch-level peak (profiler_memory's docstring):

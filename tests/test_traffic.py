@@ -26,6 +26,7 @@ TRAFFIC_FORMULAS = {
     "trtllm": ("6*(T13 + T2) + E*(X13 + X2)", "6*(T13 + T2) + E*(X13 + X2)"),
     # the installed engines (moe_convert.engines), where installed
     "vllm": ("4*(T13 + T2) + E*(5*X13 + X2)", "4*(T13 + T2) + E*(X13 + X2)"),
+    "sglang-installed": ("12*T13 + 8*T2 + E*(X13 + X2)", "8*(T13 + T2) + E*(X13 + X2)"),
 }
 LAUNCH_FORMULAS = {
     "legacy": ("6*E + 3", "6*E + 2"),
@@ -38,6 +39,7 @@ LAUNCH_FORMULAS = {
     "sglang": ("8*E", "8*E"),
     "trtllm": ("4*E + 2", "4*E + 2"),
     "vllm": ("6*E", "4*E"),
+    "sglang-installed": ("8*E + 2", "8*E"),
 }
 
 
