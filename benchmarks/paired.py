@@ -15,7 +15,9 @@ budget is spent, so quiet cells finish fast and noisy ones get more samples.
 
 What a call's time includes is what ``moe_convert.timing`` states: out-of-place outputs are
 allocated in the call and freed after the clock stops; in-place inputs are restored from a
-pristine copy before every call, outside the timed region. CUDA calls are timed with CUDA events.
+pristine copy before every call, outside the timed region. CUDA calls are timed with CUDA events
+(``moe_convert.timing.time_once``, the working tree's clock for both sides); CPU calls with
+``common.CPU_THREADS`` threads.
 
 Usage: ``python -m benchmarks.paired BASE HEAD [--bench REGEX] [--out FILE]``; writes the JSON
 that ``moe_bench.compare --paired`` reads. Exit 0 when no cell regressed or failed, 1 otherwise,
@@ -31,18 +33,18 @@ import json
 import math
 import random
 import re
+import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
-import numpy as np
 import torch
-from scipy import stats
+# the module, not its functions: asv would take a module-level ``time_once`` for a benchmark
+from moe_convert import timing
 
 from . import common
 
@@ -60,10 +62,6 @@ MIN_PAIRS, BATCH_PAIRS, MAX_PAIRS = 10, 10, 400
 CELL_BUDGET_SECONDS = 20.0
 #: Untimed pairs first: index caches, first touch of inputs and outputs.
 WARMUP_PAIRS = 2
-#: CPU threads per call. One: with two threads a busy neighbour on one of this machine's two
-#: cores stalled every parallel region (median 13.9 -> 24.0 ms, spread 1.19 -> 2.37); one thread
-#: kept its time within noise.
-CPU_THREADS = 1
 #: The asv figures this verdict decides (they measure the same call, unpaired).
 JUDGED_BENCHMARKS = (
     "bench_convert.TimeConvert.time_convert",
@@ -110,33 +108,13 @@ def load_commit(commit: str, root: Path, into: Path, side: str) -> ModuleType:
     return module
 
 
-class _Clock:
-    """Seconds of one call on ``device``: CUDA events on CUDA, ``perf_counter`` on CPU."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        if self.cuda:
-            self.start = torch.cuda.Event(enable_timing=True)
-            self.end = torch.cuda.Event(enable_timing=True)
-
-    def time(self, fn) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
-            self.start.record()
-            result = fn()
-            self.end.record()
-            self.end.synchronize()
-            del result
-            return self.start.elapsed_time(self.end) / 1e3
-        start = time.perf_counter()
-        result = fn()
-        seconds = time.perf_counter() - start
-        del result
-        return seconds
-
-
 def _interval(log_ratios: list[float]) -> tuple[float, float, float]:
     """(median, low, high) of head/base from per-pair log ratios; bootstrap of the median."""
+    # Imported here: asv imports every module of the suite in its benchmark environment, which
+    # has neither (this module only runs from scripts/compare, in the project's environment).
+    import numpy as np
+    from scipy import stats
+
     data = np.asarray(log_ratios)
     median = float(np.median(data))
     if np.ptp(data) == 0:  # identical samples: bootstrap has nothing to resample
@@ -180,7 +158,7 @@ def measure_cell(libs: dict[str, ModuleType], label: str, strategy: str,
             for dst, src in zip(inputs[side], pristine):
                 dst.copy_(src)
 
-    clock, order = _Clock(device), random.Random(seed)
+    order = random.Random(seed)
     samples: dict[str, list[float]] = {side: [] for side in libs}
     spent, log_ratios = 0.0, []
     verdict, ratio, low, high = "same", math.nan, math.nan, math.nan
@@ -189,7 +167,7 @@ def measure_cell(libs: dict[str, ModuleType], label: str, strategy: str,
         for side in order.sample(sorted(libs), k=len(libs)):
             restore(side)
             try:
-                times[side] = clock.time(lambda: call(side))
+                times[side], _ = timing.time_once(lambda: call(side), device)
             except Exception as err:  # a strategy that raises is this cell's finding, not a crash
                 if side == "head":
                     return Cell(label, strategy, "failed", error=f"head raised {err!r}")
@@ -209,7 +187,7 @@ def measure_cell(libs: dict[str, ModuleType], label: str, strategy: str,
             if decided or out_of_budget:
                 break
     return Cell(label, strategy, verdict, ratio, low, high, len(log_ratios),
-                float(np.median(samples["base"])), float(np.median(samples["head"])))
+                statistics.median(samples["base"]), statistics.median(samples["head"]))
 
 
 def _selected(regex: re.Pattern | None, label: str, strategy: str) -> bool:
@@ -219,9 +197,8 @@ def _selected(regex: re.Pattern | None, label: str, strategy: str) -> bool:
 
 def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -> dict:
     """Every selected cell of the suite's grid, paired; the JSON-ready result."""
-    device = torch.device(common.device())
-    if device.type == "cpu":
-        torch.set_num_threads(CPU_THREADS)
+    device = torch.device(common.device())  # on CPU, it also sets common.CPU_THREADS
+    noise_before = timing.calibration_copy(device=device, threads=common.CPU_THREADS).spread
     with tempfile.TemporaryDirectory(prefix="moe-paired-") as folder:
         libs = {side: load_commit(commit, root, Path(folder), side)
                 for side, commit in (("base", base), ("head", head))}
@@ -235,9 +212,13 @@ def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -
             print(f"[paired {i}/{len(cells)}] {label} {strategy}: {cell.verdict} "
                   + (f"{cell.ratio:.3f} [{cell.ci_low:.3f}, {cell.ci_high:.3f}] n={cell.n_pairs}"
                      if cell.ratio is not None else cell.error), file=sys.stderr, flush=True)
+    # The machine's noise around the run (slowest / fastest of 15 calibration copies).
+    noise = {"copy_spread_before": noise_before,
+             "copy_spread_after": timing.calibration_copy(device=device, threads=common.CPU_THREADS).spread}
     return {"base": base, "head": head, "threshold": THRESHOLD, "confidence": CONFIDENCE,
             "device": str(device), "profile": common.profile(),
-            "threads": CPU_THREADS if device.type == "cpu" else None, "rows": rows}
+            "threads": common.CPU_THREADS if device.type == "cpu" else None, "noise": noise,
+            "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:

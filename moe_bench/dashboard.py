@@ -31,6 +31,9 @@ import asv
 from asv.util import load_json
 from asv_tachyon import cli as tachyon_cli
 
+from .metrics import METRICS
+from .units import SCALES
+
 __all__ = ["OfflineError", "make_offline", "external_references", "serve", "main"]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -51,6 +54,17 @@ SIDECARS = {
     "regressions-ignore.json": [],
 }
 
+#: asv-tachyon's (0.5.8, pinned) formatting of a ``bytes`` value: decimal units (3.22GB for
+#: 3 GiB). ``make_offline`` replaces it with binary units built from ``units.SCALES``, so the
+#: dashboard prints what the CLI and the reports print (3.00GiB).
+TACHYON_BYTES = ('if(r==="bytes"){const f=[["B",1],["kB",1e3],["MB",1e6],["GB",1e9]];'
+                 'for(let p=0;p<f.length-1;p++)if(Math.abs(a)<f[p+1][1])return p===0?`${Math.round(a)}B`'
+                 ':(a/f[p][1]).toFixed(2)+f[p][0];return(a/1e9).toFixed(2)+"GB"}')
+#: The regressions view's initial "factor threshold" (it hides rows of ``regressions.json`` below
+#: 1.05x). ``regressions.json`` already holds what the metrics table calls a regression (an exact
+#: figure's single byte more included), so the view starts at 1: it shows every row.
+TACHYON_REGRESSIONS_FACTOR = "[de,De]=te.useState(1.05)"
+
 _URL = re.compile(r"https?://[^\s\"'`()<>]+")
 _PAGE_FILES = (".html", ".js", ".css")
 
@@ -65,16 +79,18 @@ def make_offline(html_dir) -> None:
     Installs asv-tachyon's page shell and assets (``index.html``, ``assets/``) and its licence
     (``assets/LICENSE.asv-tachyon.txt``), removes asv's own page files (the CDN-loading shell
     and its scripts, which nothing loads any more), writes the empty sidecar files the UI asks
-    for (``SIDECARS``, and ``samples/`` beside ``graphs/``), and marks every benchmark
-    ``less_is_better`` in ``index.json`` (asv's own regression detection treats a rise as worse
-    for every benchmark; asv-tachyon would otherwise colour a rise of a ``track_`` benchmark,
-    e.g. peak bytes, as an improvement). Idempotent.
+    for (``SIDECARS``, and ``samples/`` beside ``graphs/``), marks each benchmark's
+    ``less_is_better`` in ``index.json`` from the metrics table (``moe_bench.metrics``;
+    asv-tachyon would otherwise colour a rise of a ``track_`` benchmark, e.g. peak bytes, as an
+    improvement), makes the UI print bytes in binary units and its regressions view list every
+    published regression (``_patch_ui``). Idempotent.
 
     Raises
     ------
     OfflineError
-        If ``html_dir`` has no ``index.json`` (not published), or if a page file still
-        references an external host afterwards.
+        If ``html_dir`` has no ``index.json`` (not published), if it holds a benchmark the
+        metrics table does not know, if the UI's script is not the one ``_patch_ui`` expects
+        (another asv-tachyon), or if a page file still references an external host afterwards.
     """
     html_dir = Path(html_dir)
     index = html_dir / "index.json"
@@ -103,15 +119,49 @@ def make_offline(html_dir) -> None:
             samples.parent.mkdir(parents=True, exist_ok=True)
             samples.write_text("{}")
     published = json.loads(index.read_text())
-    for benchmark in published["benchmarks"].values():
-        benchmark.setdefault("less_is_better", True)
+    unknown = sorted(set(published["benchmarks"]) - set(METRICS))
+    if unknown:
+        raise OfflineError(f"{index}: benchmark(s) not in the metrics table (moe_bench/metrics.py): "
+                           + ", ".join(unknown))
+    for name, benchmark in published["benchmarks"].items():
+        benchmark["less_is_better"] = METRICS[name].lower_is_better is not False
     index.write_text(json.dumps(published))
+    _patch_ui(html_dir / "assets")
     remaining = external_references(html_dir)
     if remaining:
         raise OfflineError(
             f"{len(remaining)} external reference(s) remain in {html_dir}: "
             + "; ".join(remaining[:5])
         )
+
+
+def _patch_ui(assets: Path) -> None:
+    """Make asv-tachyon's script print bytes in binary units and list every published regression.
+
+    Replaces ``TACHYON_BYTES`` and ``TACHYON_REGRESSIONS_FACTOR``, each found exactly once in
+    the pinned asv-tachyon's script; another script (another version) is refused, not ignored.
+    """
+    steps = sorted(SCALES["bytes"])  # smallest first
+    table = ",".join(f'["{label}",{divisor:.0f}]' for divisor, label in steps)
+    patches = {
+        TACHYON_BYTES: (f'if(r==="bytes"){{const f=[{table}];for(let p=f.length-1;p>0;p--)'
+                        'if(Math.abs(a)>=f[p][1])return(a/f[p][1]).toFixed(2)+f[p][0];'
+                        'return`${Math.round(a)}B`}'),
+        TACHYON_REGRESSIONS_FACTOR: TACHYON_REGRESSIONS_FACTOR.replace("1.05", "1"),
+    }
+    texts = {path: path.read_text() for path in sorted(assets.glob("*.js"))}
+    for stock, ours in patches.items():
+        holders = [path for path, text in texts.items() if stock in text]
+        if len(holders) == 1 and texts[holders[0]].count(stock) == 1:
+            texts[holders[0]] = texts[holders[0]].replace(stock, ours)
+        elif holders or not any(ours in text for text in texts.values()):
+            raise OfflineError(
+                f"{assets}: asv-tachyon's script is not the one moe_bench.dashboard patches ({stock!r} "
+                f"found in {len(holders)} file(s), expected 1): reinstall asv-tachyon==0.5.8 or "
+                "update the TACHYON_ snippets there"
+            )
+    for path, text in texts.items():
+        path.write_text(text)
 
 
 def external_references(html_dir) -> list[str]:

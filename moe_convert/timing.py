@@ -25,7 +25,8 @@ from .memory import layer_weights, warm_strategy
 from .shapes import LayerShape
 from .strategies import INPLACE, convert
 
-__all__ = ["Roofline", "Timing", "cpu_threads", "measure_roofline", "time_call"]
+__all__ = ["Roofline", "Timing", "calibration_copy", "cpu_threads", "measure_roofline", "time_call",
+           "time_once"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,11 @@ class Timing:
             return 0.0
         q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
         return q3 - q1
+
+    @property
+    def spread(self) -> float:
+        """Slowest / fastest sample: 1.0 on an idle machine, 2 and more under contention."""
+        return max(self.samples) / min(self.samples)
 
 
 @contextlib.contextmanager
@@ -71,22 +77,26 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def time_once(fn: Callable[[], object], device: torch.device) -> tuple[float, int]:
+    """Seconds and minor page faults (0 on CUDA) of one ``fn()``, device work included.
 
-
-def _timed(fn: Callable[[], object], device: torch.device) -> tuple[float, int]:
-    """Seconds and minor page faults of one ``fn()``, device work included.
-
-    CUDA: synchronized before and after, so the host clock spans the queued kernels. The result
-    is released after the clock stops: freeing an output is not part of the call's time.
+    CUDA: CUDA events recorded around the call on the current stream, after a synchronize (so no
+    earlier work is counted), read once the end event completes: the kernels' own time, without
+    the host's launch latency after the last one. CPU: ``perf_counter``. The result is released
+    after the clock stops: freeing an output is not part of the call's time.
     """
-    _sync(device)
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(device)
+        start.record()
+        result = fn()
+        end.record()
+        end.synchronize()
+        del result
+        return start.elapsed_time(end) / 1e3, 0
     faults = _minor_faults()
     start = time.perf_counter()
     result = fn()
-    _sync(device)
     seconds = time.perf_counter() - start
     faults = _minor_faults() - faults
     del result
@@ -124,7 +134,7 @@ def time_call(
         for call in range(warmup + repeats):
             if setup is not None:
                 setup()
-            seconds, _ = _timed(fn, device)
+            seconds, _ = time_once(fn, device)
             if call >= warmup:
                 samples.append(seconds)
     return Timing(tuple(samples))
@@ -146,8 +156,13 @@ class Roofline:
 
     @property
     def copy_ratio(self) -> float:
-        """Median strategy time / median copy time: 1.0 is the physical limit of out of place."""
-        return self.strategy_time.median / self.copy_time.median
+        """Median over the calls of strategy time / the copy's just before it: 1.0 is the limit.
+
+        Paired call by call, so load that comes and goes within the measurement moves both
+        sides of a pair alike and cancels, where a ratio of the two medians would not pair them.
+        """
+        return statistics.median(strategy / copy for strategy, copy in
+                                 zip(self.strategy_time.samples, self.copy_time.samples))
 
     @property
     def gbps(self) -> float:
@@ -213,9 +228,9 @@ def measure_roofline(
     on_cpu = device.type == "cpu"
     with cpu_threads(threads) if on_cpu else contextlib.nullcontext() as used_threads:
         for call in range(warmup + repeats):
-            copy_seconds, _ = _timed(copy, device)
+            copy_seconds, _ = time_once(copy, device)
             restore()
-            strategy_seconds, strategy_faults = _timed(run, device)
+            strategy_seconds, strategy_faults = time_once(run, device)
             if call >= warmup:
                 copy_samples.append(copy_seconds)
                 strategy_samples.append(strategy_seconds)
@@ -231,3 +246,21 @@ def measure_roofline(
         minor_faults=round(statistics.median(faults)) if on_cpu else None,
         threads=used_threads,
     )
+
+
+#: Bytes of the calibration copy: far above CPU caches and GPU L2, far below any device's memory.
+CALIBRATION_BYTES = 64 * 2**20
+
+
+def calibration_copy(
+    *, device: torch.device | str, repeats: int = 15, threads: int | None = None
+) -> Timing:
+    """``repeats`` timed ``copy_`` calls of ``CALIBRATION_BYTES``: how noisy the machine is now.
+
+    Recorded beside every run (``Timing.spread``: slowest / fastest) so a reader of the history
+    can tell a noisy night from a regression: the same code's figures move with it.
+    """
+    device = torch.device(device)
+    src = torch.ones(CALIBRATION_BYTES, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return time_call(lambda: dst.copy_(src), device=device, repeats=repeats, threads=threads)

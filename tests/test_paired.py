@@ -1,6 +1,6 @@
 """The paired A/B comparison: two commits' libraries side by side, the verdict rule, usage errors.
 
-The verdict logic is tested on given times (``_Clock.time`` replaced), not on the machine's
+The verdict logic is tested on given times (``time_once`` replaced), not on the machine's
 clock: a unit test asserts the rule, the README's trials measure the detection.
 """
 
@@ -42,13 +42,13 @@ def _fake_clock(monkeypatch, head_factor: float) -> None:
     own = [1.03, 0.97, 1.0, 0.98, 1.02, 1.01, 0.99]
     calls = itertools.count()
 
-    def time(self, fn):
+    def time_once(fn, device):
         fn()  # the real call, so the strategy still runs
         call = next(calls)
         seconds = 0.01 * load[call // 2 % len(load)] * own[call % len(own)]
-        return seconds * (head_factor if _side[0] == "head" else 1.0)
+        return seconds * (head_factor if _side[0] == "head" else 1.0), 0
 
-    monkeypatch.setattr(paired._Clock, "time", time)
+    monkeypatch.setattr(paired.timing, "time_once", time_once)
 
 
 _side = [""]
@@ -97,6 +97,13 @@ def test_a_strategy_missing_in_head_fails_and_one_new_in_head_is_not_judged(monk
     monkeypatch.delitem(libs["base"].STRATEGIES, "batched")
     cell = paired.measure_cell(libs, "qwen3-30b-a3b/tp2", "batched", paired.torch.device("cpu"))
     assert cell.verdict == "n/a" and "not registered in base" in cell.error
+
+
+def test_asv_can_import_it_without_scipy():
+    # asv imports every module of benchmarks/ in its own environment: torch and the project only.
+    code = "import sys; sys.modules['scipy'] = None; import benchmarks.paired"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("argv, message", [

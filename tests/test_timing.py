@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from moe_convert import INPLACE, LayerShape
-from moe_convert.timing import Timing, cpu_threads, measure_roofline, time_call
+from moe_convert.timing import (
+    CALIBRATION_BYTES,
+    Roofline,
+    Timing,
+    calibration_copy,
+    cpu_threads,
+    measure_roofline,
+    time_call,
+)
 
 TINY = LayerShape("tiny", 1, 2, 256, 128, 3)
 
@@ -16,6 +24,22 @@ def test_timing_statistics():
     assert timing.median == 3.0
     assert timing.iqr == 2.0  # quartiles 2 and 4 (inclusive method)
     assert Timing((0.5,)).iqr == 0.0
+    assert timing.spread == 5.0
+
+
+def test_copy_ratio_pairs_each_call_with_its_copy():
+    # Load doubled both sides of the last two pairs (and the strategy of the third call alone):
+    # the per-pair ratios are mostly 2, while the ratio of the medians would read 4.
+    roofline = Roofline("s", "x/tp1", "cpu", 1, strategy_time=Timing((2.0, 2.0, 4.0, 4.0, 4.0)),
+                        copy_time=Timing((1.0, 1.0, 1.0, 2.0, 2.0)), bytes_moved=1,
+                        minor_faults=None)
+    assert roofline.copy_ratio == 2.0
+
+
+def test_calibration_copy_times_a_copy_of_its_size():
+    measured = calibration_copy(device="cpu", repeats=3, threads=1)
+    assert len(measured.samples) == 3 and measured.spread >= 1.0
+    assert CALIBRATION_BYTES == 64 * 2**20
 
 
 def test_time_call_on_a_trivial_function():
