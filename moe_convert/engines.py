@@ -6,12 +6,14 @@ Each is registered only where its engine is installed (``importlib.util.find_spe
 ``flashinfer``) and imports the engine on its first call, so that importing ``moe_convert``
 (once per asv benchmark process) does not pay vLLM's 10-13 s import. An adapter never falls
 back to a transcription: an engine that is installed but does not import raises ``ImportError``
-with the engine's own error. ``check_engine`` compares an adapter with FlashInfer's helpers on a small layer;
-``python -m moe_convert engines`` prints it for every engine.
+with the engine's own error. ``check_engine`` compares an adapter with FlashInfer's helpers on
+a small layer; ``python -m moe_convert engines`` prints it for every engine. docs/engines.md has
+the formulas, the engine releases read and how the adapters were tested against real installs.
 
 Both engines import FlashInfer inside the converted function: they need flashinfer-python too.
-The transcriptions of the same code, which need neither, are ``inplace`` (vLLM 0.33.0 is the
-in-place form of vLLM #54699) and ``sglang`` in ``moe_convert.strategies``.
+The transcriptions of the same code, which need neither, are ``inplace`` (vLLM 0.31.0 to 0.33.0:
+the in-place form of vLLM #54699; ``preallocated`` for 0.29.0 and 0.30.0) and ``sglang`` in
+``moe_convert.strategies``.
 """
 
 from __future__ import annotations
