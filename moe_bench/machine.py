@@ -3,7 +3,8 @@
 asv keys its results history by machine name (``results/<machine>/``) and copies every key of
 the machine's entry in ``~/.asv-machine.json`` into ``results/<machine>/machine.json``, the
 dashboard's filters and graph paths. This adds ``gpu``, ``gpus``, ``cuda``, ``driver``,
-``torch``, ``flashinfer`` and ``profile`` to what ``asv machine --yes`` records.
+``torch``, ``flashinfer``, ``vllm``, ``sglang`` and ``profile`` to what ``asv machine --yes``
+records: the engines' versions separate one engine release's history from the next.
 
 The name says what the machine is: ``cpu-2core-xeon``, ``gb200``, ``h200``; a profile other
 than the device's default (``full`` on CUDA, ``cpu`` elsewhere) is appended
@@ -51,7 +52,7 @@ def _driver() -> str:
 
 
 def machine_facts(profile: str) -> dict[str, str]:
-    """GPU, CUDA, driver, torch and FlashInfer versions of this machine, and ``profile``.
+    """GPU, CUDA, driver, torch, FlashInfer, vLLM and SGLang versions of this machine, and ``profile``.
 
     Versions are those of the Python running this (scripts/bench's ``.venv``; asv's benchmark
     environments install the same pins). Values are strings ("n/a" where there is no GPU).
@@ -67,6 +68,8 @@ def machine_facts(profile: str) -> dict[str, str]:
         "driver": _driver() if cuda else "n/a",
         "torch": torch.__version__,
         "flashinfer": _version("flashinfer-python"),
+        "vllm": _version("vllm"),
+        "sglang": _version("sglang"),
         "profile": profile,
     }
 

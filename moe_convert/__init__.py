@@ -5,6 +5,7 @@ gives byte-identical output. ``shapes`` holds the model-shape catalog.
 """
 
 from . import flashinfer_strategy  # registers "flashinfer" where FlashInfer is installed
+from . import engines  # registers "vllm", "sglang-installed" where the engines are installed
 from .checks import check_weights
 from .layout import unconvert
 from .shapes import CATALOG, LayerShape, ModelSpec, layer_shape, shape_from_hf_config, spec_from_hf_config

@@ -33,6 +33,7 @@ from .traffic import strategy_traffic
 from .wholemodel import WholeModelTime
 from .allocator import POOLS, MiB
 from .replay import ReplayResult, WeightsDoNotFit, replay_model
+from .engines import ENGINES, check_engine
 
 __all__ = ["UsageError", "main", "resolve_shape"]
 
@@ -469,6 +470,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_engines(args: argparse.Namespace) -> int:
+    failed = 0
+    for check in (check_engine(engine, device=args.device) for engine in ENGINES):
+        engine = check.engine
+        print(f"{engine.strategy:<17} {engine.distribution} {check.version}\n"
+              f"  calls {engine.module}.{engine.function} (transcribed as {engine.transcription!r})")
+        if check.identical is not None:
+            print(f"  {'byte-identical' if check.identical else 'DIFFERS or FAILED'}: {check.detail}")
+        failed += check.identical is False
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="python -m moe_convert", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -507,6 +520,11 @@ def main(argv: list[str] | None = None) -> int:
                         "(default); default: PyTorch's default pools, cached segments released on failure")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per strategy x max-split value per line")
+
+    p = _add_command(sub, "engines", cmd_engines,
+                     "the installed engines' converters: versions, the function each adapter calls, "
+                     "byte-identical to FlashInfer's helpers or not (exit 1 if not)")
+    p.add_argument("--device", type=_device("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
 
     args = parser.parse_args(argv)
     try:

@@ -31,6 +31,11 @@ PEAK_FORMULAS = {
     "batched": ("T13", "T13"),
     "strided_copy": ("T13 + T2", "T13 + T2"),
     "strided_inplace": ("max(S13, S2, 10 * MiB)", "max(S13, S2, 10 * MiB)"),
+    "sglang": ("3*max(S13, S2)", "3*max(S13, S2)"),  # two or more experts
+    "trtllm": ("T13 + max(T13, 2*T2)", "T13 + max(T13, 2*T2)"),
+    # the installed engines (moe_convert.engines), where installed
+    "vllm": ("max(S13 + 2*X13, S2)", "max(S13, S2)"),
+    "sglang-installed": ("max(T13, 3*max(S13, S2))", "3*max(S13, S2)"),
 }
 
 # What the CPU allocator sees on top of the dispatch-level peak (profiler_memory's docstring):
@@ -38,6 +43,7 @@ PEAK_FORMULAS = {
 ALLOCATOR_EXTRA = {
     "preallocated": ("S13 - X13", "S13"),
     "inplace": ("S13", "S13"),
+    "vllm": ("S13 - X13", "S13"),
 }
 
 SMALL = [

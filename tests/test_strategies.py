@@ -113,7 +113,9 @@ def test_anchor_and_own_strategies_registered():
     assert {"inplace", "batched"} <= INPLACE
     assert {"legacy", "preallocated"}.isdisjoint(INPLACE)
     assert INPLACE <= set(STRATEGIES)
-    own = set(STRATEGIES) - anchors - {"flashinfer"}
+    assert {"sglang"} <= INPLACE and "trtllm" in STRATEGIES and "trtllm" not in INPLACE
+    engines = {"sglang", "trtllm", "flashinfer", "vllm", "sglang-installed"}
+    own = set(STRATEGIES) - anchors - engines
     assert own & INPLACE and own - INPLACE, f"want our own in-place and out-of-place ones: {own}"
 
 

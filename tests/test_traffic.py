@@ -22,6 +22,11 @@ TRAFFIC_FORMULAS = {
     "batched": ("4*(T13 + T2) + X13 + X2", "4*(T13 + T2) + X13 + X2"),
     "strided_copy": ("2*(T13 + T2)", "2*(T13 + T2)"),
     "strided_inplace": ("4*(T13 + T2)", "4*(T13 + T2)"),
+    "sglang": ("8*(T13 + T2) + E*(X13 + X2)", "8*(T13 + T2) + E*(X13 + X2)"),
+    "trtllm": ("6*(T13 + T2) + E*(X13 + X2)", "6*(T13 + T2) + E*(X13 + X2)"),
+    # the installed engines (moe_convert.engines), where installed
+    "vllm": ("4*(T13 + T2) + E*(5*X13 + X2)", "4*(T13 + T2) + E*(X13 + X2)"),
+    "sglang-installed": ("12*T13 + 8*T2 + E*(X13 + X2)", "8*(T13 + T2) + E*(X13 + X2)"),
 }
 LAUNCH_FORMULAS = {
     "legacy": ("6*E + 3", "6*E + 2"),
@@ -31,6 +36,10 @@ LAUNCH_FORMULAS = {
     "batched": ("4", "4"),
     "strided_copy": ("3", "2"),
     "strided_inplace": ("5*E", "4*E"),
+    "sglang": ("8*E", "8*E"),
+    "trtllm": ("4*E + 2", "4*E + 2"),
+    "vllm": ("6*E", "4*E"),
+    "sglang-installed": ("8*E + 2", "8*E"),
 }
 
 
