@@ -3,7 +3,7 @@
 Each figure is judged by its rule in the metrics table (``moe_bench.metrics``): ``exact``
 figures (bytes, launches, traffic, experts, retries) fail on any change for the worse;
 ``paired`` (time-derived) figures are decided by the paired run when ``--paired`` is given
-(``moe_bench.paired``: base and head alternated in one process, a confidence interval on the
+(``benchmarks.paired``: base and head alternated in one process, a confidence interval on the
 head/base time ratio) and are then shown as ``info (decided by paired)``; without it they
 regress beyond ``metrics.NOISE_FACTOR``; ``info`` figures are never judged. The paired file's
 rows join the table as benchmark ``paired.time_ratio``.
@@ -40,8 +40,9 @@ VERDICT_COLUMNS = [
     "machine", "env", "benchmark", "shape", "strategy", "display", "value_base", "value_head",
     "ratio", "threshold", "status", "failing", "note",
 ]
-#: The paired file's verdicts and row keys (``moe_bench.paired`` writes them).
-PAIRED_VERDICTS = ("same", "regressed", "improved", "failed")
+#: The paired file's verdicts and row keys (``benchmarks.paired`` writes them).
+#: ``n/a``: nothing to compare (the strategy is new in head, or base raised); not failing.
+PAIRED_VERDICTS = ("same", "regressed", "improved", "failed", "n/a")
 _PAIRED_ROW = ("shape", "strategy", "ratio", "ci_low", "ci_high", "n_pairs", "base_seconds",
                "head_seconds", "verdict", "error")
 _KEYS = ["machine", "env", "benchmark", "shape", "strategy"]
@@ -125,13 +126,14 @@ def compare_commits(frame: pd.DataFrame, base: str, head: str,
 
 
 def load_paired(path: str | Path, base: str, head: str) -> tuple[float, pd.DataFrame]:
-    """The paired A/B file of ``moe_bench.paired``: ``(threshold, rows)`` in verdict-table form.
+    """The paired A/B file of ``benchmarks.paired``: ``(threshold, rows)`` in verdict-table form.
 
     ``base``/``head`` are the full hashes the asv results were resolved to; the file must be for
     the same two commits. Raises ``PairedError`` naming the file and the problem when it is
     missing, not JSON, not of the schema (``{"base", "head", "threshold", "rows": [{"shape",
     "strategy", "ratio", "ci_low", "ci_high", "n_pairs", "base_seconds", "head_seconds",
-    "verdict", "error"}, ...]}``), has no rows, or is for other commits.
+    "verdict", "error"}, ...]}``), or is for other commits. No rows is valid: the ``-b`` subset
+    held no timed benchmark, so there was no time to judge.
     """
     path = Path(path)
     try:
@@ -141,11 +143,12 @@ def load_paired(path: str | Path, base: str, head: str) -> tuple[float, pd.DataF
             if data[role] != commit:
                 raise PairedError(f"{path}: {role} is {str(data[role])[:12]!r}, the results' {role} "
                                   f"is {commit[:12]!r}: a paired file of other commits")
-        if not isinstance(rows, list) or not rows:
-            raise PairedError(f"{path}: 'rows' is empty or not a list: the paired run judged nothing")
-        table = pd.DataFrame([_paired_row(row, threshold) for row in rows])
+        if not isinstance(rows, list):
+            raise PairedError(f"{path}: 'rows' is not a list")
+        table = pd.DataFrame([_paired_row(row, threshold) for row in rows],
+                             columns=[c for c in VERDICT_COLUMNS if c != "failing"])
     except FileNotFoundError:
-        raise PairedError(f"{path}: no such paired file (moe_bench.paired writes it)") from None
+        raise PairedError(f"{path}: no such paired file (benchmarks.paired writes it)") from None
     except json.JSONDecodeError as err:
         raise PairedError(f"{path}: not JSON ({err})") from None
     except (KeyError, TypeError, ValueError) as err:
@@ -162,10 +165,11 @@ def _paired_row(row: dict, threshold: float) -> dict:
         raise ValueError(f"verdict {row['verdict']!r} is not one of {', '.join(PAIRED_VERDICTS)}")
     number = {key: math.nan if row[key] is None else float(row[key])
               for key in ("ratio", "ci_low", "ci_high", "base_seconds", "head_seconds")}
-    if row["verdict"] != "failed" and not all(math.isfinite(v) for v in number.values()):
+    measured = row["verdict"] not in ("failed", "n/a")
+    if measured and not all(math.isfinite(v) for v in number.values()):
         raise ValueError(f"row {row['shape']} {row['strategy']}: a verdict with non-finite figures")
-    note = (f"failed: {row['error']}" if row["verdict"] == "failed" else
-            f"CI [{number['ci_low']:.3f}, {number['ci_high']:.3f}], {row['n_pairs']} pairs")
+    note = (f"CI [{number['ci_low']:.3f}, {number['ci_high']:.3f}], {row['n_pairs']} pairs"
+            if measured else f"{row['verdict']}: {row['error']}")
     return {"machine": "", "env": "", "benchmark": PAIRED_TIME, "shape": row["shape"],
             "strategy": row["strategy"], "display": METRICS[PAIRED_TIME].display,
             "value_base": number["base_seconds"], "value_head": number["head_seconds"],
@@ -184,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("base")
     parser.add_argument("head")
     parser.add_argument("--paired", type=Path, default=None,
-                        help="the paired A/B result (moe_bench.paired): it decides time figures")
+                        help="the paired A/B result (benchmarks.paired): it decides time figures")
     parser.add_argument("--markdown", type=Path, default=None, help="write the PR comment here")
     args = parser.parse_args(argv)
     try:

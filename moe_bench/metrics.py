@@ -12,7 +12,7 @@ Gate rules:
 - ``exact``: deterministic (bytes, launches, experts, retries, traffic ratio): any change in the
   worse direction is a regression, everywhere (factor 1.0);
 - ``paired``: time-derived. The PR gate shows them but the paired A/B run
-  (``moe_bench.paired``) decides; where there is no paired run (the nightly history, the summary,
+  (``benchmarks.paired``) decides; where there is no paired run (the nightly history, the summary,
   the dashboard, ``compare`` without ``--paired``) a rise beyond ``NOISE_FACTOR`` regresses;
 - ``info``: recorded for the reader (e.g. how noisy the machine was), never judged.
 """
@@ -78,7 +78,7 @@ COPY_RATIO = "bench_convert.CopyRatio.track_copy_ratio"
 PEAK_BYTES = "bench_convert.PeakMemory.track_peak_transient_bytes"
 WHOLE_MODEL = "bench_convert.WholeModel.track_whole_model_seconds"
 TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
-#: The paired A/B result's row in the PR verdict (not an asv benchmark: ``moe_bench.paired``).
+#: The paired A/B result's row in the PR verdict (not an asv benchmark: ``benchmarks.paired``).
 PAIRED_TIME = "paired.time_ratio"
 
 _TABLE = [

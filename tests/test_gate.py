@@ -1,6 +1,6 @@
 """The PR gate (moe_bench.compare), the budgets gate (moe_bench.gate) and load_results, on
 fabricated asv result files (asv 0.6 format, read back through asv's own loader), and the
-paired A/B file (``fixtures/paired.json``, the schema of ``moe_bench.paired``'s output).
+paired A/B file (``fixtures/paired.json``, the schema of ``benchmarks.paired``'s output).
 
 Every former silent pass of issue 13 has a test here asserting the exit code and the message."""
 
@@ -208,13 +208,20 @@ def write_paired(tmp_path, **changes):
     return str(path)
 
 
+def paired_with(tmp_path, **fields):
+    """The fixture with top-level ``fields`` replaced as they are (``rows`` too)."""
+    path = tmp_path / "paired.json"
+    path.write_text(json.dumps({**json.loads(PAIRED.read_text()), **fields}))
+    return str(path)
+
+
 def test_compare_paired_rows_decide_time(tmp_path, capsys):
     # A 3x one-layer time in asv's run, but the paired run says "same": time is not failed.
     paired = write_paired(tmp_path)
     code, _ = run_compare(tmp_path, scaled(TIME, 3.0), capsys, args=["--paired", paired])
     assert code == 0
     text = comment(tmp_path)
-    assert text.startswith("## PR gate: passed") and "interval lies above 1.05" in text
+    assert text.startswith("## PR gate: passed") and "interval lies above 1.1" in text
     assert "info (decided by paired)" in table_row(text, "time_convert", "qwen3-30b-a3b/tp2",
                                                    "strided_copy")
     row = table_row(text, "paired.time_ratio", "qwen3-30b-a3b/tp2")
@@ -234,13 +241,27 @@ def test_compare_paired_regression_or_failure_fails(tmp_path, capsys, verdict, e
         assert "failed: head crashed" in text
 
 
+def test_compare_paired_without_rows_or_with_nothing_to_compare_passes(tmp_path, capsys):
+    # -b PeakMemory selects no timed benchmark: the paired run has no rows, nothing to judge.
+    code, _ = run_compare(tmp_path, GOOD, capsys, args=["--paired", write_paired(tmp_path, rows=[])])
+    assert code == 0
+    # A strategy new in head has no base to pair with: listed with its reason, not failing.
+    why = "strategy 'triton' is not registered in base"
+    paired = write_paired(tmp_path, rows=[{"verdict": "n/a", "error": why, "ratio": None,
+                                           "ci_low": None, "ci_high": None, "base_seconds": None,
+                                           "head_seconds": None}])
+    code, _ = run_compare(tmp_path, GOOD, capsys, args=["--paired", paired])
+    assert code == 0
+    assert comment(tmp_path).startswith("## PR gate: passed")
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda tmp: str(tmp / "absent.json"), "no such paired file"),
     (lambda tmp: (tmp / "p.json").write_text("{") and str(tmp / "p.json"), "not JSON"),
     (lambda tmp: write_paired(tmp, rows=[{"verdict": "maybe"}]), "verdict 'maybe' is not one of"),
     (lambda tmp: write_paired(tmp, rows=[{"ratio": None}]), "a verdict with non-finite figures"),
     (lambda tmp: write_paired(tmp, threshold=None), "not a paired file"),
-    (lambda tmp: write_paired(tmp, rows=[]), "the paired run judged nothing"),
+    (lambda tmp: paired_with(tmp, rows="none"), "'rows' is not a list"),
     (lambda tmp: write_paired(tmp, head="c" * 40), "a paired file of other commits"),
 ])
 def test_compare_bad_paired_file_is_an_error(tmp_path, capsys, make, message):
