@@ -54,16 +54,18 @@ SHAPES = (
 )
 
 #: Strategies registered only where they can run: ``flashinfer`` where its package is installed,
-#: ``triton`` and ``triton_inplace`` where Triton is and a GPU (or its interpreter) is there.
-#: They are always on the axis (n/a where absent), so a benchmark's parameter list, and with it
-#: the keys of its results history, is the same on every machine: a machine without FlashInfer
-#: shows ``flashinfer`` as n/a instead of silently changing the parameter grid that the nightly
-#: history is keyed by.
-OPTIONAL_STRATEGIES = ("flashinfer", "triton", "triton_inplace")
+#: ``triton`` and ``triton_inplace`` where Triton is and a GPU (or its interpreter) is there, the
+#: installed engines' adapters (``moe_convert.engines``) where the engines are. They are always
+#: on the axis (n/a where absent), so a benchmark's parameter list, and with it the keys of its
+#: results history, is the same on every machine: a machine without FlashInfer shows
+#: ``flashinfer`` as n/a instead of silently changing the parameter grid that the nightly history
+#: is keyed by.
+OPTIONAL_STRATEGIES = ("flashinfer", "triton", "triton_inplace", "vllm", "sglang-installed")
 
-#: Every strategy, in registry order, plus the optional ones not registered here.
-STRATEGY_AXIS = tuple(moe_convert.STRATEGIES) + tuple(
-    name for name in OPTIONAL_STRATEGIES if name not in moe_convert.STRATEGIES
+#: Every strategy, in registry order, then the optional ones (registered here or not), so the
+#: order too is the same on every machine.
+STRATEGY_AXIS = tuple(name for name in moe_convert.STRATEGIES if name not in OPTIONAL_STRATEGIES) + (
+    OPTIONAL_STRATEGIES
 )
 
 #: CPU threads of every timed call. One: with two threads, a busy neighbour on one of a 2-core

@@ -33,20 +33,18 @@ import json
 import math
 import random
 import re
+import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
-import numpy as np
 import torch
 # the module, not its functions: asv would take a module-level ``time_once`` for a benchmark
 from moe_convert import timing
-from scipy import stats
 
 from . import common
 
@@ -112,6 +110,11 @@ def load_commit(commit: str, root: Path, into: Path, side: str) -> ModuleType:
 
 def _interval(log_ratios: list[float]) -> tuple[float, float, float]:
     """(median, low, high) of head/base from per-pair log ratios; bootstrap of the median."""
+    # Imported here: asv imports every module of the suite in its benchmark environment, which
+    # has neither (this module only runs from scripts/compare, in the project's environment).
+    import numpy as np
+    from scipy import stats
+
     data = np.asarray(log_ratios)
     median = float(np.median(data))
     if np.ptp(data) == 0:  # identical samples: bootstrap has nothing to resample
@@ -184,7 +187,7 @@ def measure_cell(libs: dict[str, ModuleType], label: str, strategy: str,
             if decided or out_of_budget:
                 break
     return Cell(label, strategy, verdict, ratio, low, high, len(log_ratios),
-                float(np.median(samples["base"])), float(np.median(samples["head"])))
+                statistics.median(samples["base"]), statistics.median(samples["head"]))
 
 
 def _selected(regex: re.Pattern | None, label: str, strategy: str) -> bool:

@@ -1,48 +1,55 @@
-"""The PR gate's verdict: two commits' asv results compared with a factor per unit.
+"""The PR gate's verdict: two commits' asv results, and the paired A/B result, in one table.
 
-``asv continuous`` applies one factor to every benchmark. Here each unit has its own, chosen
-from this suite's measured noise (README, "PR comparison"):
+Each figure is judged by its rule in the metrics table (``moe_bench.metrics``): ``exact``
+figures (bytes, launches, traffic, experts, retries) fail on any change for the worse;
+``paired`` (time-derived) figures are decided by the paired run when ``--paired`` is given
+(``benchmarks.paired``: base and head alternated in one process, a confidence interval on the
+head/base time ratio) and are then shown as ``info (decided by paired)``; without it they
+regress beyond ``metrics.NOISE_FACTOR``; ``info`` figures are never judged. The paired file's
+rows join the table as benchmark ``paired.time_ratio``.
 
-- ``bytes``, ``experts``, ``retries``: deterministic, compared exactly (any increase fails);
-- ``ratio`` (strategy time / same-size copy in one process): the noise mostly cancels, so a
-  tight factor;
-- ``seconds`` (wall time): on the shared 2-core CPU one layer's time of the same code differed
-  by up to 3.9x between two runs, so a generous factor: it catches gross slowdowns only, the
-  copy ratio catches the rest.
+Statuses (``metrics.FAILING`` fail the gate): ``regressed``, ``changed`` (a figure without a
+direction changed), ``failed`` (in either commit, also a benchmark new in head), ``missing``
+(in base, absent from head), ``n/a in head`` (measured in base, skipped in head); passing:
+``same``, ``improved``, ``new``, ``n/a`` (skipped in both, or in base only: nothing to compare),
+``version changed`` (not comparable, as in asv), ``info``, ``info (decided by paired)``.
 
-Lower is better for every metric of this suite. A benchmark that failed in either commit fails
-the gate; one skipped (n/a) in both is never a regression; one whose ``version`` differs
-between the commits is reported, not compared (asv does the same).
-
-Usage: ``python -m moe_bench.compare RESULTS_DIR BASE HEAD [--markdown FILE]``; exit 0 when
-nothing regressed or failed, 1 otherwise, 2 on missing or corrupt results.
+Usage: ``python -m moe_bench.compare RESULTS_DIR BASE HEAD [--paired FILE] [--markdown FILE]``;
+exit 0 when nothing fails, 1 otherwise, 2 on missing or corrupt results or paired file.
+``moe_bench.report.comment_markdown`` renders the table as the PR comment.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from .metrics import FAILING, METRICS, PAIRED_TIME, judge
+from .report import comment_markdown
 from .results import ResultsError, load_results
 
-__all__ = ["FACTORS", "compare_commits", "gate_failed", "markdown_report", "main"]
+__all__ = ["PairedError", "VERDICT_COLUMNS", "compare_commits", "gate_failed", "load_paired", "main"]
 
-#: Allowed head/base ratio per unit before a result counts as a regression (README has why).
-FACTORS = {
-    "bytes": 1.0,
-    "experts": 1.0,
-    "retries": 1.0,
-    "ratio": 1.5,  # same code twice on the shared 2-core CPU: up to 1.36x apart
-    "seconds": 5.0,  # same code twice there: TimeConvert up to 3.9x apart, WholeModel 1.5x
-}
-#: Outcomes that fail the gate.
-FAILING = ("regressed", "failed", "missing")
-
+#: Columns of ``compare_commits``' table, in order.
+VERDICT_COLUMNS = [
+    "machine", "env", "benchmark", "shape", "strategy", "display", "value_base", "value_head",
+    "ratio", "threshold", "status", "failing", "note",
+]
+#: The paired file's verdicts and row keys (``benchmarks.paired`` writes them).
+#: ``n/a``: nothing to compare (the strategy is new in head, or base raised); not failing.
+PAIRED_VERDICTS = ("same", "regressed", "improved", "failed", "n/a")
+_PAIRED_ROW = ("shape", "strategy", "ratio", "ci_low", "ci_high", "n_pairs", "base_seconds",
+               "head_seconds", "verdict", "error")
 _KEYS = ["machine", "env", "benchmark", "shape", "strategy"]
+
+
+class PairedError(Exception):
+    """The paired A/B file is missing, corrupt, or for other commits; the message names it."""
 
 
 def _commit_rows(frame: pd.DataFrame, commit: str) -> pd.DataFrame:
@@ -54,74 +61,124 @@ def _commit_rows(frame: pd.DataFrame, commit: str) -> pd.DataFrame:
     return rows
 
 
-def _status(row: pd.Series) -> str:
-    if pd.isna(row["unit_head"]):
-        return "missing"
-    if pd.isna(row["unit_base"]):
-        return "new"
-    if row["failed_base"] or row["failed_head"]:
-        return "failed"
+def _status(row: pd.Series, paired: bool) -> tuple[str, str]:
+    """``(status, note)`` of one merged row of base and head."""
+    in_base, in_head = pd.notna(row["unit_base"]), pd.notna(row["unit_head"])
+    if not in_head:
+        return "missing", "in base, absent from head's results"
+    failed = [side for side in ("base", "head")
+              if pd.notna(row[f"failed_{side}"]) and bool(row[f"failed_{side}"])]
+    if failed:
+        return "failed", f"failed in {' and '.join(failed)}"
+    if not in_base:
+        return ("new", "") if not math.isnan(row["value_head"]) else ("n/a", "new in head, skipped")
     if row["version_base"] != row["version_head"]:
-        return "version changed"
+        return "version changed", f"version {row['version_base']} -> {row['version_head']}: not compared"
     base, head = row["value_base"], row["value_head"]
-    if math.isnan(base) or math.isnan(head):
-        return "n/a"
-    factor = FACTORS.get(row["unit_head"])
-    if factor is None:
-        raise ValueError(
-            f"{row['benchmark']}: unit {row['unit_head']!r} has no factor in FACTORS "
-            f"({', '.join(FACTORS)}); add one"
-        )
-    if head > base * factor:
-        return "regressed"
-    if head * factor < base:
-        return "improved"
-    return "same"
+    if math.isnan(head):
+        return ("n/a", "skipped in both") if math.isnan(base) else ("n/a in head", "measured in base, skipped in head")
+    if math.isnan(base):
+        return "n/a", "skipped in base: nothing to compare"
+    return judge(METRICS[row["benchmark"]], base, head, paired=paired), ""
 
 
-def compare_commits(frame: pd.DataFrame, base: str, head: str) -> pd.DataFrame:
-    """One row per benchmark and parameter set: base and head values, ratio, factor, status.
+def compare_commits(frame: pd.DataFrame, base: str, head: str,
+                    paired: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The PR verdict: one row per benchmark and parameter set, then the paired rows.
 
-    ``base``/``head`` are commit hashes or unique prefixes. Status is one of ``same``,
-    ``improved``, ``regressed``, ``failed``, ``missing`` (in base, not head), ``new``, ``n/a``
-    or ``version changed``. ``frame`` is ``load_results``'. Raises ``ResultsError`` when
-    either commit has no results.
+    Parameters
+    ----------
+    frame : ``load_results``' frame (its benchmarks are all in the metrics table).
+    base, head : commit hashes or unique prefixes present in ``frame``.
+    paired : ``load_paired``'s rows, or None: without them time-derived figures are judged by
+        ``metrics.NOISE_FACTOR``.
+
+    Returns
+    -------
+    DataFrame with ``VERDICT_COLUMNS``: ``display`` the unit to print values in, ``ratio``
+    head / base, ``threshold`` the allowed ratio (NaN where not judged by one), ``failing``
+    whether ``status`` fails the gate, ``note`` why a row is not compared (or the paired
+    interval). Failing rows first, then by benchmark and parameters.
+
+    Raises
+    ------
+    ResultsError
+        If either commit has no results, or a prefix is ambiguous.
     """
     old = _commit_rows(frame, base)
     new = _commit_rows(frame, head)
     cols = _KEYS + ["value", "unit", "failed", "version"]
     merged = old[cols].merge(new[cols], on=_KEYS, how="outer", suffixes=("_base", "_head"))
+    verdicts = [_status(row, paired is not None) for _, row in merged.iterrows()]
+    merged["status"] = [status for status, _ in verdicts]
+    merged["note"] = [note for _, note in verdicts]
+    merged["display"] = merged["benchmark"].map(lambda name: METRICS[name].display)
     merged["ratio"] = merged["value_head"] / merged["value_base"]
-    merged["factor"] = merged["unit_head"].map(FACTORS)
-    merged["status"] = merged.apply(_status, axis=1)
-    return merged
+    merged["threshold"] = [
+        math.nan if status.startswith("info") else (METRICS[name].factor or math.nan)
+        for name, status in zip(merged["benchmark"], merged["status"])
+    ]
+    table = merged if paired is None else pd.concat([merged, paired], ignore_index=True)
+    table["failing"] = table["status"].isin(FAILING)
+    table = table.sort_values(["failing", "benchmark", "shape", "strategy"],
+                              ascending=[False, True, True, True], kind="stable", na_position="first")
+    return table[VERDICT_COLUMNS].reset_index(drop=True)
+
+
+def load_paired(path: str | Path, base: str, head: str) -> tuple[float, pd.DataFrame]:
+    """The paired A/B file of ``benchmarks.paired``: ``(threshold, rows)`` in verdict-table form.
+
+    ``base``/``head`` are the full hashes the asv results were resolved to; the file must be for
+    the same two commits. Raises ``PairedError`` naming the file and the problem when it is
+    missing, not JSON, not of the schema (``{"base", "head", "threshold", "rows": [{"shape",
+    "strategy", "ratio", "ci_low", "ci_high", "n_pairs", "base_seconds", "head_seconds",
+    "verdict", "error"}, ...]}``), or is for other commits. No rows is valid: the ``-b`` subset
+    held no timed benchmark, so there was no time to judge.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+        threshold, rows = float(data["threshold"]), data["rows"]
+        for role, commit in (("base", base), ("head", head)):
+            if data[role] != commit:
+                raise PairedError(f"{path}: {role} is {str(data[role])[:12]!r}, the results' {role} "
+                                  f"is {commit[:12]!r}: a paired file of other commits")
+        if not isinstance(rows, list):
+            raise PairedError(f"{path}: 'rows' is not a list")
+        table = pd.DataFrame([_paired_row(row, threshold) for row in rows],
+                             columns=[c for c in VERDICT_COLUMNS if c != "failing"])
+    except FileNotFoundError:
+        raise PairedError(f"{path}: no such paired file (benchmarks.paired writes it)") from None
+    except json.JSONDecodeError as err:
+        raise PairedError(f"{path}: not JSON ({err})") from None
+    except (KeyError, TypeError, ValueError) as err:
+        raise PairedError(f"{path}: not a paired file ({type(err).__name__}: {err}); expected "
+                          "{\"base\", \"head\", \"threshold\", \"rows\": [...]}") from None
+    return threshold, table
+
+
+def _paired_row(row: dict, threshold: float) -> dict:
+    missing = [key for key in _PAIRED_ROW if key not in row]
+    if missing:
+        raise KeyError(f"row {row!r} lacks {', '.join(missing)}")
+    if row["verdict"] not in PAIRED_VERDICTS:
+        raise ValueError(f"verdict {row['verdict']!r} is not one of {', '.join(PAIRED_VERDICTS)}")
+    number = {key: math.nan if row[key] is None else float(row[key])
+              for key in ("ratio", "ci_low", "ci_high", "base_seconds", "head_seconds")}
+    measured = row["verdict"] not in ("failed", "n/a")
+    if measured and not all(math.isfinite(v) for v in number.values()):
+        raise ValueError(f"row {row['shape']} {row['strategy']}: a verdict with non-finite figures")
+    note = (f"CI [{number['ci_low']:.3f}, {number['ci_high']:.3f}], {row['n_pairs']} pairs"
+            if measured else f"{row['verdict']}: {row['error']}")
+    return {"machine": "", "env": "", "benchmark": PAIRED_TIME, "shape": row["shape"],
+            "strategy": row["strategy"], "display": METRICS[PAIRED_TIME].display,
+            "value_base": number["base_seconds"], "value_head": number["head_seconds"],
+            "ratio": number["ratio"], "threshold": threshold, "status": row["verdict"], "note": note}
 
 
 def gate_failed(table: pd.DataFrame) -> bool:
-    """Whether any row regressed, failed or went missing."""
-    return bool(table["status"].isin(FAILING).any())
-
-
-def markdown_report(frame: pd.DataFrame, table: pd.DataFrame, base: str, head: str) -> str:
-    """The PR comment: this gate's verdict, then every point of base against head.
-
-    The table is ``moe_bench.report.compare_markdown`` (the dashboards' own rendering, marking
-    with the same ``FACTORS``); ``frame`` is ``load_results``' frame, ``table`` is
-    ``compare_commits``' verdict.
-    """
-    from .report import compare_markdown  # report imports FACTORS from this module
-
-    failing = table[table["status"].isin(FAILING)]
-    counts = failing["status"].value_counts()
-    verdict = ("FAILED: " + ", ".join(f"{n} {status}" for status, n in counts.items())
-               if len(failing) else "passed")
-    rows = "".join(
-        f"- `{row.benchmark.split('.', 1)[1]}` {row.shape or ''} {row.strategy or ''}: "
-        f"{row.status} (head / base = {row.ratio:.3f}, factor {row.factor:g})\n"
-        for row in failing.fillna({"shape": "", "strategy": "", "ratio": math.nan,
-                                   "factor": math.nan}).itertuples()
-    )
-    return f"## PR gate: {verdict}\n\n{rows}\n" + compare_markdown(frame, base, head)
+    """Whether any row of ``compare_commits``' table fails the gate."""
+    return bool(table["failing"].any())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,15 +187,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results_dir")
     parser.add_argument("base")
     parser.add_argument("head")
+    parser.add_argument("--paired", type=Path, default=None,
+                        help="the paired A/B result (benchmarks.paired): it decides time figures")
     parser.add_argument("--markdown", type=Path, default=None, help="write the PR comment here")
     args = parser.parse_args(argv)
     try:
         frame = load_results(args.results_dir)
-        table = compare_commits(frame, args.base, args.head)
+        base = _commit_rows(frame, args.base)["commit"].iloc[0]
+        head = _commit_rows(frame, args.head)["commit"].iloc[0]
     except ResultsError as err:
         print(f"compare: error: {args.results_dir}: {err}", file=sys.stderr)
         return 2
-    report = markdown_report(frame, table, args.base, args.head)
+    threshold, paired = None, None
+    if args.paired is not None:
+        try:
+            threshold, paired = load_paired(args.paired, base, head)
+        except PairedError as err:
+            print(f"compare: error: {err}", file=sys.stderr)
+            return 2
+    table = compare_commits(frame, base, head, paired)
+    report = comment_markdown(table, base, head, paired_threshold=threshold)
     if args.markdown is not None:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(report)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import functools
 import http.server
 import io
@@ -30,6 +31,10 @@ from urllib.parse import urlsplit
 import asv
 from asv.util import load_json
 from asv_tachyon import cli as tachyon_cli
+
+from .argparsing import ArgumentParser
+from .metrics import METRICS
+from .units import SCALES
 
 __all__ = ["OfflineError", "make_offline", "external_references", "serve", "main"]
 
@@ -51,6 +56,17 @@ SIDECARS = {
     "regressions-ignore.json": [],
 }
 
+#: asv-tachyon's (0.5.8, pinned) formatting of a ``bytes`` value: decimal units (3.22GB for
+#: 3 GiB). ``make_offline`` replaces it with binary units built from ``units.SCALES``, so the
+#: dashboard prints what the CLI and the reports print (3.00GiB).
+TACHYON_BYTES = ('if(r==="bytes"){const f=[["B",1],["kB",1e3],["MB",1e6],["GB",1e9]];'
+                 'for(let p=0;p<f.length-1;p++)if(Math.abs(a)<f[p+1][1])return p===0?`${Math.round(a)}B`'
+                 ':(a/f[p][1]).toFixed(2)+f[p][0];return(a/1e9).toFixed(2)+"GB"}')
+#: The regressions view's initial "factor threshold" (it hides rows of ``regressions.json`` below
+#: 1.05x). ``regressions.json`` already holds what the metrics table calls a regression (an exact
+#: figure's single byte more included), so the view starts at 1: it shows every row.
+TACHYON_REGRESSIONS_FACTOR = "[de,De]=te.useState(1.05)"
+
 _URL = re.compile(r"https?://[^\s\"'`()<>]+")
 _PAGE_FILES = (".html", ".js", ".css")
 
@@ -65,16 +81,18 @@ def make_offline(html_dir) -> None:
     Installs asv-tachyon's page shell and assets (``index.html``, ``assets/``) and its licence
     (``assets/LICENSE.asv-tachyon.txt``), removes asv's own page files (the CDN-loading shell
     and its scripts, which nothing loads any more), writes the empty sidecar files the UI asks
-    for (``SIDECARS``, and ``samples/`` beside ``graphs/``), and marks every benchmark
-    ``less_is_better`` in ``index.json`` (asv's own regression detection treats a rise as worse
-    for every benchmark; asv-tachyon would otherwise colour a rise of a ``track_`` benchmark,
-    e.g. peak bytes, as an improvement). Idempotent.
+    for (``SIDECARS``, and ``samples/`` beside ``graphs/``), marks each benchmark's
+    ``less_is_better`` in ``index.json`` from the metrics table (``moe_bench.metrics``;
+    asv-tachyon would otherwise colour a rise of a ``track_`` benchmark, e.g. peak bytes, as an
+    improvement), makes the UI print bytes in binary units and its regressions view list every
+    published regression (``_patch_ui``). Idempotent.
 
     Raises
     ------
     OfflineError
-        If ``html_dir`` has no ``index.json`` (not published), or if a page file still
-        references an external host afterwards.
+        If ``html_dir`` has no ``index.json`` (not published), if it holds a benchmark the
+        metrics table does not know, if the UI's script is not the one ``_patch_ui`` expects
+        (another asv-tachyon), or if a page file still references an external host afterwards.
     """
     html_dir = Path(html_dir)
     index = html_dir / "index.json"
@@ -103,15 +121,49 @@ def make_offline(html_dir) -> None:
             samples.parent.mkdir(parents=True, exist_ok=True)
             samples.write_text("{}")
     published = json.loads(index.read_text())
-    for benchmark in published["benchmarks"].values():
-        benchmark.setdefault("less_is_better", True)
+    unknown = sorted(set(published["benchmarks"]) - set(METRICS))
+    if unknown:
+        raise OfflineError(f"{index}: benchmark(s) not in the metrics table (moe_bench/metrics.py): "
+                           + ", ".join(unknown))
+    for name, benchmark in published["benchmarks"].items():
+        benchmark["less_is_better"] = METRICS[name].lower_is_better is not False
     index.write_text(json.dumps(published))
+    _patch_ui(html_dir / "assets")
     remaining = external_references(html_dir)
     if remaining:
         raise OfflineError(
             f"{len(remaining)} external reference(s) remain in {html_dir}: "
             + "; ".join(remaining[:5])
         )
+
+
+def _patch_ui(assets: Path) -> None:
+    """Make asv-tachyon's script print bytes in binary units and list every published regression.
+
+    Replaces ``TACHYON_BYTES`` and ``TACHYON_REGRESSIONS_FACTOR``, each found exactly once in
+    the pinned asv-tachyon's script; another script (another version) is refused, not ignored.
+    """
+    steps = sorted(SCALES["bytes"])  # smallest first
+    table = ",".join(f'["{label}",{divisor:.0f}]' for divisor, label in steps)
+    patches = {
+        TACHYON_BYTES: (f'if(r==="bytes"){{const f=[{table}];for(let p=f.length-1;p>0;p--)'
+                        'if(Math.abs(a)>=f[p][1])return(a/f[p][1]).toFixed(2)+f[p][0];'
+                        'return`${Math.round(a)}B`}'),
+        TACHYON_REGRESSIONS_FACTOR: TACHYON_REGRESSIONS_FACTOR.replace("1.05", "1"),
+    }
+    texts = {path: path.read_text() for path in sorted(assets.glob("*.js"))}
+    for stock, ours in patches.items():
+        holders = [path for path, text in texts.items() if stock in text]
+        if len(holders) == 1 and texts[holders[0]].count(stock) == 1:
+            texts[holders[0]] = texts[holders[0]].replace(stock, ours)
+        elif holders or not any(ours in text for text in texts.values()):
+            raise OfflineError(
+                f"{assets}: asv-tachyon's script is not the one moe_bench.dashboard patches ({stock!r} "
+                f"found in {len(holders)} file(s), expected 1): reinstall asv-tachyon==0.5.8 or "
+                "update the TACHYON_ snippets there"
+            )
+    for path, text in texts.items():
+        path.write_text(text)
 
 
 def external_references(html_dir) -> list[str]:
@@ -185,23 +237,45 @@ def _configured_html_dir(config: Path) -> Path:
     return config.parent / conf.get("html_dir", "html")
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port: give 0 (a free one) to 65535")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m moe_bench.dashboard", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m moe_bench.dashboard", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     offline = sub.add_parser("offline", help="make a published html_dir work without internet")
     offline.add_argument("html_dir", type=Path)
     preview = sub.add_parser("serve", help="make offline, then serve on 127.0.0.1 until Ctrl-C")
     preview.add_argument("html_dir", type=Path, nargs="?", help="default: html_dir of --config")
     preview.add_argument("--config", type=Path, default=Path("asv.conf.json"))
-    preview.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    preview.add_argument("--port", type=_port, default=8080, help="0 picks a free port")
     args = parser.parse_args(argv)
+    command = sub.choices[args.command]
+    html_dir = args.html_dir
+    if html_dir is None:
+        try:
+            html_dir = _configured_html_dir(args.config)
+        except FileNotFoundError:
+            command.error(f"argument --config: no such file: {str(args.config)!r} (run from the "
+                          "repository root, or give --config PATH or the html_dir)")
+        except ValueError as error:  # asv's JSON reader
+            command.error(f"argument --config: {str(args.config)!r} is not valid JSON: {error}")
+    try:
+        make_offline(html_dir)  # serve: again if `asv publish` ran since (it rewrites the page)
+    except OfflineError as error:
+        command.error(str(error))
     if args.command == "offline":
-        make_offline(args.html_dir)
-        print(f"dashboard in {args.html_dir} works offline")
+        print(f"dashboard in {html_dir} works offline")
         return
-    html_dir = args.html_dir or _configured_html_dir(args.config)
-    make_offline(html_dir)  # again if `asv publish` ran since: publish rewrites the CDN page
-    server, url = serve(html_dir, args.port)
+    try:
+        server, url = serve(html_dir, args.port)
+    except OSError as error:
+        if error.errno not in (errno.EADDRINUSE, errno.EACCES):
+            raise
+        command.error(f"argument --port: cannot serve on 127.0.0.1:{args.port}: {error.strerror}")
     print(f"dashboard of {html_dir} at {url}  (Ctrl-C stops)", flush=True)
     try:
         threading.Event().wait()

@@ -1,10 +1,13 @@
 """Budgets: limits checked into the repository (``budgets.json``), checked against asv results.
 
-A budget names a benchmark, a shape, optionally a strategy and a machine, and a ``max`` (lower
-is better: seconds, bytes) or a ``min`` (higher is better). Each is checked against the latest
-commit of every machine it applies to (or ``--commit``). Exit status of ``main``: 0 when every
-budget checked is met, 1 when any is over (with a table), 2 when results are missing, corrupt or
-failed, or when no budget could be checked at all: never a pass on nothing.
+A budget names a benchmark of the metrics table (``moe_bench.metrics``), a shape, optionally a
+strategy and a machine, and a ``max`` (lower is better: seconds, bytes) or a ``min`` (higher is
+better). Each is checked against the latest commit of every machine it applies to (or
+``--commit``). Exit status of ``main``: 0 when every budget checked is met, 1 when any is over
+(with a table), 2 when the budgets file is malformed, when results are missing, corrupt or hold
+a figure the metrics table does not know, when a budgeted figure is failed, absent or n/a, when
+any benchmark (budgeted or not) failed in the commit checked, or when no budget could be checked
+at all: never a pass on nothing.
 
 Usage: ``python -m moe_bench.gate [--results results] [--budgets budgets.json]
 [--machine NAME] [--commit HASH]``.
@@ -21,7 +24,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from .metrics import METRICS
 from .results import ResultsError, load_results
+from .units import human
 
 __all__ = ["Budget", "BudgetError", "Verdict", "check_budgets", "load_budgets", "main"]
 
@@ -54,33 +59,55 @@ class Verdict:
     commit: str | None
     strategy: str | None
     value: float
-    status: str  # "ok", "over", "failed" or "missing"
+    status: str  # "ok", "over", or an error: "failed", "missing", "n/a"
+
+
+#: Verdicts that are errors (exit 2), not a figure over budget (exit 1).
+ERRORS = ("failed", "missing", "n/a")
 
 
 def load_budgets(path: str | Path) -> list[Budget]:
-    """Read ``path``: ``{"budgets": [{"benchmark", "shape", "max"|"min", ...}, ...]}``."""
+    """Read ``path``: ``{"budgets": [{"benchmark", "shape", "max"|"min", ...}, ...]}``.
+
+    Raises ``BudgetError`` (one line naming the file and the entry) for anything else: an entry
+    that is not an object, a benchmark not in the metrics table, a limit that is not a finite
+    number, a missing or doubled direction.
+    """
     path = Path(path)
     try:
         entries = json.loads(path.read_text())["budgets"]
     except FileNotFoundError:
         raise BudgetError(f"{path}: no budgets file") from None
     except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise BudgetError(f"{path}: not a budgets file ({err}); expected {{\"budgets\": [...]}}")
-    budgets = []
-    for i, entry in enumerate(entries):
-        directions = [d for d in DIRECTIONS if d in entry]
-        if len(directions) != 1 or "benchmark" not in entry or "shape" not in entry:
-            raise BudgetError(
-                f"{path}: budget #{i} {entry!r} needs 'benchmark', 'shape' and exactly one of "
-                f"{' or '.join(DIRECTIONS)}"
-            )
-        direction = directions[0]
-        budgets.append(Budget(entry["benchmark"], entry["shape"], entry.get("strategy"),
-                              entry.get("machine"), direction, float(entry[direction]),
-                              entry.get("why", "")))
+        raise BudgetError(f"{path}: not a budgets file ({err}); expected {{\"budgets\": [...]}}") from None
+    if not isinstance(entries, list):
+        raise BudgetError(f"{path}: 'budgets' is {type(entries).__name__}, expected a list of objects")
+    budgets = [_budget(path, i, entry) for i, entry in enumerate(entries)]
     if not budgets:
         raise BudgetError(f"{path}: no budgets in the file")
     return budgets
+
+
+def _budget(path: Path, i: int, entry) -> Budget:
+    where = f"{path}: budget #{i}"
+    if not isinstance(entry, dict):
+        raise BudgetError(f"{where} is {entry!r}, expected an object {{\"benchmark\", \"shape\", \"max\"|\"min\"}}")
+    directions = [d for d in DIRECTIONS if d in entry]
+    if len(directions) != 1 or "benchmark" not in entry or "shape" not in entry:
+        raise BudgetError(
+            f"{where} {entry!r} needs 'benchmark', 'shape' and exactly one of "
+            f"{' or '.join(DIRECTIONS)}"
+        )
+    direction = directions[0]
+    limit = entry[direction]
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit):
+        raise BudgetError(f"{where} ({entry['benchmark']}): {direction} is {limit!r}, expected a finite number")
+    if entry["benchmark"] not in METRICS:
+        raise BudgetError(
+            f"{where}: benchmark {entry['benchmark']!r} is not in the metrics table (moe_bench/metrics.py)"
+        )
+    return Budget(entry["benchmark"], entry["shape"], entry.get("strategy"), entry.get("machine"),
+                  direction, float(limit), entry.get("why", ""))
 
 
 def _latest(frame: pd.DataFrame, commit: str | None) -> pd.DataFrame:
@@ -96,9 +123,9 @@ def check_budgets(frame: pd.DataFrame, budgets: list[Budget], *,
     """Check each budget on each machine of ``frame`` it applies to.
 
     A budget for a machine not in ``frame`` is not checked (another machine's nightly checks
-    it); on a machine that is, a result that is absent is ``missing`` and one whose benchmark
-    failed is ``failed``: both fail the gate like ``over``. Skipped (n/a) results are not
-    checked.
+    it); on a machine that is, a result that is absent is ``missing``, one whose benchmark
+    failed is ``failed`` and one skipped or NaN is ``n/a``: each an error (``ERRORS``), since a
+    budget that names a machine, or none, says the figure must be measured there.
     """
     rows = _latest(frame, commit)
     verdicts = []
@@ -117,7 +144,7 @@ def check_budgets(frame: pd.DataFrame, budgets: list[Budget], *,
                 if row.failed:
                     status = "failed"
                 elif math.isnan(row.value):
-                    continue  # n/a here (e.g. a CUDA figure on a CPU machine)
+                    status = "n/a"
                 elif budget.direction == "max":
                     status = "ok" if row.value <= budget.limit else "over"
                 else:
@@ -127,11 +154,14 @@ def check_budgets(frame: pd.DataFrame, budgets: list[Budget], *,
     return verdicts
 
 
-def _number(value: float) -> str:
-    """Exact integers (bytes) with separators; other values to 4 significant digits."""
+def _number(value: float, benchmark: str) -> str:
+    """Exact integers (bytes) with separators, and bytes also in binary units; others to 4 digits."""
     if math.isnan(value):
         return "n/a"
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:.4g}"
+    if not float(value).is_integer():
+        return f"{value:.4g}"
+    display = METRICS[benchmark].display
+    return f"{value:,.0f}" + (f" ({human(value, display)})" if display == "bytes" else "")
 
 
 def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
@@ -143,11 +173,11 @@ def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
         "benchmark": v.budget.benchmark.rsplit(".", 1)[-1],
         "shape": v.budget.shape,
         "strategy": v.strategy or "",
-        "value": _number(v.value),
-        "budget": f"{v.budget.direction} {_number(v.budget.limit)}",
+        "value": _number(v.value, v.budget.benchmark),
+        "budget": f"{v.budget.direction} {_number(v.budget.limit, v.budget.benchmark)}",
         "use": f"{v.value / v.budget.limit:.2f}" if v.value == v.value else "",
     } for v in verdicts])
-    order = {"failed": 0, "missing": 1, "over": 2, "ok": 3}
+    order = {"failed": 0, "missing": 1, "n/a": 2, "over": 3, "ok": 4}
     return table.sort_values("status", key=lambda s: s.map(order), kind="stable")
 
 
@@ -175,16 +205,24 @@ def main(argv: list[str] | None = None) -> int:
     bad = table[table["status"] != "ok"]
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print((bad if len(bad) else table).to_string(index=False))
-    if bad["status"].isin(("failed", "missing")).any():
-        print(f"gate: error: {bad['status'].isin(('failed', 'missing')).sum()} results failed "
-              "or missing (see table)", file=sys.stderr)
+    errors = bad["status"].isin(ERRORS)
+    if errors.any():
+        print(f"gate: error: {errors.sum()} budgeted results failed, missing or n/a (see table)",
+              file=sys.stderr)
+        return 2
+    failed = _latest(frame, args.commit).query("failed")
+    if len(failed):
+        names = sorted({f"{r.benchmark} {r.shape or ''} {r.strategy or ''} on {r.machine} at "
+                        f"{r.commit[:8]}".replace("  ", " ") for r in failed.itertuples()})
+        print(f"gate: error: {len(failed)} benchmark(s) failed in the results checked: "
+              + "; ".join(names[:5]) + ("; ..." if len(names) > 5 else "")
+              + " (see the asv log)", file=sys.stderr)
         return 2
     if len(bad):
         print(f"gate: {len(bad)} over budget", file=sys.stderr)
         return 1
     print(f"gate: all {len(table)} checked results within budget")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

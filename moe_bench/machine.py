@@ -3,7 +3,8 @@
 asv keys its results history by machine name (``results/<machine>/``) and copies every key of
 the machine's entry in ``~/.asv-machine.json`` into ``results/<machine>/machine.json``, the
 dashboard's filters and graph paths. This adds ``gpu``, ``gpus``, ``cuda``, ``driver``,
-``torch``, ``flashinfer`` and ``profile`` to what ``asv machine --yes`` records.
+``torch``, ``flashinfer``, ``vllm``, ``sglang`` and ``profile`` to what ``asv machine --yes``
+records: the engines' versions separate one engine release's history from the next.
 
 The name says what the machine is: ``cpu-2core-xeon``, ``gb200``, ``h200``; a profile other
 than the device's default (``full`` on CUDA, ``cpu`` elsewhere) is appended
@@ -22,6 +23,8 @@ import subprocess
 
 import torch
 from asv.machine import Machine, MachineCollection
+
+from .argparsing import ArgumentParser
 
 __all__ = ["default_profile", "machine_facts", "machine_name", "record_machine"]
 
@@ -49,7 +52,7 @@ def _driver() -> str:
 
 
 def machine_facts(profile: str) -> dict[str, str]:
-    """GPU, CUDA, driver, torch and FlashInfer versions of this machine, and ``profile``.
+    """GPU, CUDA, driver, torch, FlashInfer, vLLM and SGLang versions of this machine, and ``profile``.
 
     Versions are those of the Python running this (scripts/bench's ``.venv``; asv's benchmark
     environments install the same pins). Values are strings ("n/a" where there is no GPU).
@@ -65,6 +68,8 @@ def machine_facts(profile: str) -> dict[str, str]:
         "driver": _driver() if cuda else "n/a",
         "torch": torch.__version__,
         "flashinfer": _version("flashinfer-python"),
+        "vllm": _version("vllm"),
+        "sglang": _version("sglang"),
         "profile": profile,
     }
 
@@ -99,12 +104,21 @@ def record_machine(profile: str, name: str | None = None) -> str:
     return info["machine"]
 
 
+def _name(text: str) -> str:
+    """A machine name: asv makes it a folder, ``results/<name>/``."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a machine name is a folder name of letters, digits, '.', '_' and '-', "
+            "not starting with '.', '_' or '-' (e.g. h200, cpu-2core-xeon)")
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m moe_bench.machine", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="python -m moe_bench.machine", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=PROFILES, default=None,
                         help="the benchmark profile this machine runs (default: by device)")
-    parser.add_argument("--name", default=None, help="machine name (default: derived)")
+    parser.add_argument("--name", type=_name, default=None, help="machine name (default: derived)")
     args = parser.parse_args(argv)
     print(record_machine(args.profile or default_profile(), args.name))
 

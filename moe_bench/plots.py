@@ -21,13 +21,10 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .metrics import METRICS, PEAK_BYTES, TIME
 from .units import scale
 
-__all__ = ["TIME", "PEAK_BYTES", "write_plots"]
-
-#: The benchmarks plotted: one layer's conversion time, and its exact peak transient bytes.
-TIME = "bench_convert.TimeConvert.time_convert"
-PEAK_BYTES = "bench_convert.PeakMemory.track_peak_transient_bytes"
+__all__ = ["write_plots"]
 
 _PANEL = (4.8, 3.6)  # inches per panel
 _COLUMNS = 3  # panels per row in the per-shape grids
@@ -71,9 +68,9 @@ def _shape_bars(machine: str, shape: str, points: pd.DataFrame, colours: dict) -
     commit = points["commit"].iloc[0][:8]
     figure = Figure(figsize=(2 * _PANEL[0], _PANEL[1]), layout="constrained")
     figure.suptitle(f"{shape} on {machine} at {commit}")
-    for axes, benchmark, unit, what in zip(
-            figure.subplots(1, 2), (TIME, PEAK_BYTES), ("seconds", "bytes"),
-            ("time of one layer", "peak transient memory")):
+    for axes, benchmark, what in zip(figure.subplots(1, 2), (TIME, PEAK_BYTES),
+                                     ("time of one layer", "peak transient memory")):
+        unit = METRICS[benchmark].display
         values = _values(points, benchmark).reindex(list(colours))
         divisor, label = scale(values.max(), unit)
         heights = (values / divisor).fillna(0.0)
@@ -95,8 +92,8 @@ def _time_vs_memory(machine: str, latest: pd.DataFrame, colours: dict) -> Figure
         if both.empty:
             axes.set_title(f"{shape}: no result")
             continue
-        t_div, t_label = scale(both["time"].max(), "seconds")
-        m_div, m_label = scale(both["peak"].max(), "bytes")
+        t_div, t_label = scale(both["time"].max(), METRICS[TIME].display)
+        m_div, m_label = scale(both["peak"].max(), METRICS[PEAK_BYTES].display)
         for strategy, (time, peak) in both.iterrows():
             marker = _MARKERS[list(colours).index(strategy) % len(_MARKERS)]
             axes.scatter(peak / m_div, time / t_div, label=strategy, s=60, alpha=0.8,
@@ -120,7 +117,7 @@ def _history(machine: str, history: pd.DataFrame, colours: dict) -> Figure:
     shapes = list(history["shape"].dropna().unique())
     figure, panels = _grid(len(shapes))
     figure.suptitle(f"time of one layer over commits on {machine}")
-    divisor, label = scale(history["value"].max(), "seconds")
+    divisor, label = scale(history["value"].max(), METRICS[TIME].display)
     for axes, shape in zip(panels, shapes):
         for strategy, series in history[history["shape"] == shape].groupby("strategy", sort=False):
             series = series.dropna(subset=["value"]).sort_values("date")

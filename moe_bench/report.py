@@ -1,11 +1,14 @@
-"""Markdown reports from asv results: the latest summary per machine, and the PR comparison.
+"""Markdown reports from asv results: the latest summary per machine, and the PR comment.
 
 ``summary_table`` takes ``moe_bench.results.load_results``'s frame and keeps, for each machine,
-its latest commit: per model shape x strategy the time of one layer, the speed-up over
-``legacy``, the copy ratio, the peak transient bytes and the whole-model seconds, each with its
-change against the previous result of the same point and a regression mark. ``render_markdown``
-prints it in human units; ``write_summary`` writes ``summary.md`` with the plots linked;
-``compare_markdown`` is the PR comment of ``scripts/compare``.
+its latest commit: per model shape x strategy the figures of the metrics table that have a
+summary column (``moe_bench.metrics``: time of one layer, copy ratio, traffic ratio, peak
+transient bytes, whole-model seconds) and the speed-up over ``legacy``, each with its change
+against the previous result of the same point and a mark where the metrics table's rule calls
+the change a regression (``metrics.judge``: the PR gate's rule; time figures, with no paired run
+in a history, beyond ``metrics.NOISE_FACTOR``). ``render_markdown`` prints it in human units;
+``write_summary`` writes ``summary.md`` with the plots linked; ``comment_markdown`` renders
+``moe_bench.compare``'s verdict table as the PR comment (it decides nothing itself).
 """
 
 from __future__ import annotations
@@ -15,47 +18,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from .compare import FACTORS
-from .plots import PEAK_BYTES, TIME, write_plots
+from .metrics import EXACT, FAILING, METRICS, NOISE_FACTOR, PAIRED_TIME, TIME, judge
+from .plots import write_plots
 from .results import load_results
 from .units import human
 
-__all__ = [
-    "METRICS", "BASELINE", "REGRESSION_FACTOR", "WORSE_WHEN_HIGHER",
-    "summary_table", "render_markdown", "write_summary", "compare_markdown",
-]
+__all__ = ["BASELINE", "summary_table", "render_markdown", "write_summary", "comment_markdown"]
 
-#: The summary's figures: benchmark -> (column, asv unit).
-METRICS = {
-    TIME: ("time", "seconds"),
-    "bench_convert.CopyRatio.track_copy_ratio": ("copy_ratio", "ratio"),
-    PEAK_BYTES: ("peak_bytes", "bytes"),
-    "bench_convert.WholeModel.track_whole_model_seconds": ("whole_model", "seconds"),
-}
 #: The strategy speed-ups are measured against (vLLM's conversion before #45589).
 BASELINE = "legacy"
-#: A summary figure more than this factor worse than the previous result of the same point is
-#: marked: asv publish's default ``regressions_thresholds`` (5 %), so the summary marks what
-#: the dashboard's regressions view lists. (The PR comment uses the gate's factors instead.)
-REGRESSION_FACTOR = 1.05
-#: Units where a higher value is worse. Every figure of this suite is one; a unit outside this
-#: set (e.g. ``experts``, the profile record) has no better or worse, only "changed".
-WORSE_WHEN_HIGHER = frozenset({"seconds", "bytes", "ratio", "retries"})
 
+#: The summary's figures: column -> metric, in the metrics table's order.
+_SUMMARY = {m.column: m for m in METRICS.values() if m.column is not None}
 _POINT = ["machine", "env", "benchmark", "shape", "strategy", "version", "profile"]
-_COLUMNS = {column: unit for column, unit in METRICS.values()}
-_HEADERS = {
-    "time": "time (1 layer)",
-    "speedup": f"speed-up vs {BASELINE}",
-    "copy_ratio": "copy ratio",
-    "peak_bytes": "peak transient",
-    "whole_model": "whole model",
-}
-
-
-def _is_worse(ratio: float, unit: str, factor: float) -> bool:
-    """Whether a new/old ``ratio`` is a regression for ``unit`` beyond ``factor``."""
-    return unit in WORSE_WHEN_HIGHER and ratio > factor
+_HEADERS = {METRICS[TIME].column: METRICS[TIME].title, "speedup": f"speed-up vs {BASELINE}",
+            **{column: m.title for column, m in _SUMMARY.items()}}
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -63,33 +40,36 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
 
     Parameters
     ----------
-    df : ``load_results`` frame (any machines, commits, benchmarks; others than ``METRICS``
-        are ignored).
+    df : ``load_results`` frame (any machines, commits, benchmarks; those without a summary
+        column in the metrics table are ignored).
 
     Returns
     -------
     DataFrame with columns ``machine, env, profile, commit, date, shape, strategy`` (profile
     ``""`` where the machine did not record one), the figures ``time`` (s), ``speedup``
-    (legacy time / time), ``copy_ratio``, ``peak_bytes``, ``whole_model`` (s), for each
-    figure but ``speedup`` its ``<figure>_change`` (new / previous value; NaN without a
-    previous result), and ``regressions``: a tuple of the figures more than
-    ``REGRESSION_FACTOR`` worse than before. "Previous" is the latest
-    earlier valid value of the same point (machine, env, benchmark, parameters, benchmark
-    version and profile), so a failed run in between neither hides nor fakes a regression.
-    Skipped or failed figures are NaN. Rows sorted by machine, shape, strategy as run.
+    (legacy time / time), then the other summary columns of the metrics table
+    (``copy_ratio``, ``traffic_ratio``, ``peak_bytes``, ``whole_model``), for each figure but
+    ``speedup`` its ``<figure>_change`` (new / previous value; NaN without a previous result),
+    and ``regressions``: a tuple of the figures whose change ``metrics.judge`` fails (the PR
+    gate's rule for the figure, time-derived ones beyond ``NOISE_FACTOR``). "Previous" is the
+    latest earlier valid value of the same point (machine, env, benchmark, parameters,
+    benchmark version and profile), so a failed run in between neither hides nor fakes a
+    regression. Skipped or failed figures are NaN. Rows sorted by machine, shape, strategy as
+    run.
 
     Raises
     ------
     ValueError
-        If ``df`` holds none of the ``METRICS`` benchmarks.
+        If ``df`` holds none of the summary's benchmarks.
     """
-    data = df[df["benchmark"].isin(METRICS)].copy()
+    names = {m.benchmark: column for column, m in _SUMMARY.items()}
+    data = df[df["benchmark"].isin(names)].copy()
     if data.empty:
         raise ValueError(
-            f"df has none of the summary's benchmarks ({', '.join(METRICS)}); "
+            f"df has none of the summary's benchmarks ({', '.join(names)}); "
             "pass load_results() of a results_dir the suite ran into"
         )
-    data["metric"] = data["benchmark"].map(lambda name: METRICS[name][0])
+    data["metric"] = data["benchmark"].map(names)
     data["profile"] = data["profile"].fillna("")  # None where not recorded: still one key
     latest_date = data.groupby("machine")["date"].transform("max")
     latest = data[data["date"] == latest_date]
@@ -97,33 +77,36 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     previous = earlier.sort_values("date").groupby(_POINT)["value"].last()
     latest = latest.join(previous.rename("previous"), on=_POINT)
     latest["change"] = latest["value"] / latest["previous"]
+    latest["regressed"] = [
+        pd.notna(old) and pd.notna(new) and judge(_SUMMARY[column], old, new) in FAILING
+        for column, old, new in zip(latest["metric"], latest["previous"], latest["value"])
+    ]
 
     index = ["machine", "env", "profile", "commit", "date", "shape", "strategy"]
-    wide = latest.pivot_table(index=index, columns="metric", values=["value", "change"],
+    wide = latest.pivot_table(index=index, columns="metric", values=["value", "change", "regressed"],
                               aggfunc="first", dropna=False, sort=False)
     table = pd.DataFrame(index=wide.index)
-    for column in _COLUMNS:
+    for column in _SUMMARY:
         table[column] = wide.get(("value", column), math.nan)
         table[f"{column}_change"] = wide.get(("change", column), math.nan)
+    marked = {c: wide[("regressed", c)].fillna(False).astype(bool).tolist()
+              if ("regressed", c) in wide else [False] * len(wide) for c in _SUMMARY}
+    table["regressions"] = [tuple(c for c in _SUMMARY if marked[c][i]) for i in range(len(table))]
     table = table.reset_index()
     run = ["machine", "env", "commit", "shape"]
-    legacy = table[table["strategy"] == BASELINE].set_index(run)["time"].rename("legacy")
-    table["speedup"] = table.join(legacy, on=run)["legacy"] / table["time"]
-    table["regressions"] = [
-        tuple(c for c, unit in _COLUMNS.items()
-              if _is_worse(row[f"{c}_change"], unit, REGRESSION_FACTOR))
-        for _, row in table.iterrows()
-    ]
-    order = ["machine", "env", "profile", "commit", "date", "shape", "strategy", "time", "speedup"]
-    figures = [c for c in _COLUMNS if c != "time"]
-    changes = [f"{c}_change" for c in _COLUMNS]
+    time = METRICS[TIME].column
+    legacy = table[table["strategy"] == BASELINE].set_index(run)[time].rename("legacy")
+    table["speedup"] = table.join(legacy, on=run)["legacy"] / table[time]
+    order = index + [time, "speedup"]
+    figures = [c for c in _SUMMARY if c != time]
+    changes = [f"{c}_change" for c in _SUMMARY]
     return table[order + figures + changes + ["regressions"]]
 
 
 def _cell(row: pd.Series, column: str) -> str:
     if column == "speedup":
         return "n/a" if math.isnan(row["speedup"]) else f"{row['speedup']:.2f}×"
-    text = human(row[column], _COLUMNS[column])
+    text = human(row[column], _SUMMARY[column].display)
     if column in row["regressions"]:
         return f"**{text}** ⚠ {row[f'{column}_change'] - 1:+.0%}"
     return text
@@ -134,11 +117,15 @@ def render_markdown(table: pd.DataFrame, *, title: str) -> str:
 
     A regressed figure is bold with ``⚠`` and its change against the previous result.
     """
+    exact = ", ".join(m.title for m in _SUMMARY.values() if m.factor == 1.0)
+    timed = ", ".join(m.title for m in _SUMMARY.values() if m.factor == NOISE_FACTOR)
     lines = [f"# {title}", ""]
     lines.append(
-        f"⚠: more than {REGRESSION_FACTOR - 1:.0%} worse than the previous result of the same "
-        f"point. Speed-up: `{BASELINE}` time / time. Copy ratio: time / a same-size copy's "
-        "(1 is the out-of-place limit). Whole model: every MoE layer of the model on one rank."
+        f"⚠: worse than the previous result of the same point by the PR gate's rule: {exact}: any "
+        f"rise; {timed}: more than {NOISE_FACTOR:g}x (no paired run in a history; "
+        f"moe_bench.metrics.NOISE_FACTOR). Speed-up: `{BASELINE}` time / time. Copy ratio: time / "
+        "a same-size copy's (1 is the out-of-place limit). Traffic ratio: bytes moved / (2 x "
+        "layer bytes). Whole model: every MoE layer of the model on one rank."
     )
     for (machine, env, profile, commit, date), rows in table.groupby(
             ["machine", "env", "profile", "commit", "date"], sort=False):
@@ -157,7 +144,8 @@ def write_summary(results_dir, out_dir) -> Path:
     """Load ``results_dir``, write ``out_dir/summary.md`` and its plots; return the summary path.
 
     The plots (``write_plots``) are PNGs in ``out_dir``, shown in the summary as images by
-    relative path. Raises ``moe_bench.results.ResultsError`` when there are no results.
+    relative path. Raises ``moe_bench.results.ResultsError`` when there are no results (or a
+    figure the metrics table does not know).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -170,72 +158,65 @@ def write_summary(results_dir, out_dir) -> Path:
     return path
 
 
-def compare_markdown(df: pd.DataFrame, base: str, head: str) -> str:
-    """The PR comment: every benchmark point of commit ``base`` against ``head``.
+def comment_markdown(table: pd.DataFrame, base: str, head: str, *,
+                     paired_threshold: float | None = None) -> str:
+    """The PR comment: ``moe_bench.compare.compare_commits``' verdict, rendered, nothing re-judged.
 
-    ``base``/``head`` are commit hashes or unique prefixes present in ``df``. Columns: base and
-    head values in human units, ratio head / base and a mark: ``⚠ worse`` beyond the gate's
-    factor for the unit (``moe_bench.compare.FACTORS``: the comment marks what the gate
-    fails), ``✓ better`` below its inverse, ``changed`` for a unit without a direction,
-    ``failed`` / ``n/a`` (skipped) / ``version changed`` (not comparable, as in asv).
-    Worse rows come first.
+    ``table`` has ``compare.VERDICT_COLUMNS``; ``base``/``head`` are the commits' hashes;
+    ``paired_threshold`` the paired run's threshold (None: no paired run). The verdict line
+    counts the failing rows by status; every failing row is listed, then the table in human
+    units, failing rows first. Points skipped in both commits (not selected with ``-b``, or not
+    runnable on this machine) are counted, not listed: a subset run would otherwise bury the
+    figures under hundreds of empty rows.
     """
-    picked = {}
-    for role, prefix in (("base", base), ("head", head)):
-        commits = df.loc[df["commit"].str.startswith(prefix), "commit"].unique()
-        if len(commits) != 1:
-            found = "no commit" if len(commits) == 0 else f"{len(commits)} commits"
-            raise ValueError(f"{role} {prefix!r} matches {found} in df; pass a unique hash prefix")
-        picked[role] = df[df["commit"] == commits[0]]
-    keys = ["machine", "env", "benchmark", "shape", "strategy"]
-    cols = keys + ["value", "unit", "failed", "version"]
-    both = picked["base"][cols].merge(picked["head"][cols], on=keys, how="outer", suffixes=("_base", "_head"))
-    both["unit"] = both["unit_head"].fillna(both["unit_base"])
-    for column in ("failed_base", "failed_head"):  # NaN where the point is in one commit only
-        both[column] = both[column].astype("boolean").fillna(False)
-    both["ratio"] = both["value_head"] / both["value_base"]
-    both["mark"] = both.apply(_mark, axis=1)
-    both["order"] = both["mark"].ne("⚠ worse")
-    both = both.sort_values(["order"] + keys, kind="stable")
+    failing = table[table["failing"]]
+    counts = failing["status"].value_counts()
+    verdict = ("FAILED: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+               if len(failing) else "passed")
+    rows = "".join(f"- `{_name(row.benchmark)}` {row.shape or ''} {row.strategy or ''}: "
+                   f"{row.status}{_why(row)}\n" for row in failing.itertuples())
+    if paired_threshold is None:
+        how = (f"time-derived figures judged by a factor of {NOISE_FACTOR:g} (no paired run: "
+               "only gross slowdowns are caught)")
+    else:
+        how = (f"time judged by the paired A/B run (`{PAIRED_TIME}`: regressed when the head/base "
+               f"interval lies above {paired_threshold:g})")
+    skipped = table["status"] == "n/a"
+    table = table[~skipped]
     shown = pd.DataFrame({
-        "benchmark": both["benchmark"].str.replace("bench_convert.", "", regex=False),
-        "shape": both["shape"].fillna(""),
-        "strategy": both["strategy"].fillna(""),
-        "base": [human(v, u) for v, u in zip(both["value_base"], both["unit"])],
-        "head": [human(v, u) for v, u in zip(both["value_head"], both["unit"])],
-        "ratio": both["ratio"].map(lambda r: "" if math.isnan(r) else f"{r:.2f}"),
-        "": both["mark"],
+        "benchmark": table["benchmark"].map(_name),
+        "shape": table["shape"].fillna(""),
+        "strategy": table["strategy"].fillna(""),
+        "base": [human(v, u) for v, u in zip(table["value_base"], table["display"])],
+        "head": [human(v, u) for v, u in zip(table["value_head"], table["display"])],
+        "ratio": table["ratio"].map(lambda r: "" if math.isnan(r) else f"{r:#.3g}"),
+        "verdict": [f"⚠ {s}" if bad else s for s, bad in zip(table["status"], table["failing"])],
+        "note": table["note"].fillna(""),
     })
-    if both["machine"].nunique() > 1:
-        shown.insert(0, "machine", both["machine"])
-    counts = both["mark"].value_counts()
-    summary = ", ".join(f"{counts[m]} {m}" for m in counts.index if m)
+    machines = table["machine"].replace("", pd.NA).dropna()
+    if machines.nunique() > 1:
+        shown.insert(0, "machine", table["machine"])
     return (
-        f"## Benchmarks: `{picked['head']['commit'].iloc[0][:8]}` (head) vs "
-        f"`{picked['base']['commit'].iloc[0][:8]}` (base)\n\n"
-        f"{summary or 'no change beyond the factors'}. Factors per unit: "
-        + ", ".join(f"{unit} {factor:g}" for unit, factor in FACTORS.items())
-        + ".\n\n" + shown.to_markdown(index=False, disable_numparse=True) + "\n"
+        f"## PR gate: {verdict}\n\n" + (f"{rows}\n" if rows else "") +
+        f"`{head[:8]}` (head) vs `{base[:8]}` (base). Compared exactly: {_exact_units()}; "
+        f"{how}.\n\n"
+        + shown.to_markdown(index=False, disable_numparse=True) + "\n"
+        + (f"\n{int(skipped.sum())} points with nothing to compare (n/a: skipped) are not listed.\n"
+           if skipped.any() else "")
     )
 
 
-def _mark(row: pd.Series) -> str:
-    if row["failed_base"] or row["failed_head"]:
-        return "failed"
-    if pd.isna(row["version_base"]) or pd.isna(row["version_head"]):
-        return "new" if pd.isna(row["version_base"]) else "missing"
-    if row["version_base"] != row["version_head"]:
-        return "version changed"
-    if row["value_base"] == row["value_head"]:  # also 0 == 0, whose ratio is NaN
-        return ""
-    if math.isnan(row["ratio"]):
-        return "n/a"
-    unit = row["unit"]
-    factor = FACTORS.get(unit, 1.0)
-    if unit not in WORSE_WHEN_HIGHER:
-        return "" if row["ratio"] == 1 else "changed"
-    if _is_worse(row["ratio"], unit, factor):
-        return "⚠ worse"
-    if row["ratio"] * factor < 1:
-        return "✓ better"
-    return ""
+def _name(benchmark: str) -> str:
+    return METRICS[benchmark].short
+
+
+def _why(row) -> str:
+    parts = [f"head / base = {row.ratio:#.3g}, allowed {row.threshold:g}"] if (
+        math.isfinite(row.ratio) and math.isfinite(row.threshold)) else []
+    parts += [row.note] if row.note else []
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _exact_units() -> str:
+    exact = [m for m in METRICS.values() if m.rule == EXACT]
+    return ", ".join(sorted({m.title if m.unit == "ratio" else m.unit for m in exact}))

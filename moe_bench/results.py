@@ -3,7 +3,8 @@
 Read through asv's own loaders (``asv.results.Results.load``, ``asv.benchmarks.Benchmarks``'s
 file format via ``asv.util.load_json``), never by parsing its columns by hand. Anything missing,
 corrupt or empty raises ``ResultsError`` naming the path, so that a gate never passes on
-nothing.
+nothing; so does a figure the metrics table (``moe_bench.metrics``) does not know, a unit other
+than the table's, or an infinite value: every consumer then judges only figures it has a rule for.
 
 Layout read (asv 0.6): ``<results_dir>/benchmarks.json`` (units, parameter names),
 ``<results_dir>/<machine>/machine.json`` and ``<results_dir>/<machine>/<hash8>-<env>.json``.
@@ -20,10 +21,14 @@ from typing import Any
 import pandas as pd
 from asv import util
 from asv.benchmarks import Benchmarks
+from asv.config import Config
 from asv.machine import Machine
-from asv.results import Results
+from asv.repo import get_repo
+from asv.results import Results, iter_results_for_machine
 
-__all__ = ["COLUMNS", "ResultsError", "load_results", "machine_names"]
+from .metrics import METRICS
+
+__all__ = ["COLUMNS", "ResultsError", "load_results", "machine_names", "new_commits"]
 
 #: The columns of ``load_results``, in order; parameter columns other than ``shape`` and
 #: ``strategy`` (none today) would follow, then ``profile``.
@@ -47,8 +52,12 @@ def _load_json(path: Path, api_version: int) -> Any:
 
 
 def machine_names(results_dir: str | Path) -> list[str]:
-    """Names of the machines with a ``machine.json`` under ``results_dir``, sorted."""
-    return sorted(p.parent.name for p in Path(results_dir).glob("*/machine.json"))
+    """Names of the machine folders under ``results_dir`` (any folder holding a ``.json``), sorted.
+
+    A folder of results without its ``machine.json`` is listed too: ``load_results`` then
+    refuses it rather than skipping its results.
+    """
+    return sorted({p.parent.name for p in Path(results_dir).glob("*/*.json")})
 
 
 def _param_value(text: str) -> Any:
@@ -107,6 +116,11 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
     machines = [machine] if machine is not None else machine_names(root)
     rows = []
     for name in machines:
+        if machine is None and not (root / name / "machine.json").is_file():
+            raise ResultsError(
+                f"{root / name}: results without machine.json (asv writes it beside them: copy the "
+                "whole machine folder, e.g. rsync -a results/<machine>/)"
+            )
         info = _load_json(root / name / "machine.json", Machine.api_version)
         files = sorted(p for p in (root / name).glob("*.json") if p.name != "machine.json")
         for path in files:
@@ -119,5 +133,48 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
         where = f"machine {machine!r} in " if machine else ""
         raise ResultsError(f"{where}{root}: no benchmark results found")
     frame = pd.DataFrame(rows)
+    _check_metrics(frame, root)
     extra = [c for c in frame.columns if c not in COLUMNS]
     return frame[COLUMNS[:-1] + extra + ["profile"]]
+
+
+def _check_metrics(frame: pd.DataFrame, root: Path) -> None:
+    """Raise ``ResultsError`` for a benchmark not in ``METRICS``, another unit, or an infinite value."""
+    unknown = sorted(set(frame["benchmark"]) - set(METRICS))
+    if unknown:
+        raise ResultsError(
+            f"{root}: benchmark(s) not in the metrics table: {', '.join(unknown)}; add each to "
+            "moe_bench/metrics.py (unit, lower-is-better, gate rule, display unit)"
+        )
+    units = frame.drop_duplicates("benchmark").set_index("benchmark")["unit"]
+    for name, unit in units.items():
+        if unit != METRICS[name].unit:
+            raise ResultsError(
+                f"{root}: {name} is in unit {unit!r}, the metrics table says "
+                f"{METRICS[name].unit!r}: fix the benchmark or the table (moe_bench/metrics.py)"
+            )
+    infinite = frame[frame["value"].isin([math.inf, -math.inf])]
+    if not infinite.empty:
+        row = infinite.iloc[0]
+        raise ResultsError(
+            f"{root}: infinite value of {row['benchmark']} {row['shape'] or ''} "
+            f"{row['strategy'] or ''} at commit {row['commit'][:8]} on {row['machine']} "
+            f"({len(infinite)} infinite value(s) in all)"
+        )
+
+
+def new_commits(config: str | Path, machine: str) -> list[str]:
+    """Commits ``asv run`` should measure next on ``machine``, newest first; [] when none.
+
+    asv's own ``NEW`` with this machine's history instead of every machine's: the commits of the
+    configured branches newer than the latest one in ``<results_dir>/<machine>/``
+    (``Repo.get_new_branch_commits``). A machine without history gets the checkout's ``HEAD``
+    only (measuring every past commit would take days). Empty when ``HEAD`` is measured: a night
+    without a new commit, not an error.
+    """
+    conf = Config.load(str(config))
+    repo = get_repo(conf)
+    measured = {r.commit_hash for r in iter_results_for_machine(conf.results_dir, machine)}
+    if not measured:
+        return [repo.get_hash_from_name("HEAD")]
+    return repo.get_new_branch_commits(conf.branches, measured)

@@ -6,9 +6,10 @@ gives byte-identical output. ``shapes`` holds the model-shape catalog.
 
 from . import flashinfer_strategy  # registers "flashinfer" where FlashInfer is installed
 from . import triton_strategy  # registers "triton", "triton_inplace" where Triton can run
+from . import engines  # registers "vllm", "sglang-installed" where the engines are installed
 from .checks import check_weights
 from .layout import unconvert
-from .shapes import CATALOG, LayerShape, ModelSpec, layer_shape, shape_from_hf_config
+from .shapes import CATALOG, LayerShape, ModelSpec, layer_shape, shape_from_hf_config, spec_from_hf_config
 from .strategies import INPLACE, STRATEGIES, convert, register
 
 __all__ = [
@@ -22,5 +23,6 @@ __all__ = [
     "layer_shape",
     "register",
     "shape_from_hf_config",
+    "spec_from_hf_config",
     "unconvert",
 ]

@@ -6,7 +6,7 @@ import torch
 
 from .layout import BLOCK_K, SHUFFLE_BLOCK
 
-__all__ = ["check_weights"]
+__all__ = ["check_disjoint", "check_weights"]
 
 
 def _fail(kind: type[Exception], name: str, tensor: torch.Tensor, rule: str, fix: str) -> None:
@@ -70,3 +70,23 @@ def check_weights(w13: torch.Tensor, w2: torch.Tensor, *, gated: bool) -> None:
             _fail(ValueError, name, tensor, f"bytes per row ({2 * cols}) must be a multiple of {BLOCK_K} "
                   f"(block_k), i.e. cols a multiple of {BLOCK_K // 2}",
                   "pad the hidden / intermediate size to a multiple of 64 elements")
+
+
+def check_disjoint(w13: torch.Tensor, w2: torch.Tensor) -> None:
+    """Raise ``ValueError`` if the bytes of ``w13`` and ``w2`` overlap (the same tensor, or views
+    of one storage that share bytes); an in-place strategy would overwrite one with the other.
+
+    For tensors that passed ``check_weights`` (contiguous: each spans one byte range). Views of
+    one buffer that do not share bytes pass. Nothing is read or written besides metadata.
+    """
+    start13, start2 = w13.data_ptr(), w2.data_ptr()
+    overlap = max(start13, start2) < min(start13 + w13.nbytes, start2 + w2.nbytes)
+    if w13.device.type == "meta":  # every meta storage starts at address 0: compare storages too
+        overlap = overlap and w13.untyped_storage()._cdata == w2.untyped_storage()._cdata
+    if overlap:
+        raise ValueError(
+            f"w13 (shape {tuple(w13.shape)}, bytes {start13:#x}..{start13 + w13.nbytes:#x}) and "
+            f"w2 (shape {tuple(w2.shape)}, bytes {start2:#x}..{start2 + w2.nbytes:#x}) share "
+            "memory: an in-place conversion would overwrite one with the other. Fix: pass "
+            "tensors with their own storage (e.g. w2.clone()), or use an out-of-place strategy."
+        )

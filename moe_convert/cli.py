@@ -1,59 +1,247 @@
-"""``python -m moe_convert``: the catalog, verification against FlashInfer, measurement, replay."""
+"""``python -m moe_convert``: the catalog, verification against FlashInfer, measurement, replay.
+
+Every argument is checked before any work starts. A user error ends as one line on stderr,
+``python -m moe_convert CMD: error: ...`` (what was wrong, the value, what is accepted), with
+exit status 2: argparse's own errors, the argument types below (``ArgumentTypeError``), and
+``UsageError`` for rules that involve several arguments, which ``main`` hands to the
+subcommand's ``parser.error``. Anything else is a bug and shows its traceback.
+
+To add a subcommand: a ``cmd_NAME(args) -> int`` handler and ``_add_command(...)`` in ``main``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import math
+import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
 
 import torch
+from tqdm import tqdm
 
 from . import reference
-from .shapes import CATALOG, LayerShape, catalog_shapes, layer_shape, shape_from_hf_config
-from .checks import check_weights
+from .shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, catalog_shapes, spec_from_hf_config
 from .strategies import INPLACE, STRATEGIES, convert
 from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
 from .timing import measure_roofline
 from .traffic import strategy_traffic
 from .wholemodel import WholeModelTime
 from .allocator import POOLS, MiB
-from .replay import ReplayResult, simulate
+from .replay import ReplayResult, WeightsDoNotFit, replay_model
+from .engines import ENGINES, check_engine
 
-__all__ = ["main", "resolve_shape"]
+__all__ = ["UsageError", "main", "resolve_shape"]
+
+
+class UsageError(Exception):
+    """Arguments that cannot work together; ``main`` prints it as a usage error (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with every usage error on one line, ``PROG: error: MESSAGE`` (exit 2); the
+    usage block it would print first is what ``--help`` shows."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# Argument types: argparse reports their ArgumentTypeError as "argument --X: MESSAGE", exit 2.
+
+def _bounded_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum or (maximum is not None and value > maximum):
+            accepted = f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum}"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {accepted}")
+        return value
+    return parse
+
+
+def _gib(*, zero_ok: bool) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a finite number of GiB {'>= 0' if zero_ok else '> 0'} (e.g. 139.5)")
+        return value
+    return parse
+
+
+def _strategy_names(text: str) -> list[str]:
+    """``all`` or ``NAME[,NAME...]`` of registered strategies."""
+    if text == "all":
+        return sorted(STRATEGIES)
+    names = text.split(",")
+    unknown = [name for name in names if name not in STRATEGIES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown strategy {', '.join(map(repr, unknown))}; valid: all, or a comma-separated "
+            f"list of {', '.join(sorted(STRATEGIES))}")
+    return names
+
+
+def _device(*kinds: str) -> Callable[[str], str]:
+    """A torch device string of one of ``kinds`` that this machine has."""
+    def parse(text: str) -> str:
+        try:
+            device = torch.device(text)
+        except RuntimeError:
+            device = None
+        if device is None or device.type not in kinds:
+            raise argparse.ArgumentTypeError(f"{text!r}: give one of {', '.join(kinds)}")
+        if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA"
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+                f"(torch {torch.__version__}, built with {build})")
+        return text
+    return parse
+
+
+def _max_splits(text: str) -> list[int | None]:
+    """``20,25,none`` -> ``[20, 25, None]`` (None: unlimited, PyTorch's default)."""
+    values: list[int | None] = []
+    for item in text.split(","):
+        if item.strip().lower() == "none":
+            values.append(None)
+        elif item.strip().isdigit() and int(item) >= 20:
+            values.append(int(item))
+        else:
+            raise argparse.ArgumentTypeError(
+                f"{item!r} is neither an integer >= 20 (PyTorch's smallest max_split_size_mb) "
+                "nor 'none'; e.g. 20,25,32,64,128,none")
+    return values
+
+
+# Rules across arguments: raise UsageError.
+
+def _model_spec(model: str) -> ModelSpec:
+    """The catalog entry named ``model``, or the geometry of the config.json at that path."""
+    if model in CATALOG:
+        return CATALOG[model]
+    if Path(model).exists():
+        try:
+            return spec_from_hf_config(model)
+        except ValueError as error:
+            raise UsageError(f"argument --model: {error}") from None
+    # Match Hugging Face ids too: "Qwen/Qwen3-30B-A3B" suggests qwen3-30b-a3b.
+    known = {**{spec.hf_id.lower(): name for name, spec in CATALOG.items()}, **{name: name for name in CATALOG}}
+    close = dict.fromkeys(known[key] for key in difflib.get_close_matches(model.lower(), known, n=3, cutoff=0.6))
+    names = f"closest catalog names: {', '.join(close)}" if close else f"catalog names: {', '.join(CATALOG)}"
+    raise UsageError(f"argument --model: {model!r} is no catalog name and no existing file or "
+                     f"folder; {names}, or a path to a Hugging Face config.json")
 
 
 def resolve_shape(args: argparse.Namespace) -> LayerShape:
     """The layer shape named by ``--model``/``--tp`` (catalog name or config.json path) or by
-    explicit ``--experts --hidden --intermediate``, with ``--experts`` limiting a model's experts."""
-    if args.model is None:
-        if None in (args.experts, args.hidden, args.intermediate):
-            raise SystemExit("give --model NAME [--tp N], or all of --experts, --hidden, --intermediate")
-        return LayerShape("explicit", 1, args.experts, args.hidden, args.intermediate, 1, args.gated)
-    if args.model in CATALOG:
-        shape = layer_shape(args.model, args.tp)
+    explicit ``--experts --hidden --intermediate``, with ``--experts`` limiting a model's experts.
+
+    An explicit shape is per rank already, so ``--tp`` is rejected with it (rather than
+    dividing ``--intermediate``, which would make the same numbers mean two shapes). Raises
+    ``UsageError`` for any combination that does not describe one shape that can be converted.
+    """
+    explicit = [f"--{name}" for name in ("hidden", "intermediate") if getattr(args, name) is not None]
+    explicit += [] if args.gated else ["--no-gated"]
+    if args.model is not None:
+        if explicit:
+            raise UsageError(f"{', '.join(explicit)}: for an explicit shape only; --model "
+                             f"{args.model} has its own sizes: give one or the other")
+        spec = _model_spec(args.model)
+        if not spec.tp_sizes:
+            raise UsageError(f"argument --model: {args.model}: {spec.tp_sizes_text}")
+        if args.experts is not None and not 1 <= args.experts <= spec.experts:
+            raise UsageError(f"argument --experts: {args.experts}: give 1 to {spec.experts} "
+                             f"({spec.name} has {spec.experts} experts)")
+        try:
+            shape = spec.shape(1 if args.tp is None else args.tp)
+        except ValueError as error:
+            raise UsageError(f"argument --tp: {error}") from None
+        blame, fix = f"argument --tp: tp {shape.tp}: ", f" For {args.model}, {spec.tp_sizes_text}."
     else:
-        shape = shape_from_hf_config(args.model, args.tp)
-    return shape.with_experts(args.experts) if args.experts else shape
+        if args.tp is not None:
+            raise UsageError(f"argument --tp: --tp {args.tp} applies to --model only; with an "
+                             "explicit shape, give the per-rank --intermediate (I / TP) instead")
+        missing = [f"--{name}" for name in ("experts", "hidden", "intermediate") if getattr(args, name) is None]
+        if missing:
+            raise UsageError(f"give --model NAME [--tp N], or all of --experts, --hidden, "
+                             f"--intermediate (missing: {', '.join(missing)})")
+        if not 1 <= args.experts <= MAX_SIZE:
+            raise UsageError(f"argument --experts: {args.experts}: give 1 to {MAX_SIZE}")
+        shape = LayerShape("explicit", 1, args.experts, args.hidden, args.intermediate, 1, args.gated)
+        blame, fix = "", ""
+    if args.experts is not None:
+        shape = shape.with_experts(args.experts)
+    error = shape.conversion_error
+    if error is not None:
+        raise UsageError(f"{blame}{shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
+                         f"cannot be converted: {error}{fix}")
+    return shape
 
 
-def _add_shape_args(parser: argparse.ArgumentParser) -> None:
+def _check_fits(shape: LayerShape, device: str, layers: int) -> None:
+    """``UsageError`` unless ``layers`` copies of the layer fit in ``device``'s total memory: a
+    lower bound (strategies' transients come on top), so that a shape that can never run fails
+    now rather than out of memory after minutes. Nothing to check on meta."""
+    kind = torch.device(device).type
+    if kind == "cpu":
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    elif kind == "cuda":
+        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    else:
+        return
+    need = layers * shape.layer_bytes
+    if need > total:
+        fits = shape.experts * total // need
+        raise UsageError(
+            f"{shape.label} with {shape.experts} experts needs at least {_bytes(need)} on {device} "
+            f"({layers} copies of the {_bytes(shape.layer_bytes)} layer), which has {_bytes(total)}: "
+            + (f"give --experts {fits} or fewer" if fits else "give a smaller shape")
+            + (", or a larger --tp" if shape.model != "explicit" else ""))
+
+
+def _add_command(sub: argparse._SubParsersAction, name: str, handler: Callable[[argparse.Namespace], int],
+                 help: str) -> argparse.ArgumentParser:  # noqa: A002 (argparse's name)
+    parser = sub.add_parser(name, help=help, description=help)
+    parser.set_defaults(func=handler)
+    return parser
+
+
+def _add_work_args(parser: argparse.ArgumentParser) -> None:
+    """The shape, the strategies and --quiet: what every command that converts takes."""
     parser.add_argument("--model", help=f"catalog name ({', '.join(CATALOG)}) or a config.json path")
-    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
-    parser.add_argument("--experts", type=int, help="number of experts (limits a catalog model's)")
-    parser.add_argument("--hidden", type=int, help="hidden size H (explicit shape)")
-    parser.add_argument("--intermediate", type=int, help="intermediate size I per rank (explicit shape)")
+    parser.add_argument("--tp", type=int, help="tensor-parallel size, with --model (default 1)")
+    parser.add_argument("--experts", type=int,
+                        help="number of experts (1 to the model's E, to limit a model's)")
+    parser.add_argument("--hidden", type=_bounded_int(1, MAX_SIZE), help="hidden size H (explicit shape)")
+    parser.add_argument("--intermediate", type=_bounded_int(1, MAX_SIZE),
+                        help="intermediate size I per rank (explicit shape; no --tp)")
     parser.add_argument("--no-gated", dest="gated", action="store_false",
-                        help="non-gated activation (ReLU2): w13 is [E, I, H]")
+                        help="non-gated activation (ReLU2), explicit shape: w13 is [E, I, H]")
+    parser.add_argument("--strategy", type=_strategy_names, default="all",
+                        help="NAME[,NAME...] or all (default)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bar (there is none either when stderr is not a terminal)")
 
 
-def _strategies(names: str) -> list[str]:
-    if names == "all":
-        return sorted(STRATEGIES)
-    chosen = names.split(",")
-    unknown = [n for n in chosen if n not in STRATEGIES]
-    if unknown:
-        raise SystemExit(f"unknown strategy {', '.join(unknown)}; valid: all, {', '.join(sorted(STRATEGIES))}")
-    return chosen
+def _progress(steps: int, args: argparse.Namespace, desc: str) -> tqdm:
+    """A progress bar of ``steps`` on stderr (``bar.set_postfix_str(step)``, ``bar.update()``);
+    off with --quiet, and by tqdm itself when stderr is not a terminal."""
+    return tqdm(total=steps, desc=desc, disable=True if args.quiet else None, leave=False)
+
+
+def _kernel_note(shape: LayerShape) -> str:
+    return f"  note: the SM100 kernel cannot take this shape: {shape.invalid_reason}"
 
 
 def cmd_shapes(args: argparse.Namespace) -> int:
@@ -69,6 +257,7 @@ def cmd_shapes(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     shape = resolve_shape(args)
+    _check_fits(shape, args.device, 3)  # the input, the expected output, a clone converted
     if reference.AVAILABLE:
         oracle_name = "FlashInfer's helpers"
         oracle = lambda w13, w2: reference.flashinfer_reference(w13, w2, gated=shape.gated)  # noqa: E731
@@ -76,28 +265,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
         oracle_name = "legacy (flashinfer-python is not installed)"
         oracle = lambda w13, w2: convert(w13.clone(), w2.clone(), strategy="legacy", gated=shape.gated)  # noqa: E731
     print(f"verify {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)}, "
-          f"gated={shape.gated}, device {args.device}; against {oracle_name}")
+          f"gated={shape.gated}, device {args.device}; against {oracle_name}", flush=True)
     if not shape.valid:
-        print(f"  note: the kernel cannot take this shape: {shape.invalid_reason}")
-    meta13, meta2 = (torch.empty(s, dtype=torch.bfloat16, device="meta") for s in (shape.w13_shape, shape.w2_shape))
-    try:  # a shape that cannot be converted gets the check's message, not a traceback from the oracle
-        check_weights(meta13, meta2, gated=shape.gated)
-    except ValueError as err:
-        raise SystemExit(f"verify {shape.label}: cannot convert this shape: {err}") from None
-    w13, w2 = reference.random_weights(shape.w13_shape, shape.w2_shape, seed=args.seed, device=args.device)
-    want13, want2 = oracle(w13, w2)
+        print(_kernel_note(shape), flush=True)
     failed = 0
-    for name in _strategies(args.strategy):
-        in13, in2 = w13.clone(), w2.clone()
-        got13, got2 = convert(in13, in2, strategy=name, gated=shape.gated)
-        same = [torch.equal(got.view(torch.uint8), want.view(torch.uint8))
-                for got, want in ((got13, want13), (got2, want2))]
-        aliased = got13.data_ptr() == in13.data_ptr() and got2.data_ptr() == in2.data_ptr()
-        alias_ok = aliased == (name in INPLACE)
-        ok = all(same) and alias_ok
-        failed += not ok
-        print(f"  {name:<16} w13 {'ok' if same[0] else 'MISMATCH'}  w2 {'ok' if same[1] else 'MISMATCH'}"
-              f"  {'in place' if aliased else 'new tensors'}{'' if alias_ok else ' (WRONG: contract says otherwise)'}")
+    with _progress(len(args.strategy) + 1, args, "verify") as bar:
+        bar.set_postfix_str("reference")
+        w13, w2 = reference.random_weights(shape.w13_shape, shape.w2_shape, seed=args.seed, device=args.device)
+        want13, want2 = oracle(w13, w2)
+        bar.update()
+        for name in args.strategy:
+            bar.set_postfix_str(name)
+            in13, in2 = w13.clone(), w2.clone()
+            got13, got2 = convert(in13, in2, strategy=name, gated=shape.gated)
+            same = [torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+                    for got, want in ((got13, want13), (got2, want2))]
+            aliased = got13.data_ptr() == in13.data_ptr() and got2.data_ptr() == in2.data_ptr()
+            alias_ok = aliased == (name in INPLACE)
+            ok = all(same) and alias_ok
+            failed += not ok
+            bar.write(f"  {name:<16} w13 {'ok' if same[0] else 'MISMATCH'}  w2 {'ok' if same[1] else 'MISMATCH'}"
+                      f"  {'in place' if aliased else 'new tensors'}"
+                      f"{'' if alias_ok else ' (WRONG: contract says otherwise)'}", file=sys.stdout)
+            bar.update()
     print("all byte-identical" if not failed else f"{failed} strategies FAILED")
     return 1 if failed else 0
 
@@ -183,12 +373,12 @@ def _print_measure_table(records: list[dict]) -> None:
 
 def cmd_measure(args: argparse.Namespace) -> int:
     shape = resolve_shape(args)
-    if args.repeats < 1:
-        raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
     kind = torch.device(args.device).type
-    if kind not in ("meta", "cpu", "cuda"):
-        raise SystemExit(f"--device {args.device!r}: measure runs on meta, cpu or cuda")
-    names = _strategies(args.strategy)
+    if args.threads is not None and kind != "cpu":
+        raise UsageError(f"argument --threads: {args.threads} threads apply to --device cpu only, "
+                         f"not {args.device}")
+    # the layer, the copy_ destination, and the pristine copy that restores an in-place input
+    _check_fits(shape, args.device, 3 if INPLACE & set(args.strategy) else 2)
     if not args.json:
         print(f"measure {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
               f"({_bytes(shape.layer_bytes)} per layer, {shape.moe_layers} MoE layers), "
@@ -202,31 +392,21 @@ def cmd_measure(args: argparse.Namespace) -> int:
             print("x copy: median time / same-size copy_ timed interleaved; GB/s: 2 x layer bytes / "
                   "median; model: median x MoE layers"
                   + (f" (of {shape.experts}-expert layers)" if args.experts else ""))
+    if not shape.valid:  # stdout stays JSON lines with --json
+        print(_kernel_note(shape), file=sys.stderr if args.json else sys.stdout, flush=True)
     records = []
-    for i, name in enumerate(names, 1):
-        if kind != "meta":
-            print(f"[measure] {name} ({i}/{len(names)}) on {args.device} ...", file=sys.stderr, flush=True)
-        record = _measure_record(shape, name, args.device, args.repeats, args.threads)
-        records.append(record)
-        if args.json:
-            print(json.dumps(record), flush=True)
+    with _progress(len(args.strategy), args, f"measure on {args.device}") as bar:
+        for name in args.strategy:
+            bar.set_postfix_str(name)
+            record = _measure_record(shape, name, args.device, args.repeats, args.threads)
+            records.append(record)
+            if args.json:
+                bar.write(json.dumps(record), file=sys.stdout)
+                sys.stdout.flush()
+            bar.update()
     if not args.json:
         _print_measure_table(records)
     return 0
-
-
-def _max_splits(text: str) -> list[int | None]:
-    """``20,25,none`` -> ``[20, 25, None]`` (None: unlimited, PyTorch's default)."""
-    values: list[int | None] = []
-    for item in text.split(","):
-        if item.strip().lower() == "none":
-            values.append(None)
-        elif item.strip().isdigit() and int(item) >= 20:
-            values.append(int(item))
-        else:
-            raise SystemExit(f"--max-split-mb: {item!r} is neither an integer >= 20 (PyTorch's "
-                             "smallest max_split_size_mb) nor 'none'; e.g. 20,25,32,64,128,none")
-    return values
 
 
 def _simulate_record(result: ReplayResult) -> dict:
@@ -266,16 +446,19 @@ def _print_simulate_tables(results: list[ReplayResult], max_splits: list[int | N
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     shape = resolve_shape(args)
-    max_splits = _max_splits(args.max_split_mb)
-    if args.device_gib <= 0 or args.other_weights_gib < 0:
-        raise SystemExit(f"--device-gib ({args.device_gib}) must be > 0 and --other-weights-gib "
-                         f"({args.other_weights_gib}) >= 0")
+    max_splits = args.max_split_mb
     device_bytes, other_bytes = int(args.device_gib * 2**30), int(args.other_weights_gib * 2**30)
-    try:
-        results = simulate(shape, _strategies(args.strategy), max_splits, pool=args.pool,
-                           device_bytes=device_bytes, other_weights_bytes=other_bytes)
-    except ValueError as error:  # the weights alone do not fit
-        raise SystemExit(str(error)) from None
+    results = []
+    with _progress(len(args.strategy) * len(max_splits), args, "simulate") as bar:
+        for name in args.strategy:
+            for max_split in max_splits:
+                bar.set_postfix_str(f"{name}, max_split_size_mb {max_split}")
+                try:
+                    results.append(replay_model(shape, name, max_split_mb=max_split, pool=args.pool,
+                                                device_bytes=device_bytes, other_weights_bytes=other_bytes))
+                except WeightsDoNotFit as error:  # at the load, before any conversion is replayed
+                    raise UsageError(f"argument --device-gib: {error}") from None
+                bar.update()
     if args.json:
         for result in results:
             print(json.dumps(_simulate_record(result)))
@@ -287,53 +470,67 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_engines(args: argparse.Namespace) -> int:
+    failed = 0
+    for check in (check_engine(engine, device=args.device) for engine in ENGINES):
+        engine = check.engine
+        print(f"{engine.strategy:<17} {engine.distribution} {check.version}\n"
+              f"  calls {engine.module}.{engine.function} (transcribed as {engine.transcription!r})")
+        if check.identical is not None:
+            print(f"  {'byte-identical' if check.identical else 'DIFFERS or FAILED'}: {check.detail}")
+        failed += check.identical is False
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moe_convert", description=__doc__)
+    parser = _Parser(prog="python -m moe_convert", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("shapes", help="print the model-shape catalog")
-    p.set_defaults(func=cmd_shapes)
+    _add_command(sub, "shapes", cmd_shapes, "print the model-shape catalog")
 
-    p = sub.add_parser("verify", help="check every strategy byte for byte against FlashInfer's helpers")
-    _add_shape_args(p)
-    p.add_argument("--strategy", default="all", help="NAME[,NAME...] or all (default)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=cmd_verify)
+    p = _add_command(sub, "verify", cmd_verify,
+                     "check every strategy byte for byte against FlashInfer's helpers")
+    _add_work_args(p)
+    p.add_argument("--device", type=_device("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--seed", type=_bounded_int(0, 2**63 - 1), default=0)
 
-    p = sub.add_parser("measure", help="peak transient memory, time against a same-size copy_, whole-model time")
-    _add_shape_args(p)
-    p.add_argument("--strategy", default="all", help="NAME[,NAME...] or all (default)")
-    p.add_argument("--device", default="meta", help="meta (memory only, full size for free), cpu or cuda")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per strategy (default 5)")
-    p.add_argument("--threads", type=int, help="CPU threads (default: all cores; 1 is steadier on a "
-                   "shared machine, where a descheduled OpenMP thread stalls the others)")
+    p = _add_command(sub, "measure", cmd_measure,
+                     "peak transient memory, time against a same-size copy_, whole-model time")
+    _add_work_args(p)
+    p.add_argument("--device", type=_device("meta", "cpu", "cuda"), default="meta",
+                   help="meta (memory only, full size for free), cpu or cuda")
+    p.add_argument("--repeats", type=_bounded_int(1), default=5, help="timed calls per strategy (default 5)")
+    p.add_argument("--threads", type=_bounded_int(1), help="CPU threads (default: all cores; 1 is "
+                   "steadier on a shared machine, where a descheduled OpenMP thread stalls the others)")
     p.add_argument("--json", action="store_true", help="one JSON object per strategy per line")
-    p.set_defaults(func=cmd_measure)
 
-    p = sub.add_parser(
-        "simulate",
-        help="replay a whole model's load and conversion through a model of the CUDA caching "
-             "allocator: OOM layer, peak reserved, reserved growth per layer",
-    )
-    _add_shape_args(p)
-    p.add_argument("--strategy", default="all", help="NAME[,NAME...] or all (default)")
-    p.add_argument("--max-split-mb", default="20",
+    p = _add_command(sub, "simulate", cmd_simulate,
+                     "replay a whole model's load and conversion through a model of the CUDA caching "
+                     "allocator: OOM layer, peak reserved, reserved growth per layer")
+    _add_work_args(p)
+    p.add_argument("--max-split-mb", type=_max_splits, default="20",
                    help="max_split_size_mb values, comma-separated, 'none' = unlimited "
                         "(default 20: what vLLM sets while loading)")
-    p.add_argument("--device-gib", type=float, required=True,
+    p.add_argument("--device-gib", type=_gib(zero_ok=False), required=True,
                    help="GiB the device lends to PyTorch during the load (seed 000: 139.5)")
-    p.add_argument("--other-weights-gib", type=float, default=0.0,
+    p.add_argument("--other-weights-gib", type=_gib(zero_ok=True), default=0.0,
                    help="the model's non-MoE weights per rank, GiB (default 0; Qwen3-235B TP4: 3.86)")
     p.add_argument("--pool", choices=POOLS, default="sleep",
                    help="sleep: vLLM's sleep-mode pool, the first failed raw allocation is an OOM "
                         "(default); default: PyTorch's default pools, cached segments released on failure")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per strategy x max-split value per line")
-    p.set_defaults(func=cmd_simulate)
+
+    p = _add_command(sub, "engines", cmd_engines,
+                     "the installed engines' converters: versions, the function each adapter calls, "
+                     "byte-identical to FlashInfer's helpers or not (exit 1 if not)")
+    p.add_argument("--device", type=_device("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
 
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except UsageError as error:
+        sub.choices[args.command].error(str(error))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .allocator import Allocator, MiB, OutOfMemory, Pool
@@ -31,7 +30,8 @@ from .memory import AllocationTracker, MemoryEvent, layer_weights, warm_strategy
 from .shapes import LayerShape
 from .strategies import INPLACE, convert
 
-__all__ = ["LayerTrace", "LoadStep", "ReplayResult", "layer_trace", "load_steps", "replay_model", "simulate"]
+__all__ = ["LayerTrace", "LoadStep", "ReplayResult", "WeightsDoNotFit", "layer_trace", "load_steps",
+           "replay_model"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,10 @@ class LayerTrace:
             else:
                 del live[event.block]
         return sum(live.values())
+
+
+class WeightsDoNotFit(ValueError):
+    """The device cannot hold the model's weights before any conversion (a user error)."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -192,11 +196,11 @@ def replay_model(
     other_weights_bytes
         The model's non-MoE weights on this rank, allocated first as one tensor.
 
-    Raises ``ValueError`` when the weights alone do not fit on the device.
+    Raises ``WeightsDoNotFit`` (a ``ValueError``) when the weights alone do not fit on the
+    device, before any conversion is replayed.
     """
     if other_weights_bytes < 0:
         raise ValueError(f"other_weights_bytes ({other_weights_bytes}) must be >= 0")
-    trace = layer_trace(shape, strategy)
     allocator = Allocator(
         capacity_bytes=device_bytes,
         max_split_size=None if max_split_mb is None else max_split_mb * MiB,
@@ -208,12 +212,13 @@ def replay_model(
         params = [(allocator.malloc(shape.w13_bytes), allocator.malloc(shape.w2_bytes))
                   for _ in range(shape.moe_layers)]
     except OutOfMemory as error:
-        raise ValueError(
+        raise WeightsDoNotFit(
             f"device_bytes ({device_bytes}) cannot hold the weights: {shape.moe_layers} layers x "
             f"{shape.layer_bytes} bytes + other_weights_bytes ({other_weights_bytes}) ({error}); "
             "give a larger device or a larger TP"
         ) from None
     loaded = allocator.reserved_bytes
+    trace = layer_trace(shape, strategy)
     reserved_after: list[int] = []
     oom_layer = oom_message = None
     for layer, (w13, w2) in enumerate(params):
@@ -246,23 +251,3 @@ def replay_model(
         num_alloc_retries=stats.num_alloc_retries,
         num_ooms=stats.num_ooms,
     )
-
-
-def simulate(
-    shape: LayerShape,
-    strategies: Iterable[str],
-    max_splits_mb: Iterable[int | None],
-    *,
-    pool: Pool,
-    device_bytes: int | None,
-    other_weights_bytes: int = 0,
-) -> list[ReplayResult]:
-    """``replay_model`` for every strategy x max-split value (strategy-major order); each
-    strategy's trace is recorded once."""
-    max_splits_mb = list(max_splits_mb)
-    return [
-        replay_model(shape, strategy, max_split_mb=max_split, pool=pool,
-                     device_bytes=device_bytes, other_weights_bytes=other_weights_bytes)
-        for strategy in strategies
-        for max_split in max_splits_mb
-    ]

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from .checks import check_weights
+from .checks import check_disjoint, check_weights
 from .layout import BLOCK_K, block_layout_copies, to_block_layout, w13_row_index, w2_row_index
 
 __all__ = ["STRATEGIES", "INPLACE", "register", "convert"]
@@ -59,7 +59,7 @@ def convert(
     ``([E, 2H/128, 2I, 64], [E, 2I/128, H, 64])``, byte-identical for every strategy. Whether
     the result is a new tensor or a view of the input's storage is the strategy's contract
     (``name in INPLACE``). Bad input raises ``TypeError``/``ValueError`` before any byte is
-    written.
+    written, and so do a ``w13`` and ``w2`` that share bytes, for an in-place strategy.
     """
     try:
         fn = STRATEGIES[strategy]
@@ -68,6 +68,8 @@ def convert(
             f"unknown strategy {strategy!r}; valid strategies: {', '.join(sorted(STRATEGIES))}"
         ) from None
     check_weights(w13, w2, gated=gated)
+    if strategy in INPLACE:  # out-of-place strategies only read their input: overlap is harmless
+        check_disjoint(w13, w2)
     return fn(w13, w2, gated)
 
 
@@ -220,7 +222,11 @@ def _strided_copy_into(rows: torch.Tensor, blocks_u8: torch.Tensor, interleave: 
     for dst, src in block_layout_copies(rows.view(torch.uint8), blocks_u8, interleave=interleave):
         # Copy 8-byte words, not bytes: the same bytes move, but a strided CUDA copy handles
         # one element per load, so wider elements mean 8x fewer of them (no change on CPU).
-        dst.view(torch.int64).copy_(src.view(torch.int64))
+        # A weight that starts off an 8-byte boundary (a view into a shared buffer) cannot be
+        # viewed as words: its bytes are copied as they are.
+        if dst.storage_offset() % 8 == 0 and src.storage_offset() % 8 == 0:
+            dst, src = dst.view(torch.int64), src.view(torch.int64)
+        dst.copy_(src)
 
 
 @register("strided_copy", inplace=False)
@@ -285,3 +291,94 @@ def strided_inplace(
             expert_scratch.copy_(expert_u8.view(-1))
             _strided_copy_into(scratch_rows, expert_u8.view(_blocks_shape(weight)[1:]), interleave)
     return _blocks_alias(w13), _blocks_alias(w2)
+
+
+# The engines' own converters, transcribed (the installed ones: ``moe_convert.engines``).
+
+
+def _sglang_block_layout(param: torch.Tensor, index: torch.Tensor) -> None:
+    """SGLang's ``_apply_trtllm_bf16_block_layout`` for one weight ``[E, M, cols]``, in place.
+
+    A function of its own, as in SGLang, so that the last ``tile`` dies when it returns.
+    """
+    expert_shape = param[0].shape
+    for i in range(param.shape[0]):
+        tile = param[i].clone().view(torch.uint8)[index].contiguous()
+        tile = to_block_layout(tile)
+        param[i] = tile.view(torch.bfloat16).contiguous().reshape(expert_shape)
+
+
+@register("sglang", inplace=True)
+def sglang(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """SGLang 0.5.23, temporaries, their order and their lifetimes kept.
+
+    Transcribes ``sglang/srt/layers/quantization/unquant.py``,
+    ``UnquantizedFusedMoEMethod._apply_trtllm_bf16_block_layout`` (called for w13, then w2, by
+    ``_maybe_apply_flashinfer_trtllm_bf16_block_layout``). Per expert: ``clone`` -> uint8 view
+    -> index rows -> ``.contiguous()``; ``convert_to_block_layout`` (``.contiguous()`` of the
+    ``[nb, M, 128]`` view); written back over the expert (``param.data[i] = ...``, a
+    ``copy_``); then the parameter is viewed 4-D. The previous expert's ``tile`` is still bound
+    while the next one is made (a Python rebinding), which the peak below counts.
+
+    SGLang's loader stores w13 as ``[w3; w1]``; this strategy takes this library's ``[w1; w3]``
+    and folds the swap into the row index, ``(G[S] + M/2) % M``: the same gather over the same
+    bytes as SGLang's ``G[S]`` over its swapped rows, so the work is the engine's after its own
+    load step. SGLang clears its permute cache at the start of every call and recomputes the
+    two indices (O(M) work); here, as for every strategy, the indices come from ``layout``'s
+    cache. Its inverse for refit, ``_restore_trtllm_bf16_canonical_layout``, is
+    ``layout.unconvert`` here.
+
+    In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
+    transient: ``3 max(S13, S2)`` with two or more experts (the previous tile, the clone and
+    the gathered rows; one expert: ``2 max(S13, S2)``).
+
+    Traffic: ``8 (T13 + T2) + E (X13 + X2)`` in ``8E`` launches: per expert a clone,
+    a gather (its int64 index read too), a block-layout copy and a copy back (a weight with one
+    128-byte block per row skips the block-layout copy: ``2 T`` and ``E`` launches fewer).
+    """
+    for weight, index in (
+        (w13, w13_row_index(w13.shape[1], gated, w13.device)),
+        (w2, w2_row_index(w2.shape[1], w2.device)),
+    ):
+        _sglang_block_layout(weight, index)
+    return _blocks_alias(w13), _blocks_alias(w2)
+
+
+def _trtllm_prepare_expert(expert: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """TRT-LLM's ``_prepare_bf16_weight_for_trtllm_gen``: gather bf16 rows, then BlockMajorK.
+
+    TRT-LLM makes the block layout on the bf16 view with ``block_k = 64`` elements: the same
+    128-byte blocks, one ``.contiguous()`` copy, as ``to_block_layout`` on the bytes.
+    """
+    shuffled = expert[index].contiguous()
+    return to_block_layout(shuffled.view(torch.uint8)).view(torch.bfloat16)
+
+
+@register("trtllm", inplace=False)
+def trtllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """TensorRT-LLM (main at commit a98a9061d72f), temporaries, order and lifetimes kept.
+
+    Transcribes ``tensorrt_llm/_torch/modules/fused_moe/quantization.py``,
+    ``BF16TRTLLMGenFusedMoEMethod.process_weights_after_loading``: the row indices read once
+    (from expert 0, through TRT-LLM's own permute cache keyed ``(shape, "w31", num_elts_per_sf)``);
+    then per weight a list, per expert, of a gather of the bf16 rows, ``.contiguous()`` and a
+    BlockMajorK ``.contiguous()`` copy; ``torch.stack`` of the list (a full second copy, TRT-LLM
+    #13689) becomes the new parameter. w13's stack is alive while w2's list is built.
+
+    TRT-LLM's loader stores ``w3_w1_weight`` as ``[w3; w1]``; this strategy takes this
+    library's ``[w1; w3]`` and folds the swap into the row index, ``(G[S] + M/2) % M``: the
+    same gather over the same bytes, so the work is the engine's after its own load step.
+
+    Out of place: new outputs; the input is unchanged. Peak transient:
+    ``T13 + max(T13, 2 T2)`` (w13's list and stack; then w13's stack with w2's list and stack).
+
+    Traffic: ``6 (T13 + T2) + E (X13 + X2)`` in ``4E + 2`` launches: per expert a
+    gather (its int64 index read too) and a block-layout copy, then one stack per weight (a
+    weight with one 128-byte block per row skips the block-layout copy: ``2 T`` and ``E``
+    launches fewer).
+    """
+    index13 = w13_row_index(w13.shape[1], gated, w13.device)
+    index2 = w2_row_index(w2.shape[1], w2.device)
+    out13 = torch.stack([_trtllm_prepare_expert(expert, index13) for expert in w13])
+    out2 = torch.stack([_trtllm_prepare_expert(expert, index2) for expert in w2])
+    return out13, out2

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import pytest
 
@@ -57,12 +59,33 @@ def test_measure_table(capsys):
     assert "GiB" in out and "{" not in out
 
 
-def test_measure_rejects_unknown_strategy():
-    with pytest.raises(SystemExit, match="unknown strategy"):
-        main(["measure", "--model", "qwen3-30b-a3b", "--strategy", "nope"])
+def test_measure_notes_a_shape_the_kernel_cannot_take(capsys):
+    argv = ["measure", "--model", "qwen3-235b-a22b", "--tp", "8", "--strategy", "strided_copy"]
+    assert main(argv) == 0
+    assert "note: the SM100 kernel cannot take this shape: I/TP = 192" in capsys.readouterr().out
+    assert main(argv + ["--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["tp"] == 8 and "I/TP = 192" in err  # stdout stays JSON lines
 
 
 def test_seconds_column_never_prints_exponents():
     from moe_convert.cli import _seconds
 
     assert [_seconds(s) for s in (0.9996, 1.2345, 12.3e-6)] == ["999.6 ms", "1.234 s", "12.3 us"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal, quiet, shown", [(True, False, True), (True, True, False),
+                                                    (False, False, False)])
+def test_progress_bar_only_on_a_terminal_without_quiet(monkeypatch, capsys, terminal, quiet, shown):
+    stderr = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    argv = ["measure", "--experts", "2", "--hidden", "256", "--intermediate", "128",
+            "--strategy", "strided_copy,inplace", "--json"] + (["--quiet"] if quiet else [])
+    assert main(argv) == 0
+    assert ("measure on meta:   0%|" in stderr.getvalue()) == shown  # the bar, at its start
+    assert len(capsys.readouterr().out.splitlines()) == 2  # the JSON lines, bar or not

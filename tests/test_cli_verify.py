@@ -102,18 +102,7 @@ def test_verify_fails_when_inplace_contract_is_broken(broken_strategy, capsys):
     assert "WRONG" in capsys.readouterr().out
 
 
-def test_verify_unknown_strategy_lists_valid_ones():
-    with pytest.raises(SystemExit, match="unknown strategy nope; valid: all, .*strided_copy"):
-        cli.main(TINY + ["--strategy", "nope"])
-
-
 def test_verify_notes_a_shape_the_kernel_cannot_take(capsys):
     assert cli.main(["verify", "--model", "qwen3-235b-a22b", "--tp", "8", "--experts", "1",
                      "--strategy", "strided_copy"]) == 0
-    assert "note: the kernel cannot take this shape: I/TP = 192" in capsys.readouterr().out
-
-
-def test_verify_refuses_a_shape_that_cannot_be_converted():
-    # Qwen3-30B-A3B at TP8: I = 96, so w2 rows are 192 bytes, not a multiple of 128.
-    with pytest.raises(SystemExit, match=r"cannot convert this shape: w2 .*bytes per row \(192\)"):
-        cli.main(["verify", "--model", "qwen3-30b-a3b", "--tp", "8", "--experts", "1"])
+    assert "note: the SM100 kernel cannot take this shape: I/TP = 192" in capsys.readouterr().out

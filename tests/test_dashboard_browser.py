@@ -19,7 +19,8 @@ import pytest
 from conftest import requires_chromium
 from fixtures.asv_fixture import publish
 
-from moe_bench.dashboard import OfflineError, external_references, make_offline, serve
+from moe_bench import dashboard
+from moe_bench.dashboard import TACHYON_BYTES, OfflineError, external_references, make_offline, serve
 
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_ARGS = [
@@ -127,6 +128,26 @@ def test_published_pages_reference_no_external_host(published):
     assert (html_dir / "assets" / "LICENSE.asv-tachyon.txt").read_text().startswith("MIT License")
     index = json.loads((html_dir / "index.json").read_text())
     assert all(b["less_is_better"] for b in index["benchmarks"].values())
+    # The UI's bytes formatting replaced by binary units, once.
+    (script,) = (html_dir / "assets").glob("index-*.js")
+    assert TACHYON_BYTES not in script.read_text() and script.read_text().count('["GiB",1073741824]') == 1
+
+
+def test_make_offline_refuses_unknown_benchmarks_and_another_ui(tmp_path, html_dir, monkeypatch):
+    copy = tmp_path / "html"
+    shutil.copytree(html_dir, copy)
+    index = json.loads((copy / "index.json").read_text())
+    index["benchmarks"]["bench_misc.Widgets.track_widgets"] = {"unit": "widgets"}
+    (copy / "index.json").write_text(json.dumps(index))
+    with pytest.raises(OfflineError, match="not in the metrics table.*bench_misc.Widgets.track_widgets"):
+        make_offline(copy)
+    del index["benchmarks"]["bench_misc.Widgets.track_widgets"]
+    (copy / "index.json").write_text(json.dumps(index))
+    make_offline(copy)  # idempotent
+    # An asv-tachyon whose bytes formatting differs from the pinned one's: refused, not ignored.
+    monkeypatch.setattr(dashboard, "TACHYON_BYTES", TACHYON_BYTES.replace("1e9", "1e12"))
+    with pytest.raises(OfflineError, match="script is not the one moe_bench.dashboard patches"):
+        make_offline(copy)
 
 
 def test_external_references_finds_cdn_links_only(tmp_path):
@@ -159,12 +180,13 @@ def test_index_lists_the_benchmarks(browser, url):
 
 @requires_chromium
 @pytest.mark.parametrize(
-    ("name", "unit_text"),
-    [("bench_convert.TimeConvert.time_convert", "ms"),
-     ("bench_convert.PeakMemory.track_peak_transient_bytes", "GB")],
+    ("name", "unit_text", "legacy_qwen"),
+    [("bench_convert.TimeConvert.time_convert", "ms", "120.000ms"),
+     # 3 x 805306368 + 2 x 402653184 = 3 GiB: binary units, as the CLI and the reports print it
+     ("bench_convert.PeakMemory.track_peak_transient_bytes", "GiB", "3.00GiB")],
     ids=["time", "bytes"],
 )
-def test_graph_renders_with_data_points(browser, url, name, unit_text):
+def test_graph_renders_with_data_points(browser, url, name, unit_text, legacy_qwen):
     seen = visit(browser, url, f"#view=explore&bench={name}",
                  f"graph-{name.rsplit('.', 1)[1]}.png", ready=".uplot canvas")
     # The graph file it fetched: 4 commits x 8 parameter series (flashinfer's null: n/a).
@@ -179,17 +201,22 @@ def test_graph_renders_with_data_points(browser, url, name, unit_text):
     rows = seen.page.locator(".point-row").all_inner_texts()
     assert [row.split()[0] for row in rows] == COMMITS[::-1]
     assert all(row.endswith(unit_text) for row in rows), rows
+    # ... of the first series (legacy on qwen3, the same at every commit), in the CLI's units.
+    assert all(row.endswith(legacy_qwen) for row in rows), rows
+    assert f"LATEST\n{legacy_qwen}" in seen.page.locator("body").inner_text()
     assert seen.problems == []
     seen.page.close()
 
 
 @requires_chromium
-def test_regressions_view_shows_the_injected_regression(browser, url):
+def test_regressions_view_follows_the_gate_rules(browser, url):
+    """The injected step, by the metrics table's rules (asv.conf.json's thresholds): the peak
+    bytes (x1.5, exact) regressed; the time figures (x1.6) are within NOISE_FACTOR."""
     seen = visit(browser, url, "#view=regressions", "regressions.png", ready="table tbody tr")
     rows = seen.page.locator("table tbody tr").all_inner_texts()
-    regressed = "('qwen3-235b-a22b/tp4', 'strided_copy')"
-    assert len(rows) == 4 and all(regressed in row for row in rows)
-    assert any("PeakMemory.track_peak_transient_bytes" in row for row in rows)
-    assert any("TimeConvert.time_convert" in row for row in rows)
+    assert "factor ≥ 1\n" in seen.page.locator("body").inner_text() + "\n"  # hides none of them
+    assert len(rows) == 1, rows
+    assert "('qwen3-235b-a22b/tp4', 'strided_copy')" in rows[0]
+    assert "PeakMemory.track_peak_transient_bytes" in rows[0]
     assert seen.problems == []
     seen.page.close()

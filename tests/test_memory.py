@@ -33,6 +33,11 @@ PEAK_FORMULAS = {
     "strided_inplace": ("max(S13, S2, 10 * MiB)", "max(S13, S2, 10 * MiB)"),
     "triton": ("T13 + T2", "T13 + T2"),
     "triton_inplace": ("max(S13, S2, 16 * MiB)", "max(S13, S2, 16 * MiB)"),
+    "sglang": ("3*max(S13, S2)", "3*max(S13, S2)"),  # two or more experts
+    "trtllm": ("T13 + max(T13, 2*T2)", "T13 + max(T13, 2*T2)"),
+    # the installed engines (moe_convert.engines), where installed
+    "vllm": ("max(S13 + 2*X13, S2)", "max(S13, S2)"),
+    "sglang-installed": ("max(T13, 3*max(S13, S2))", "3*max(S13, S2)"),
 }
 
 # What the CPU allocator sees on top of the dispatch-level peak (profiler_memory's docstring):
@@ -40,6 +45,7 @@ PEAK_FORMULAS = {
 ALLOCATOR_EXTRA = {
     "preallocated": ("S13 - X13", "S13"),
     "inplace": ("S13", "S13"),
+    "vllm": ("S13 - X13", "S13"),
 }
 
 SMALL = [
@@ -49,7 +55,7 @@ SMALL = [
 ]
 
 
-def test_every_strategy_has_aevaluate():
+def test_every_strategy_has_a_formula():
     assert set(STRATEGIES) <= set(PEAK_FORMULAS), "add the new strategy's peak formula here"
 
 

@@ -99,6 +99,13 @@ def test_a_strategy_missing_in_head_fails_and_one_new_in_head_is_not_judged(monk
     assert cell.verdict == "n/a" and "not registered in base" in cell.error
 
 
+def test_asv_can_import_it_without_scipy():
+    # asv imports every module of benchmarks/ in its own environment: torch and the project only.
+    code = "import sys; sys.modules['scipy'] = None; import benchmarks.paired"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.parametrize("argv, message", [
     (["nosuchcommit", "HEAD"], "'nosuchcommit' is not a commit"),
     (["HEAD", "HEAD", "-b", "("], "--bench '(' is not a regular expression"),

@@ -132,9 +132,3 @@ def test_cli_simulate_table(capsys):
                  "3.86"]) == 0
     out = capsys.readouterr().out
     assert "OOM layer 22" in out and "1.27 GiB" in out
-
-
-def test_cli_simulate_rejects_a_max_split_below_20():
-    with pytest.raises(SystemExit, match="--max-split-mb: '19'"):
-        main(["simulate", "--model", "qwen3-235b-a22b", "--tp", "4", "--max-split-mb", "19",
-              "--device-gib", "139.5"])

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from moe_convert import CATALOG, check_weights, layer_shape, shape_from_hf_config
-from moe_convert.shapes import TP_SIZES, catalog_shapes
+from moe_convert.shapes import TP_SIZES, catalog_shapes, spec_from_hf_config
 
 MiB, GiB = 2**20, 2**30
 
@@ -107,10 +107,23 @@ def test_valid_catalog_shapes_pass_the_input_checks(shape):
 def test_unknown_model_and_bad_tp():
     with pytest.raises(ValueError, match="unknown model 'qwen3-235b'.*qwen3-235b-a22b"):
         layer_shape("qwen3-235b", 4)
-    with pytest.raises(ValueError, match="tp must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="tp must be a positive integer, got 0; valid TPs: 1, 2, 3, 4, 6, 12"):
         layer_shape("qwen3-30b-a3b", 0)
-    with pytest.raises(ValueError, match="does not split over TP 5"):
+    with pytest.raises(ValueError, match="tp 5 does not divide moe_intermediate_size 768"):
         layer_shape("qwen3-30b-a3b", 5)
+
+
+@pytest.mark.parametrize("model, tp_sizes, kernel", [
+    ("qwen3-235b-a22b", (1, 2, 3, 4, 6, 8, 12, 24), "1, 2, 3, 4, 6, 12"),  # I = 1536 = 24 x 64
+    ("deepseek-v2-lite", (1, 2, 11, 22), "1, 11"),  # I = 1408 = 22 x 64
+])
+def test_tp_sizes_are_those_that_convert(model, tp_sizes, kernel):
+    spec = CATALOG[model]
+    assert spec.tp_sizes == tp_sizes
+    assert f"the SM100 kernel runs {kernel} without padding" in spec.tp_sizes_text
+    for tp in tp_sizes:
+        assert spec.shape(tp).conversion_error is None
+    assert "multiple of 64" in spec.shape(2 * tp_sizes[-1]).conversion_error
 
 
 def test_with_experts_keeps_geometry():
@@ -151,5 +164,18 @@ def test_shape_from_deepseek_v3_config(tmp_path):
 def test_shape_from_non_moe_config(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32}))
-    with pytest.raises(ValueError, match="not an MoE config"):
+    with pytest.raises(ValueError, match="not an MoE model: none of n_routed_experts"):
         shape_from_hf_config(path, 1)
+
+
+def test_config_null_mlp_only_layers_means_none(tmp_path):
+    # transformers' Qwen3MoeConfig reads null as [] (every layer sparse)
+    (tmp_path / "config.json").write_text(json.dumps(dict(QWEN3_235B_CONFIG, mlp_only_layers=None)))
+    assert shape_from_hf_config(tmp_path, 4).moe_layers == 94
+
+
+def test_config_errors_name_the_file_and_the_key(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(QWEN3_235B_CONFIG, moe_intermediate_size=-5)))
+    with pytest.raises(ValueError, match=f"{path}: `moe_intermediate_size` must be a positive integer, got -5"):
+        spec_from_hf_config(path)

@@ -113,7 +113,9 @@ def test_anchor_and_own_strategies_registered():
     assert {"inplace", "batched"} <= INPLACE
     assert {"legacy", "preallocated"}.isdisjoint(INPLACE)
     assert INPLACE <= set(STRATEGIES)
-    own = set(STRATEGIES) - anchors - {"flashinfer"}
+    assert {"sglang"} <= INPLACE and "trtllm" in STRATEGIES and "trtllm" not in INPLACE
+    engines = {"sglang", "trtllm", "flashinfer", "vllm", "sglang-installed"}
+    own = set(STRATEGIES) - anchors - engines
     assert own & INPLACE and own - INPLACE, f"want our own in-place and out-of-place ones: {own}"
 
 
@@ -210,3 +212,18 @@ def test_meta_call_first_does_not_poison_index_caches(name):
     convert(torch.empty(w13_shape, dtype=torch.bfloat16, device="meta"),
             torch.empty(w2_shape, dtype=torch.bfloat16, device="meta"), strategy=name, gated=gated)
     assert_bytes_equal(run(name, "nemo-rl-3-128-512"), expected("nemo-rl-3-128-512", best_oracle()))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_weights_off_an_8_byte_boundary_convert_byte_exact(name):
+    # Views into one shared bf16 buffer, each starting one element (2 bytes) past a word boundary.
+    case = "nemo-rl-3-128-512"
+    w13, w2 = weights(case, 0)
+    buffer = torch.empty(1 + w13.numel() + w2.numel(), dtype=torch.bfloat16)
+    shifted13 = buffer[1:1 + w13.numel()].view(w13.shape)
+    shifted2 = buffer[1 + w13.numel():].view(w2.shape)
+    shifted13.copy_(w13)
+    shifted2.copy_(w2)
+    assert shifted13.storage_offset() * 2 % 8 == 2
+    got = convert(shifted13, shifted2, strategy=name, gated=shapes(case)[2])
+    assert_bytes_equal(got, expected(case, best_oracle()))

@@ -24,6 +24,11 @@ TRAFFIC_FORMULAS = {
     "strided_inplace": ("4*(T13 + T2)", "4*(T13 + T2)"),
     "triton": ("2*(T13 + T2)", "2*(T13 + T2)"),
     "triton_inplace": ("4*(T13 + T2)", "4*(T13 + T2)"),
+    "sglang": ("8*(T13 + T2) + E*(X13 + X2)", "8*(T13 + T2) + E*(X13 + X2)"),
+    "trtllm": ("6*(T13 + T2) + E*(X13 + X2)", "6*(T13 + T2) + E*(X13 + X2)"),
+    # the installed engines (moe_convert.engines), where installed
+    "vllm": ("4*(T13 + T2) + E*(5*X13 + X2)", "4*(T13 + T2) + E*(X13 + X2)"),
+    "sglang-installed": ("12*T13 + 8*T2 + E*(X13 + X2)", "8*(T13 + T2) + E*(X13 + X2)"),
 }
 # triton_inplace: a copy and a kernel per group of max(1, 16 MiB // S) experts (ceil by -(-a // b))
 _TRITON_INPLACE_LAUNCHES = "2*(-(-E // max(1, 16*MiB // S13)) - (-E // max(1, 16*MiB // S2)))"
@@ -37,6 +42,10 @@ LAUNCH_FORMULAS = {
     "strided_inplace": ("5*E", "4*E"),
     "triton": ("2", "2"),
     "triton_inplace": (_TRITON_INPLACE_LAUNCHES, _TRITON_INPLACE_LAUNCHES),
+    "sglang": ("8*E", "8*E"),
+    "trtllm": ("4*E + 2", "4*E + 2"),
+    "vllm": ("6*E", "4*E"),
+    "sglang-installed": ("8*E + 2", "8*E"),
 }
 
 

@@ -1,0 +1,17 @@
+"""The command-line parser of the ``python -m moe_bench.*`` entry points: argparse, with each
+usage error on one line, ``PROG: error: MESSAGE``, and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+__all__ = ["ArgumentParser"]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse without the usage block before an error (``--help`` shows it): scripts/ log one
+    line that says what was wrong. Raise through ``parser.error(message)`` for rules of your own."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")

@@ -1,0 +1,142 @@
+"""The table of this suite's figures: the one place that says what each benchmark measures and how
+a change of it is judged.
+
+Every consumer reads it: the PR gate (``moe_bench.compare``), the budget check
+(``moe_bench.gate``), the summary (``moe_bench.report``), the plots, the dashboard
+(``moe_bench.dashboard``; ``asv.conf.json``'s ``regressions_thresholds`` must agree, a test
+checks it), and ``moe_bench.results.load_results``, which refuses a result whose benchmark is
+not in the table or whose unit differs from it.
+
+Gate rules:
+
+- ``exact``: deterministic (bytes, launches, experts, retries, traffic ratio): any change in the
+  worse direction is a regression, everywhere (factor 1.0);
+- ``paired``: time-derived. The PR gate shows them but the paired A/B run
+  (``benchmarks.paired``) decides; where there is no paired run (the nightly history, the summary,
+  the dashboard, ``compare`` without ``--paired``) a rise beyond ``NOISE_FACTOR`` regresses;
+- ``info``: recorded for the reader (e.g. how noisy the machine was), never judged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "EXACT", "PAIRED", "INFO", "RULES", "NOISE_FACTOR", "Metric", "METRICS", "FAILING",
+    "TIME", "COPY_RATIO", "PEAK_BYTES", "WHOLE_MODEL", "PAIRED_TIME", "judge", "metric",
+]
+
+EXACT, PAIRED, INFO = "exact", "paired", "info"
+RULES = (EXACT, PAIRED, INFO)
+
+#: Allowed rise of a time-derived figure between two runs without a paired comparison (the
+#: nightly history, the summary's marks, the dashboard's regressions view). Unchanged code
+#: measured on the shared 2-core CPU (results/cpu-2core-xeon, 3 runs of one day: the 30 points
+#: of strategies no commit touched, 2 pairs of runs each) rose by at most 1.43x (one layer's
+#: time), 1.50x (copy ratio) and 2.11x (whole model); 2.5 stays above that and still catches a
+#: revert to vLLM's legacy conversion (4.5x, vLLM #45589). Smaller steps are the paired run's job.
+NOISE_FACTOR = 2.5
+
+#: Statuses that fail a verdict (``judge``'s and ``moe_bench.compare``'s).
+FAILING = frozenset({"regressed", "changed", "failed", "missing", "n/a in head"})
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One figure of the suite.
+
+    ``benchmark`` is asv's name (``bench_convert.PeakMemory.track_peak_transient_bytes``);
+    ``unit`` the unit the benchmark declares (asv's ``unit``); ``lower_is_better`` True for every
+    figure where a rise is worse, None for a record with no better or worse (any change of it is
+    one); ``rule`` one of ``RULES``; ``display`` the unit ``moe_bench.units.human`` prints it in
+    (bytes in binary units: KiB, MiB, GiB); ``column`` and ``title`` its column name and header
+    in the summary, None where the summary leaves it out.
+    """
+
+    benchmark: str
+    unit: str
+    lower_is_better: bool | None
+    rule: str
+    display: str
+    column: str | None = None
+    title: str | None = None
+
+    @property
+    def factor(self) -> float | None:
+        """Allowed worse/better ratio without a paired run: 1.0 exact, ``NOISE_FACTOR``, None (info)."""
+        return {EXACT: 1.0, PAIRED: NOISE_FACTOR, INFO: None}[self.rule]
+
+    @property
+    def short(self) -> str:
+        """The name without its ``bench_*`` module: ``PeakMemory.track_peak_transient_bytes``."""
+        module, _, rest = self.benchmark.partition(".")
+        return rest if module.startswith("bench_") else self.benchmark
+
+
+TIME = "bench_convert.TimeConvert.time_convert"
+COPY_RATIO = "bench_convert.CopyRatio.track_copy_ratio"
+PEAK_BYTES = "bench_convert.PeakMemory.track_peak_transient_bytes"
+WHOLE_MODEL = "bench_convert.WholeModel.track_whole_model_seconds"
+TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
+#: The paired A/B result's row in the PR verdict (not an asv benchmark: ``benchmarks.paired``).
+PAIRED_TIME = "paired.time_ratio"
+
+_TABLE = [
+    # In summary column order (the speed-up over legacy follows the time).
+    Metric(TIME, "seconds", True, PAIRED, "seconds", "time", "time (1 layer)"),
+    Metric(COPY_RATIO, "ratio", True, PAIRED, "ratio", "copy_ratio", "copy ratio"),
+    Metric(TRAFFIC_RATIO, "ratio", True, EXACT, "ratio", "traffic_ratio", "traffic ratio"),
+    Metric(PEAK_BYTES, "bytes", True, EXACT, "bytes", "peak_bytes", "peak transient"),
+    Metric(WHOLE_MODEL, "seconds", True, PAIRED, "seconds", "whole_model", "whole model"),
+    Metric("bench_convert.Traffic.track_traffic_bytes", "bytes", True, EXACT, "bytes"),
+    Metric("bench_convert.Traffic.track_launches", "launches", True, EXACT, "launches"),
+    Metric("bench_convert.CudaMemory.track_peak_allocated_bytes", "bytes", True, EXACT, "bytes"),
+    Metric("bench_convert.CudaMemory.track_peak_reserved_bytes", "bytes", True, EXACT, "bytes"),
+    Metric("bench_convert.CudaMemory.track_alloc_retries", "retries", True, EXACT, "retries"),
+    # The profile's expert count: a change means the time figures measure other work.
+    Metric("bench_convert.Profile.track_timed_experts", "experts", None, EXACT, "experts"),
+    Metric("bench_allocator.SleepModeLoad.track_peak_reserved_bytes", "bytes", True, EXACT, "bytes"),
+    Metric("bench_allocator.SleepModeLoad.track_reserved_growth_per_layer_bytes", "bytes", True,
+           EXACT, "bytes"),
+    # max/min of a calibration copy in the run: how noisy the machine was, for the reader.
+    Metric("bench_noise.Noise.track_copy_spread", "ratio", True, INFO, "ratio"),
+    Metric(PAIRED_TIME, "seconds", True, PAIRED, "seconds"),
+]
+#: Every figure by benchmark name.
+METRICS: dict[str, Metric] = {m.benchmark: m for m in _TABLE}
+
+
+def metric(benchmark: str) -> Metric:
+    """The table's entry for ``benchmark``; ``KeyError`` naming it (and where to add it) if none."""
+    try:
+        return METRICS[benchmark]
+    except KeyError:
+        raise KeyError(
+            f"benchmark {benchmark!r} is not in the metrics table: add it to moe_bench/metrics.py "
+            "(unit, lower-is-better, gate rule, display unit)"
+        ) from None
+
+
+def judge(m: Metric, base: float, head: float, *, paired: bool = False) -> str:
+    """The verdict on one figure going from ``base`` to ``head`` (both finite, in ``m.unit``).
+
+    ``info`` for an ``info`` figure; ``info (decided by paired)`` for a ``paired`` figure when
+    ``paired`` (a paired run judges time); otherwise ``same``, ``improved``, ``regressed``
+    (worse beyond ``m.factor``) or, for a figure without a direction, ``changed``. Statuses in
+    ``FAILING`` fail.
+    """
+    if m.rule == INFO:
+        return "info"
+    if m.rule == PAIRED and paired:
+        return "info (decided by paired)"
+    if head == base:  # also 0 == 0
+        return "same"
+    if m.lower_is_better is None:
+        return "changed"
+    factor = m.factor
+    worse, better = (head, base) if m.lower_is_better else (base, head)
+    if worse > better * factor:
+        return "regressed"
+    if worse * factor < better:
+        return "improved"
+    return "same"

@@ -1,0 +1,151 @@
+"""The metrics table (moe_bench.metrics): it covers the whole asv suite, asv's dashboard
+configuration agrees with it, its rule decides; and the nightly's choice of commits to measure."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from asv.config import Config
+from asv.plugins.regressions import _GraphDataFilter
+from fixtures.asv_fixture import OUT as FIXTURE_RESULTS, git, make_repo
+
+from moe_bench.metrics import EXACT, INFO, METRICS, NOISE_FACTOR, PAIRED, PAIRED_TIME, judge
+from moe_bench.results import new_commits
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = re.compile(r"^(time|timeraw|track|peakmem|mem)_")
+
+
+def suite_benchmarks() -> dict[str, str]:
+    """Every benchmark of ``benchmarks/`` as asv names it, with the unit it declares."""
+    sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
+    found = {}
+    for path in sorted((ROOT / "benchmarks").glob("bench_*.py")):
+        module = importlib.import_module(f"benchmarks.{path.stem}")
+        for cls_name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != module.__name__:
+                continue
+            for name, method in inspect.getmembers(cls, callable):
+                if KINDS.match(name):
+                    default = "seconds" if name.startswith("time") else "bytes" if "mem" in name else "unit"
+                    unit = getattr(method, "unit", getattr(cls, "unit", default))
+                    found[f"{path.stem}.{cls_name}.{name}"] = unit
+    return found
+
+
+def test_every_suite_benchmark_is_in_the_table_with_its_unit():
+    suite = suite_benchmarks()
+    assert len(suite) >= 10
+    assert {name: METRICS[name].unit if name in METRICS else None for name in suite} == suite
+
+
+def test_the_table_is_consistent():
+    for m in METRICS.values():
+        assert m.rule in (EXACT, PAIRED, INFO), m
+        assert (m.column is None) == (m.title is None), m
+        assert m.factor == {EXACT: 1.0, PAIRED: NOISE_FACTOR, INFO: None}[m.rule]
+    deterministic = ["bench_convert.Traffic.track_traffic_bytes", "bench_convert.Traffic.track_launches",
+                     "bench_convert.Traffic.track_traffic_ratio",
+                     "bench_convert.PeakMemory.track_peak_transient_bytes"]
+    assert all(METRICS[name].rule == EXACT for name in deterministic)
+    assert METRICS["bench_noise.Noise.track_copy_spread"].rule == INFO
+    assert NOISE_FACTOR > 2.11  # the worst unchanged-code rise in results/cpu-2core-xeon
+
+
+@pytest.mark.parametrize("config", ["asv.conf.json", "asv.pr.conf.json"])
+def test_dashboard_regression_thresholds_follow_the_table(config):
+    """asv publish's regressions view, by asv's own resolution of the patterns, judges each
+    benchmark as the table does: threshold = factor - 1, info figures not at all."""
+    conf = Config.load(str(ROOT / config))
+    resolver = _GraphDataFilter(conf, repo=None, revisions={"commit": 0})
+    graph = type("Graph", (), {"params": {}})()
+    for name, m in METRICS.items():
+        if name == PAIRED_TIME:  # not an asv benchmark
+            continue
+        entry = f"{name}('qwen3-235b-a22b/tp4', 'strided_copy')"
+        start = resolver._get_start_revision(graph, None, entry)
+        if m.rule == INFO:
+            assert start is None, name  # regression detection off
+            continue
+        assert start is not None, name
+        assert resolver._get_threshold(graph, None, entry) == pytest.approx(m.factor - 1), name
+
+
+@pytest.mark.parametrize(("rule", "base", "head", "paired", "status"), [
+    (EXACT, 10, 10, False, "same"),
+    (EXACT, 10, 11, False, "regressed"),
+    (EXACT, 10, 9, False, "improved"),
+    (PAIRED, 1.0, NOISE_FACTOR * 1.01, False, "regressed"),
+    (PAIRED, 1.0, NOISE_FACTOR * 0.99, False, "same"),
+    (PAIRED, 1.0, 10.0, True, "info (decided by paired)"),
+    (INFO, 1.0, 10.0, False, "info"),
+])
+def test_judge(rule, base, head, paired, status):
+    m = next(m for m in METRICS.values() if m.rule == rule and m.lower_is_better)
+    assert judge(m, base, head, paired=paired) == status
+
+
+def test_judge_without_direction_fails_any_change():
+    experts = METRICS["bench_convert.Profile.track_timed_experts"]
+    assert judge(experts, 8, 16) == judge(experts, 8, 4) == "changed"
+    assert judge(experts, 8, 8) == "same"
+
+
+@pytest.fixture
+def history(tmp_path):
+    """The fixture's git history with its asv results (all 4 commits measured on fixture-box)."""
+    repo = tmp_path / "repo"
+    commits = make_repo(repo)
+    conf = {"version": 1, "project": "fixture", "repo": str(repo), "branches": ["main"],
+            "dvcs": "git", "results_dir": str(FIXTURE_RESULTS)}
+    config = tmp_path / "asv.conf.json"
+    config.write_text(json.dumps(conf))
+    return repo, commits, config
+
+
+def test_nightly_has_nothing_new_when_head_is_measured(history):
+    repo, commits, config = history
+    assert new_commits(config, "fixture-box") == []
+
+
+def test_nightly_measures_the_commits_after_the_last_measured(history):
+    repo, commits, config = history
+    for i in range(2):
+        (repo / "revision.txt").write_text(f"new {i}\n")
+        git(repo, "commit", "-q", "-am", f"new commit {i}")
+    new = git(repo, "rev-list", f"{commits[-1]}..main").split()
+    assert len(new) == 2 and new_commits(config, "fixture-box") == new
+    # A machine without history measures HEAD only, not the whole past.
+    assert new_commits(config, "new-box") == [new[0]]
+
+
+def test_nightly_script_exits_0_when_there_is_nothing_new(history, tmp_path):
+    """``scripts/nightly`` in the fixture's checkout, whose history holds HEAD: it says so and
+    exits 0 without calling asv (a stub that fails if called)."""
+    repo, commits, config = history
+    venv = Path(sys.prefix)
+    if not (venv / ".installed-test,bench").exists():
+        pytest.skip(f"{venv} was not set up by scripts/_env.sh (run the tests through scripts/test)")
+    shutil.copytree(ROOT / "scripts", repo / "scripts")
+    shutil.copytree(FIXTURE_RESULTS, repo / "results")
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "asv").write_text("#!/bin/sh\necho \"asv $*\" >&2\nexit 99\n")
+    (stub / "asv").chmod(0o755)
+    env = {**os.environ, "MOE_VENV": str(venv), "HOME": str(tmp_path),
+           "MOE_BENCH_MACHINE": "fixture-box", "MOE_BENCH_PROFILE": "cpu",
+           "PATH": f"{stub}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([str(repo / "scripts" / "nightly")], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "[nightly] machine fixture-box: nothing new to measure" in done.stderr
+    assert "asv " not in done.stderr
