@@ -45,8 +45,10 @@ def _unavailable_reason() -> str | None:
 UNAVAILABLE_REASON = _unavailable_reason()
 AVAILABLE = UNAVAILABLE_REASON is None
 
-_WORD_BYTES = 4  # int32 words: a 128-byte K block is 32 of them
-_BLOCK_WORDS = BLOCK_K // _WORD_BYTES
+# The kernel moves words of the widest of these that both tensors' addresses are aligned to:
+# int32 normally (a 128-byte K block is 32 of them), narrower for a weight that starts off a
+# 4-byte boundary (a view into a larger buffer).
+_WORD_DTYPES = (torch.int32, torch.int16, torch.uint8)
 
 
 @functools.cache
@@ -58,7 +60,7 @@ def _kernel():
     @triton.jit
     def block_layout_kernel(src, dst, rows, row_words, nblocks,
                             INTERLEAVE: tl.constexpr, ROWS: tl.constexpr, WORDS: tl.constexpr):
-        # src int32 [E, rows, row_words]; dst int32 [E, nblocks, rows, WORDS]
+        # src words [E, rows, row_words]; dst words [E, nblocks, rows, WORDS]
         pid = tl.program_id(0).to(tl.int64)
         row_tiles = rows // ROWS
         expert_block = pid // row_tiles  # expert * nblocks + k block
@@ -97,11 +99,13 @@ def _tile_rows(rows: int) -> int:
 
 # Declared with a schema, not ``custom_op``: ``out`` is keyword-only, like an ``out=`` argument,
 # which tells the traffic counter that the op only writes it (custom_op refuses such arguments).
-torch.library.define("moe_convert::triton_block_layout",
-                     "(Tensor src, bool interleave, *, Tensor(a!) out) -> ()")
+# The namespace is the package's own name, so that two copies of the library loaded side by side
+# (``benchmarks/paired.py``: ``moe_convert_base``, ``moe_convert_head``) each define their op.
+_OP = f"{__name__.partition('.')[0]}::triton_block_layout"
+torch.library.define(_OP, "(Tensor src, bool interleave, *, Tensor(a!) out) -> ()")
 
 
-@torch.library.impl("moe_convert::triton_block_layout", ("cpu", "cuda"))
+@torch.library.impl(_OP, ("cpu", "cuda"))
 def _triton_block_layout(src: torch.Tensor, interleave: bool, *, out: torch.Tensor) -> None:
     """Write ``src`` bf16 ``[E, M, cols]`` into ``out`` uint8 ``[E, 2 cols/128, M, 128]``.
 
@@ -109,12 +113,15 @@ def _triton_block_layout(src: torch.Tensor, interleave: bool, *, out: torch.Tens
     written once. ``src`` and ``out`` must not overlap. Contiguous tensors on one device.
     """
     experts, rows, cols = src.shape
-    nblocks = cols * src.element_size() // BLOCK_K
+    row_bytes = cols * src.element_size()
+    nblocks = row_bytes // BLOCK_K
+    word = next(dtype for dtype in _WORD_DTYPES
+                if (src.data_ptr() | out.data_ptr()) % dtype.itemsize == 0)
     grid = (experts * nblocks * (rows // _tile_rows(rows)),)
     launch = functools.partial(
-        _kernel()[grid], src.view(torch.int32), out.view(torch.int32), rows,
-        cols * src.element_size() // _WORD_BYTES, nblocks,
-        INTERLEAVE=interleave, ROWS=_tile_rows(rows), WORDS=_BLOCK_WORDS, num_warps=_NUM_WARPS)
+        _kernel()[grid], src.view(word), out.view(word), rows, row_bytes // word.itemsize, nblocks,
+        INTERLEAVE=interleave, ROWS=_tile_rows(rows), WORDS=BLOCK_K // word.itemsize,
+        num_warps=_NUM_WARPS)
     if not _INTERPRETED:
         launch()
         return
@@ -131,12 +138,12 @@ def _triton_block_layout(src: torch.Tensor, interleave: bool, *, out: torch.Tens
         gc.collect(0)
 
 
-@torch.library.register_fake("moe_convert::triton_block_layout")
+@torch.library.register_fake(_OP)
 def _triton_block_layout_fake(src: torch.Tensor, interleave: bool, *, out: torch.Tensor) -> None:
     return None
 
 
-triton_block_layout = torch.ops.moe_convert.triton_block_layout
+triton_block_layout = getattr(torch.ops, _OP.partition("::")[0]).triton_block_layout
 
 
 def triton_copy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:

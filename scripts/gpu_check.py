@@ -21,8 +21,12 @@ Steps (budgets in ``STEPS``):
 4. ``sleep``: ``wholemodel.sleep_mode_load`` of every strategy with the device capped
    (``set_per_process_memory_fraction``) against ``replay_model``'s prediction for that size.
 5. ``timing``: every strategy and a same-size device copy with CUDA events, per shape of the asv
-   suite: copy ratio, GB/s, per-layer and whole-model seconds.
-6. ``asv``: ``asv run -E existing:python3 --quick`` on ``CHECK_SHAPES``, published, zipped.
+   suite: copy ratio, GB/s, per-layer and whole-model seconds; then ``TRITON_SWEEPS``.
+6. ``asv``: ``asv run -E existing:python3 --quick`` of ``TimeConvert`` on ``CHECK_SHAPES``,
+   published, zipped.
+
+The report ends with issue 11's targets, judged on step 5's figures (``target_lines``).
+``docs/gpu.md`` has the recipe and the figures of the H200 run.
 
 ``--dry-run`` prints the plan and runs the parts that need no CUDA (the CPU references, the
 dispatch-level formulas, the allocator-model predictions, asv's presence); the CUDA parts are
