@@ -52,6 +52,7 @@ def _fake_clock(monkeypatch, head_factor: float) -> None:
 
 
 _side = [""]
+_buffers: dict[str, set[int]] = {"base": set(), "head": set()}
 
 
 @pytest.fixture
@@ -62,6 +63,7 @@ def track_side(monkeypatch, libs):
 
         def convert(*args, _side_name=side, _original=original, **kwargs):
             _side[0] = _side_name
+            _buffers[_side_name].add(args[0].data_ptr())
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(lib, "convert", convert)
@@ -77,6 +79,17 @@ def test_verdict_rule(monkeypatch, libs, track_side, factor, verdict):
     assert cell.ci_low <= cell.ratio <= cell.ci_high
     assert cell.ratio == pytest.approx(factor, rel=0.05)
     assert paired.MIN_PAIRS <= cell.n_pairs <= paired.MAX_PAIRS
+
+
+def test_both_sides_convert_both_input_buffers(monkeypatch, libs, track_side):
+    # Where a buffer lies changes the time of the same code: neither side may keep one.
+    monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
+    _fake_clock(monkeypatch, 1.0)
+    for used in _buffers.values():
+        used.clear()
+    paired.measure_cell(libs, "qwen3-30b-a3b/tp2", "strided_copy", paired.torch.device("cpu"))
+    assert len(_buffers["base"]) == len(_buffers["head"]) == 2
+    assert _buffers["base"] == _buffers["head"]
 
 
 def test_a_head_that_raises_fails_its_cell(monkeypatch, libs):
