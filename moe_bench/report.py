@@ -83,8 +83,10 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     ]
 
     index = ["machine", "env", "profile", "commit", "date", "shape", "strategy"]
-    wide = latest.pivot_table(index=index, columns="metric", values=["value", "change", "regressed"],
-                              aggfunc="first", dropna=False, sort=False)
+    # groupby + unstack, not pivot_table(dropna=False): that one makes the cartesian product of
+    # the index levels, so two machines' results gave rows of one machine with the other's commits.
+    wide = (latest.groupby(index + ["metric"], dropna=False, sort=False)[["value", "change", "regressed"]]
+            .first().unstack("metric"))
     table = pd.DataFrame(index=wide.index)
     for column in _SUMMARY:
         table[column] = wide.get(("value", column), math.nan)

@@ -82,6 +82,16 @@ def test_summary_has_every_figure_of_the_latest_commit(results):
     assert math.isnan(skipped["time"]) and math.isnan(skipped["speedup"]) and skipped["regressions"] == ()
 
 
+def test_summary_of_two_machines_keeps_each_machine_to_its_own_commits(results):
+    # A fresh machine's first run beside a checked-in history: two machines, other commits.
+    other = results.assign(machine="other-box", commit=results["commit"].str.replace("a", "f"))
+    table = summary_table(pd.concat([results, other], ignore_index=True))
+    assert len(table) == 16
+    for machine, rows in table.groupby("machine"):
+        assert len(rows) == 8 and rows["commit"].nunique() == 1
+    assert (table[table["strategy"] == "legacy"]["speedup"] == 1.0).all()
+
+
 def test_summary_marks_by_the_gate_rules(results):
     table = summary_table(results)
     strided = row(table, QWEN, "strided_copy")
