@@ -1,1 +1,1 @@
-"""The moe-convert-bench asv suite (see README.md, "Benchmarks")."""
+"""The moe-convert-bench asv suite (see docs/benchmarks.md)."""

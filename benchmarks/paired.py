@@ -51,7 +51,7 @@ from moe_convert import timing
 from . import common
 
 #: A cell regresses when the whole confidence interval of head/base lies above this. Chosen so
-#: that a 1.25x slowdown is caught under load (README, PR comparison: measured detection).
+#: that a 1.25x slowdown is caught under load (docs/timing.md: measured detection).
 THRESHOLD = 1.10
 #: Confidence of the bootstrap interval. Two-sided 99 %: the chance that unchanged code is called
 #: a regression in one cell is below 0.5 %, before the threshold's margin is even counted.

@@ -1,7 +1,7 @@
 """The paired A/B comparison: two commits' libraries side by side, the verdict rule, usage errors.
 
 The verdict logic is tested on given times (``time_once`` replaced), not on the machine's
-clock: a unit test asserts the rule, the README's trials measure the detection.
+clock: a unit test asserts the rule, docs/timing.md's trials measure the detection.
 """
 
 from __future__ import annotations
