@@ -103,8 +103,8 @@ def preallocated(
 
     Out of place: new outputs; the input is unchanged. Peak transient: the outputs, and gated
     the two index temporaries. On CPU the allocator also sees one hidden expert copy inside
-    ``index_select`` (where the index temporaries were: ``cpu_allocator_extra``). Traffic and
-    launches: per expert two gathers, and gated the index ``add`` and ``remainder``.
+    ``index_select`` (the record's ``cpu_allocator_extra``). Traffic and launches: per expert
+    two gathers, and gated the index ``add`` and ``remainder``.
     """
     experts, rows13, _ = w13.shape
     rows2 = w2.shape[1]
