@@ -55,7 +55,7 @@ class TimeConvert(_ShapeStrategy):
 
     def setup(self, shape: str, strategy: str) -> None:
         super().setup(shape, strategy)
-        if strategy in moe_convert.INPLACE:
+        if moe_convert.STRATEGIES[strategy].inplace:
             self.w13, self.w2 = common.restore(shape)
         else:
             self.w13, self.w2 = common.working_weights(shape)
@@ -84,7 +84,7 @@ class Traffic(_ShapeStrategy):
 
     ``traffic_bytes`` (bytes read + written), ``launches`` (data-moving ops; CUDA kernel
     launches) and ``traffic_ratio`` (traffic / 2 x layer bytes: 1.0 is the out-of-place floor),
-    by ``moe_convert.traffic``'s counting rule. Each strategy's docstring states its formulas.
+    by ``moe_convert.traffic``'s counting rule. Each strategy's record states its formulas.
     Deterministic on every machine: the PR gate compares them exactly, so an extra copy, a
     per-expert loop or a lost fusion fails it whatever the machine's load.
     """
@@ -170,7 +170,7 @@ class WholeModel(_ShapeStrategy):
 
     def track_whole_model_seconds(self, shape: str, strategy: str) -> float:
         timed, full = common.timed_shape(shape), common.full_shape(shape)
-        inplace = strategy in moe_convert.INPLACE
+        inplace = moe_convert.STRATEGIES[strategy].inplace
         samples = timing.time_call(
             lambda: moe_convert.convert(*common.working_weights(shape), strategy=strategy),
             device=common.device(),

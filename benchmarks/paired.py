@@ -134,6 +134,14 @@ def _verdict(low: float, high: float) -> str:
     return "same"
 
 
+def _in_place(lib: ModuleType, strategy: str) -> bool:
+    """Whether ``lib`` converts ``strategy`` in place: its record says so; a commit from before
+    the registry of records (issue 12) says so with a set of names, ``INPLACE``."""
+    if hasattr(lib, "INPLACE"):
+        return strategy in lib.INPLACE
+    return lib.STRATEGIES[strategy].inplace
+
+
 def measure_cell(libs: dict[str, ModuleType], label: str, strategy: str,
                  device: torch.device, seed: int = 0) -> Cell:
     """Alternate base and head calls of ``strategy`` on one shape's inputs; the paired verdict."""
@@ -158,7 +166,7 @@ def measure_cell(libs: dict[str, ModuleType], label: str, strategy: str,
         return libs[side].convert(*inputs, strategy=strategy, gated=shape.gated)
 
     def restore(side: str, inputs: list[torch.Tensor]) -> None:
-        if strategy in libs[side].INPLACE:
+        if _in_place(libs[side], strategy):
             for dst, src in zip(inputs, pristine):
                 dst.copy_(src)
 

@@ -1,23 +1,26 @@
 """Convert BF16 MoE expert weights to FlashInfer's TRTLLM block layout, and measure it.
 
-``convert(w13, w2, strategy=NAME)`` runs one of the registered ``STRATEGIES``; every strategy
-gives byte-identical output. ``shapes`` holds the model-shape catalog.
+``convert(w13, w2, strategy=NAME)`` runs one of the registered ``STRATEGIES`` (name -> a
+``Strategy`` record: function, in place or not, origin, figures as ``Formula``s of the shape);
+every strategy gives byte-identical output. ``shapes`` holds the model-shape catalog.
 """
 
 from . import flashinfer_strategy  # registers "flashinfer" where FlashInfer is installed
 from . import triton_strategy  # registers "triton", "triton_inplace" where Triton can run
 from . import engines  # registers "vllm", "sglang-installed" where the engines are installed
 from .checks import check_weights
+from .formulas import Formula
 from .layout import unconvert
+from .registry import STRATEGIES, Strategy, convert, register
 from .shapes import CATALOG, LayerShape, ModelSpec, layer_shape, shape_from_hf_config, spec_from_hf_config
-from .strategies import INPLACE, STRATEGIES, convert, register
 
 __all__ = [
     "CATALOG",
-    "INPLACE",
     "STRATEGIES",
+    "Formula",
     "LayerShape",
     "ModelSpec",
+    "Strategy",
     "check_weights",
     "convert",
     "layer_shape",

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from . import reference
 from .shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, catalog_shapes, spec_from_hf_config
-from .strategies import INPLACE, STRATEGIES, convert
+from .registry import STRATEGIES, UNAVAILABLE, convert, strategies_markdown, update_markdown
 from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
 from .timing import measure_roofline
 from .traffic import strategy_traffic
@@ -255,6 +255,29 @@ def cmd_shapes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_strategies(args: argparse.Namespace) -> int:
+    if args.update:
+        path = Path(args.update)
+        try:
+            text = path.read_text()
+            updated = update_markdown(text)
+        except (OSError, ValueError) as error:
+            raise UsageError(f"argument --update: {path}: {error}") from None
+        if updated != text:
+            path.write_text(updated)
+        print(f"{path}: strategies table {'updated' if updated != text else 'already up to date'}")
+    elif args.markdown:
+        print(strategies_markdown(), end="")
+    else:
+        for record in sorted([*STRATEGIES.values(), *UNAVAILABLE.values()], key=lambda r: r.name):
+            here = "" if record.name in STRATEGIES else f"  (not here: needs {record.needs})"
+            print(f"{record.name:<17} {record.result:<19} {record.origin}{here}")
+            for label, formula in (("peak transient", record.peak), ("traffic", record.traffic),
+                                   ("launches", record.launches)):
+                print(f"    {label:<15} {formula if formula is not None else 'not stated'}")
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     shape = resolve_shape(args)
     _check_fits(shape, args.device, 3)  # the input, the expected output, a clone converted
@@ -281,7 +304,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             same = [torch.equal(got.view(torch.uint8), want.view(torch.uint8))
                     for got, want in ((got13, want13), (got2, want2))]
             aliased = got13.data_ptr() == in13.data_ptr() and got2.data_ptr() == in2.data_ptr()
-            alias_ok = aliased == (name in INPLACE)
+            alias_ok = aliased == STRATEGIES[name].inplace
             ok = all(same) and alias_ok
             failed += not ok
             bar.write(f"  {name:<16} w13 {'ok' if same[0] else 'MISMATCH'}  w2 {'ok' if same[1] else 'MISMATCH'}"
@@ -378,7 +401,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
         raise UsageError(f"argument --threads: {args.threads} threads apply to --device cpu only, "
                          f"not {args.device}")
     # the layer, the copy_ destination, and the pristine copy that restores an in-place input
-    _check_fits(shape, args.device, 3 if INPLACE & set(args.strategy) else 2)
+    inplace = any(STRATEGIES[name].inplace for name in args.strategy)
+    _check_fits(shape, args.device, 3 if inplace else 2)
     if not args.json:
         print(f"measure {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
               f"({_bytes(shape.layer_bytes)} per layer, {shape.moe_layers} MoE layers), "
@@ -487,6 +511,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     _add_command(sub, "shapes", cmd_shapes, "print the model-shape catalog")
+
+    p = _add_command(sub, "strategies", cmd_strategies,
+                     "every strategy: in place or not, origin, peak/traffic/launch formulas")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the legend and table of docs/library.md")
+    p.add_argument("--update", metavar="FILE",
+                   help="rewrite the table between the markers of FILE (docs/library.md)")
 
     p = _add_command(sub, "verify", cmd_verify,
                      "check every strategy byte for byte against FlashInfer's helpers")

@@ -7,8 +7,9 @@ Each is registered only where its engine is installed (``importlib.util.find_spe
 (once per asv benchmark process) does not pay vLLM's 10-13 s import. An adapter never falls
 back to a transcription: an engine that is installed but does not import raises ``ImportError``
 with the engine's own error. ``check_engine`` compares an adapter with FlashInfer's helpers on
-a small layer; ``python -m moe_convert engines`` prints it for every engine. docs/engines.md has
-the formulas, the engine releases read and how the adapters were tested against real installs.
+a small layer; ``python -m moe_convert engines`` prints it for every engine. Each adapter's
+figures are on its ``@register``; docs/engines.md has the engine releases read and how the
+adapters were tested against real installs.
 
 Both engines import FlashInfer inside the converted function: they need flashinfer-python too.
 The transcriptions of the same code, which need neither, are ``inplace`` (vLLM 0.31.0 to 0.33.0:
@@ -27,9 +28,12 @@ from typing import Any
 
 import torch
 
+from .formulas import Formula
+from .layout import swap_w13_to_w31
 from .reference import AVAILABLE as FLASHINFER_AVAILABLE
 from .reference import flashinfer_reference, random_weights
-from .strategies import INPLACE, _blocks_alias, _swap_w13_to_w31, convert, register
+from .registry import STRATEGIES, convert, register
+from .strategies import _blocks_alias
 
 __all__ = ["CHECK_EXPERTS", "CHECK_HIDDEN", "CHECK_INTERMEDIATE", "ENGINES", "Engine", "EngineCheck",
            "check_engine"]
@@ -97,6 +101,23 @@ ENGINES = (VLLM, SGLANG)
 _PERMUTE_CACHES: dict[tuple[str, torch.device], dict] = {}
 
 
+def _vllm_converts_in_place(version: str) -> bool:
+    """vLLM 0.31.0 made the converter in place (#54699); 0.29.0 and 0.30.0 return new tensors
+    (the #45589 form, transcribed as ``preallocated``). Both take w13 as ``[w1; w3]``."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return (major, minor) >= (0, 31)
+
+
+# Where vLLM is not installed its record (documented, not registered) is the newest form read.
+@register(
+    VLLM.strategy, origin="vLLM as installed (figures of 0.33.0)",
+    inplace=_vllm_converts_in_place(VLLM.version) if VLLM.installed else True,
+    needs="vllm, flashinfer-python", available=VLLM.installed,
+    peak=Formula("max(S13 + 2 X13, S2)", "max(S13, S2)"),
+    traffic=Formula("4 (T13 + T2) + E (5 X13 + X2)", "4 (T13 + T2) + E (X13 + X2)"),
+    launches=Formula("6 E", "4 E"),
+    cpu_allocator_extra=Formula("S13 - X13", "S13"),
+)
 def _vllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's ``convert_moe_weights_to_flashinfer_trtllm_block_layout``, as installed.
 
@@ -108,20 +129,26 @@ def _vllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tenso
     In place from vLLM 0.31.0 on: returns vLLM's 4-D bf16 views of the inputs' storages
     (``data_ptr`` unchanged); 0.29.0 and 0.30.0 return new tensors (registered out of place
     there). Checked against 0.29.0 to 0.33.0; older releases were not read. Peak transient
-    (vLLM 0.33.0): ``max(S13 + 2 X13, S2)`` gated, ``max(S13, S2)`` not gated:
-    the one-expert scratch, and per expert the swap folded into a new index, ``(P + M/2) % M``
-    (two int64 temporaries), where the ``inplace`` transcription reads a cached folded index.
+    (vLLM 0.33.0): the one-expert scratch, and gated, per expert, the swap folded into a new
+    index, ``(P + M/2) % M`` (two int64 temporaries), where the ``inplace`` transcription reads
+    a cached folded index. On CPU the allocator also sees ``index_select``'s hidden expert copy.
 
-    Traffic (vLLM 0.33.0): ``4 (T13 + T2) + E (5 X13 + X2)`` in ``6E`` launches gated, as
-    ``inplace`` (per expert an ``index_select`` into the scratch and a copy back) plus the
-    per-expert ``add`` and ``remainder`` of the w13 index (``4 E X13`` in ``2E``); not gated,
-    ``inplace``'s ``4 (T13 + T2) + E (X13 + X2)`` in ``4E``.
+    Traffic and launches (vLLM 0.33.0): ``inplace``'s (per expert an ``index_select`` into the
+    scratch and a copy back), plus gated the per-expert ``add`` and ``remainder`` of the w13
+    index (``4 E X13`` in ``2E``).
     """
     module, name = VLLM.resolve()
     cache = _PERMUTE_CACHES.setdefault((VLLM.strategy, w13.device), {})
     return getattr(module, name)(cache, w13, w2, is_gated_act_gemm=gated)
 
 
+@register(
+    SGLANG.strategy, inplace=True, origin="SGLang as installed",
+    needs="sglang, flashinfer-python", available=SGLANG.installed,
+    peak=Formula("max(T13, 3 max(S13, S2))", "3 max(S13, S2)"),
+    traffic=Formula("12 T13 + 8 T2 + E (X13 + X2)", "8 (T13 + T2) + E (X13 + X2)"),
+    launches=Formula("8 E + 2", "8 E"),
+)
 def _sglang(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang's ``UnquantizedFusedMoEMethod._apply_trtllm_bf16_block_layout``, as installed.
 
@@ -135,13 +162,12 @@ def _sglang(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
     (sharing the inputs' storage), the expert count and ``moe_runner_config.is_gated``.
 
     In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
-    transient: ``max(T13, 3 max(S13, S2))`` gated (the swap copy, then the ``sglang``
-    transcription's), ``3 max(S13, S2)`` not gated. Traffic: the ``sglang`` transcription's,
-    ``8 (T13 + T2) + E (X13 + X2)`` in ``8E`` launches, plus the swap gated (``4 T13`` in 2).
+    transient: gated the swap copy, then the ``sglang`` transcription's; not gated that alone.
+    Traffic and launches: the ``sglang`` transcription's, plus the swap gated (``4 T13`` in 2).
     """
     method_class, name = SGLANG.resolve()
     if gated:
-        w13.copy_(_swap_w13_to_w31(w13))
+        w13.copy_(swap_w13_to_w31(w13))
     method = object.__new__(method_class)
     method._cache_permute_indices = _PERMUTE_CACHES.setdefault((SGLANG.strategy, w13.device), {})
     layer = torch.nn.Module()
@@ -150,19 +176,6 @@ def _sglang(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
     for param_name, weight in (("w13_weight", w13), ("w2_weight", w2)):
         getattr(method, name)(layer, torch.nn.Parameter(weight, requires_grad=False), param_name)
     return _blocks_alias(w13), _blocks_alias(w2)
-
-
-def _vllm_converts_in_place(version: str) -> bool:
-    """vLLM 0.31.0 made the converter in place (#54699); 0.29.0 and 0.30.0 return new tensors
-    (the #45589 form, transcribed as ``preallocated``). Both take w13 as ``[w1; w3]``."""
-    major, minor = (int(part) for part in version.split(".")[:2])
-    return (major, minor) >= (0, 31)
-
-
-if VLLM.installed:
-    register(VLLM.strategy, inplace=_vllm_converts_in_place(VLLM.version))(_vllm)
-if SGLANG.installed:
-    register(SGLANG.strategy, inplace=True)(_sglang)
 
 
 #: The small layer each engine is checked on, gated and not: E = 4, H = 256, I = 128.
@@ -207,7 +220,7 @@ def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> Engin
                                f"gated={gated}: {type(error).__name__}: {error}")
         same = [torch.equal(g.view(torch.uint8), w.view(torch.uint8)) for g, w in zip(got, want)]
         aliased = got[0].data_ptr() == in13.data_ptr() and got[1].data_ptr() == in2.data_ptr()
-        results.append((gated, same, aliased == (engine.strategy in INPLACE)))
+        results.append((gated, same, aliased == STRATEGIES[engine.strategy].inplace))
     detail = "; ".join(f"gated={gated}: w13 {'ok' if same[0] else 'MISMATCH'}, "
                        f"w2 {'ok' if same[1] else 'MISMATCH'}"
                        f"{'' if contract else ', in place or not AGAINST its registration'}"

@@ -10,7 +10,9 @@ import importlib.util
 
 import torch
 
-from .strategies import _swap_w13_to_w31, register
+from .formulas import Formula
+from .layout import swap_w13_to_w31
+from .registry import register
 
 __all__ = ["AVAILABLE"]
 
@@ -22,6 +24,13 @@ AVAILABLE = importlib.util.find_spec("flashinfer") is not None
 _PERMUTE_CACHES: dict[torch.device, dict] = {}
 
 
+@register(
+    "flashinfer", inplace=False, origin="FlashInfer's `prepare_trtllm_bf16_weights`",
+    needs="flashinfer-python", available=AVAILABLE,
+    peak=Formula("3 T13 + 2 T2", "2 T13 + 2 T2"),
+    traffic=Formula("8 T13 + 6 T2 + E (X13 + X2)", "6 T13 + 6 T2 + E (X13 + X2)"),
+    launches=Formula("4 E + 3", "4 E + 2"),
+)
 def flashinfer_prepare(
     w13: torch.Tensor, w2: torch.Tensor, gated: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,17 +40,15 @@ def flashinfer_prepare(
     full copy, as vLLM's legacy path did). Per expert it indexes rows, makes the block layout
     contiguous and appends to a list, then stacks.
 
-    Out of place: new outputs; the input is unchanged. Peak transient: the swap copy, both lists
-    and both stacked outputs, ``3 T13 + 2 T2`` gated (``2 T13 + 2 T2`` not gated), as legacy.
-    Traffic: ``8 T13 + 6 T2 + E (X13 + X2)`` in ``4E + 3`` launches gated (the swap, per expert
-    a gather and a block-layout copy per weight, two stacks); not gated ``6 T13 + 6 T2 +
-    E (X13 + X2)`` in ``4E + 2``.
+    Out of place: new outputs; the input is unchanged. Peak transient: the swap copy (gated
+    only), both lists and both stacked outputs, as ``legacy``. Traffic and launches: the swap
+    (gated), per expert a gather and a block-layout copy per weight, two stacks.
     """
     from flashinfer.fused_moe.api import ReLU2, SwiGLU
     from flashinfer.fused_moe.prepare import prepare_trtllm_bf16_weights
 
     experts, _, hidden = w13.shape
-    gemm1 = _swap_w13_to_w31(w13) if gated else w13
+    gemm1 = swap_w13_to_w31(w13) if gated else w13
     prepared = prepare_trtllm_bf16_weights(
         gemm1,
         w2,
@@ -53,6 +60,3 @@ def flashinfer_prepare(
     )
     return prepared["gemm1_weights"], prepared["gemm2_weights"]
 
-
-if AVAILABLE:
-    register("flashinfer", inplace=False)(flashinfer_prepare)

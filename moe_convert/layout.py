@@ -34,6 +34,7 @@ __all__ = [
     "to_block_layout",
     "from_block_layout",
     "block_layout_copies",
+    "swap_w13_to_w31",
     "unconvert",
 ]
 
@@ -93,6 +94,16 @@ def w13_row_index(
 def w2_row_index(rows: int, device: torch.device = _CPU) -> torch.Tensor:
     """Row index of w2 (int64 ``[M]``): the shuffle alone (``shuffle_row_index``, cached)."""
     return shuffle_row_index(rows, device)
+
+
+def swap_w13_to_w31(w13: torch.Tensor) -> torch.Tensor:
+    """vLLM's ``swap_w13_to_w31``: ``[w1; w3] -> [w3; w1]`` per expert of a gated w13.
+
+    ``w13`` ``[E, 2I, H]`` (any dtype) -> a new contiguous ``[E, 2I, H]``: a full copy. Its own
+    inverse (swapping twice restores the order). The order FlashInfer's helper, SGLang's and
+    TensorRT-LLM's loaders keep gemm1 in; ``w13_row_index`` folds it into the row index instead.
+    """
+    return w13.reshape(-1, 2, w13.shape[-2] // 2, w13.shape[-1]).flip(dims=[1]).reshape(w13.shape)
 
 
 def to_block_layout(rows_u8: torch.Tensor) -> torch.Tensor:

@@ -36,7 +36,7 @@ from torch.utils._pytree import tree_leaves
 
 from .reference import random_weights
 from .shapes import LayerShape
-from .strategies import convert
+from .registry import convert
 
 __all__ = [
     "AllocationTracker",
@@ -198,7 +198,7 @@ def strategy_memory(
 
     The weights are made first (not counted) and the strategy's caches warmed, then one
     ``convert`` call is measured with ``measure_memory``: ``peak_bytes`` is the figure each
-    strategy's docstring states (e.g. ``T13 + T2`` for ``strided_copy``). On ``meta`` it is exact
+    strategy's record states (``STRATEGIES[name].peak``, ``T13 + T2`` for ``strided_copy``). On ``meta`` it is exact
     at full model size with no memory (DeepSeek-V3 TP1, T13 = 14 GiB: well under a second).
     """
     return measure_memory(strategy_call(shape, strategy, device))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .flashinfer_strategy import AVAILABLE
-from .strategies import _swap_w13_to_w31
+from .layout import swap_w13_to_w31
 
 __all__ = ["AVAILABLE", "flashinfer_reference", "random_weights"]
 
@@ -33,7 +33,7 @@ def flashinfer_reference(
     )
 
     cache: dict = {}
-    gemm1 = _swap_w13_to_w31(w13) if gated else w13
+    gemm1 = swap_w13_to_w31(w13) if gated else w13
     out13, out2 = [], []
     for e in range(w13.shape[0]):
         rows = gemm1[e].view(torch.uint8)

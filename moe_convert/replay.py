@@ -12,8 +12,8 @@ The whole-model sequence (``replay_model``) is the way vLLM loads with a post-lo
    and w2 (``T13``, ``T2``, layer by layer), all alive from then on;
 2. each layer converted in turn: its trace replayed with fresh block ids; what the trace leaves
    allocated (an out-of-place strategy's outputs) stays allocated; then, for an out-of-place
-   strategy (not in ``INPLACE``), the layer's old w13 and w2 are freed, since the result replaces
-   the parameters. In-place results live in the parameters' own storage.
+   strategy (its record not ``inplace``), the layer's old w13 and w2 are freed, since the result
+   replaces the parameters. In-place results live in the parameters' own storage.
 
 Nothing else allocates (no activations, no CUDA context, no NCCL buffers): ``device_bytes`` is
 what the device can lend to PyTorch's allocator during the load.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .allocator import Allocator, MiB, OutOfMemory, Pool
 from .memory import AllocationTracker, MemoryEvent, layer_weights, warm_strategy
 from .shapes import LayerShape
-from .strategies import INPLACE, convert
+from .registry import STRATEGIES, convert
 
 __all__ = ["LayerTrace", "LoadStep", "ReplayResult", "WeightsDoNotFit", "layer_trace", "load_steps",
            "replay_model"]
@@ -162,7 +162,7 @@ def load_steps(shape: LayerShape, strategy: str) -> list[LoadStep]:
                   ("alloc", ("w2", layer), shape.w2_bytes, False)]
     for layer in range(shape.moe_layers):
         steps += [(event.kind, (layer, event.block), event.nbytes, False) for event in trace.events]
-        if strategy not in INPLACE:
+        if not STRATEGIES[strategy].inplace:
             steps += [("free", ("w13", layer), 0, False), ("free", ("w2", layer), 0, False)]
         kind, key, nbytes, _ = steps[-1]
         steps[-1] = (kind, key, nbytes, True)
@@ -227,7 +227,7 @@ def replay_model(
         except OutOfMemory as error:
             oom_layer, oom_message = layer, str(error)
             break
-        if strategy not in INPLACE:  # the outputs replace the parameters
+        if not STRATEGIES[strategy].inplace:  # the outputs replace the parameters
             allocator.free(w13)
             allocator.free(w2)
         reserved_after.append(allocator.reserved_bytes)

@@ -134,6 +134,16 @@ class LayerShape:
         return self.hidden * self.intermediate * BF16_BYTES
 
     @property
+    def w13_index_bytes(self) -> int:
+        """X13: one int64 row index of w13 (8 bytes per row of one expert)."""
+        return 8 * self.w13_shape[1]
+
+    @property
+    def w2_index_bytes(self) -> int:
+        """X2: one int64 row index of w2 (8 bytes per row of one expert, H rows)."""
+        return 8 * self.hidden
+
+    @property
     def w13_bytes(self) -> int:
         """T13: the whole w13 tensor."""
         return self.experts * self.w13_expert_bytes

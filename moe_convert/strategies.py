@@ -1,12 +1,13 @@
-"""Every way of converting one MoE layer to FlashInfer's BlockMajorK layout, in one registry.
+"""Every way of converting one MoE layer to FlashInfer's BlockMajorK layout, each registered.
 
 Legend: E experts; w13 bf16 ``[E, M13, H]`` with ``M13 = 2I`` (gated) or ``I``; w2 bf16
 ``[E, H, I]``; a weight's bytes are ``uint8 [E, M, Kb]`` with ``Kb = 2 cols``; the output of a
 weight is the bf16 view ``[E, Kb/128, M, 64]`` of ``uint8 [E, Kb/128, M, 128]``.
 
-Memory contracts use T13, T2 (bytes of the whole w13, w2 tensor), S13, S2 (bytes of one expert
-of each) and X13 = 8 M13, X2 = 8 H (bytes of one int64 row index of w13, w2). "Peak transient"
-is the peak,
+Each function's ``@register(...)`` above it states its facts (``moe_convert.registry``): in place
+or not, where it comes from, and its figures as formulas in the letters of
+``moe_convert.formulas`` (T13, T2 whole weights, S13, S2 one expert, X13, X2 one int64 row
+index). Its docstring says why the figures are what they are. "Peak transient" is the peak,
 during the call, of bytes allocated by the call and still alive, counted at the dispatch level
 (new tensor storages; views, ``out=`` and in-place ops add nothing), with the row indices
 already cached. Outputs that are new tensors count: they are alive when the call returns.
@@ -21,56 +22,15 @@ The inverse of every strategy is ``layout.unconvert``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
-from .checks import check_disjoint, check_weights
-from .layout import BLOCK_K, block_layout_copies, to_block_layout, w13_row_index, w2_row_index
+from .formulas import Formula
+from .layout import (BLOCK_K, block_layout_copies, swap_w13_to_w31, to_block_layout, w13_row_index,
+                     w2_row_index)
+from .registry import register
 
-__all__ = ["STRATEGIES", "INPLACE", "register", "convert"]
-
-Strategy = Callable[[torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor]]
-
-#: name -> strategy function; mutable, looked up by ``convert`` at call time.
-STRATEGIES: dict[str, Strategy] = {}
-#: names of strategies whose result lives in the input's own storage (``data_ptr`` unchanged).
-INPLACE: set[str] = set()
-
-
-def register(name: str, *, inplace: bool) -> Callable[[Strategy], Strategy]:
-    """Register a strategy under ``name``; ``inplace`` says its result aliases its input."""
-
-    def decorate(fn: Strategy) -> Strategy:
-        STRATEGIES[name] = fn
-        (INPLACE.add if inplace else INPLACE.discard)(name)
-        return fn
-
-    return decorate
-
-
-def convert(
-    w13: torch.Tensor, w2: torch.Tensor, *, strategy: str, gated: bool = True
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Convert one layer's expert weights with the strategy registered as ``strategy``.
-
-    ``w13`` bf16 ``[E, 2I, H]`` (``[E, I, H]`` when not gated) in checkpoint ``[w1; w3]`` order
-    and ``w2`` bf16 ``[E, H, I]``, contiguous, on one device. Returns bf16
-    ``([E, 2H/128, 2I, 64], [E, 2I/128, H, 64])``, byte-identical for every strategy. Whether
-    the result is a new tensor or a view of the input's storage is the strategy's contract
-    (``name in INPLACE``). Bad input raises ``TypeError``/``ValueError`` before any byte is
-    written, and so do a ``w13`` and ``w2`` that share bytes, for an in-place strategy.
-    """
-    try:
-        fn = STRATEGIES[strategy]
-    except KeyError:
-        raise ValueError(
-            f"unknown strategy {strategy!r}; valid strategies: {', '.join(sorted(STRATEGIES))}"
-        ) from None
-    check_weights(w13, w2, gated=gated)
-    if strategy in INPLACE:  # out-of-place strategies only read their input: overlap is harmless
-        check_disjoint(w13, w2)
-    return fn(w13, w2, gated)
+__all__ = ["legacy", "preallocated", "inplace", "batched", "strided_copy", "strided_inplace",
+           "sglang", "trtllm"]
 
 
 def _blocks_shape(weight: torch.Tensor) -> tuple[int, int, int, int]:
@@ -78,12 +38,12 @@ def _blocks_shape(weight: torch.Tensor) -> tuple[int, int, int, int]:
     return (experts, 2 * cols // BLOCK_K, rows, BLOCK_K)
 
 
-def _swap_w13_to_w31(w13: torch.Tensor) -> torch.Tensor:
-    """vLLM's ``swap_w13_to_w31``: ``[w1; w3] -> [w3; w1]`` per expert, a full copy of w13."""
-    return w13.reshape(-1, 2, w13.shape[-2] // 2, w13.shape[-1]).flip(dims=[1]).reshape(w13.shape)
-
-
-@register("legacy", inplace=False)
+@register(
+    "legacy", inplace=False, origin="vLLM before PR #45589",
+    peak=Formula("3 T13 + 2 T2", "2 T13 + 2 T2"),
+    traffic=Formula("10 T13 + 8 T2 + E (X13 + X2)", "8 T13 + 8 T2 + E (X13 + X2)"),
+    launches=Formula("6 E + 3", "6 E + 2"),
+)
 def legacy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM before PR #45589, temporaries and their order kept: the baseline.
 
@@ -91,16 +51,14 @@ def legacy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tens
     view -> index rows -> ``.contiguous()``, for w13 then w2; block layout ``.contiguous()`` of
     each; append to two lists; finally ``torch.stack`` of each list, bf16 view, ``.contiguous()``.
 
-    Out of place: new outputs; the input is unchanged. Peak transient: the swap copy, both lists
-    and both stacked outputs at once, ``3 T13 + 2 T2`` gated (``2 T13 + 2 T2`` not gated).
-    Traffic: ``10 T13 + 8 T2 + E (X13 + X2)`` in ``6E + 3`` launches gated (the swap, per expert
-    two clones and a gather per weight, two stacks); not gated ``8 T13 + 8 T2 + E (X13 + X2)``
-    in ``6E + 2``.
+    Out of place: new outputs; the input is unchanged. Peak transient: the swap copy (gated
+    only), both lists and both stacked outputs, all alive at once. Traffic and launches: the
+    swap (gated), per expert two clones and a gather per weight, two stacks.
     """
     experts, rows13, _ = w13.shape
     rows2 = w2.shape[1]
     if gated:
-        w13 = _swap_w13_to_w31(w13)
+        w13 = swap_w13_to_w31(w13)
     index13 = w13_row_index(rows13, gated, w13.device, fold_swap=False)
     index2 = w2_row_index(rows2, w2.device)
     w13_list, w2_list = [], []
@@ -128,7 +86,13 @@ def _index_select_expert(out: torch.Tensor, expert_u8: torch.Tensor, index: torc
     torch.index_select(blocks, 1, index, out=out)
 
 
-@register("preallocated", inplace=False)
+@register(
+    "preallocated", inplace=False, origin="vLLM PR #45589 (0.29.0, 0.30.0)",
+    peak=Formula("T13 + T2 + 2 X13", "T13 + T2"),
+    traffic=Formula("2 (T13 + T2) + E (5 X13 + X2)", "2 (T13 + T2) + E (X13 + X2)"),
+    launches=Formula("4 E", "2 E"),
+    cpu_allocator_extra=Formula("S13 - X13", "S13"),
+)
 def preallocated(
     w13: torch.Tensor, w2: torch.Tensor, gated: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,11 +101,10 @@ def preallocated(
     Per expert: ``index_select`` along dim 1 of the block view with ``out=`` the expert's slot;
     the w3/w1 swap folded into the w13 index, recomputed per expert as ``(G[S] + M/2) % M``.
 
-    Out of place: new outputs; the input is unchanged. Peak transient: ``T13 + T2 + 2 X13``
-    gated (the outputs and the two index temporaries), ``T13 + T2`` not gated. On CPU the
-    allocator also sees one hidden expert copy (``+ S13``) inside ``index_select``. Traffic:
-    ``2 (T13 + T2) + E (5 X13 + X2)`` in ``4E`` launches gated (per expert the index ``add`` and
-    ``remainder`` and two gathers); not gated ``2 (T13 + T2) + E (X13 + X2)`` in ``2E``.
+    Out of place: new outputs; the input is unchanged. Peak transient: the outputs, and gated
+    the two index temporaries. On CPU the allocator also sees one hidden expert copy inside
+    ``index_select`` (the record's ``cpu_allocator_extra``). Traffic and launches: per expert
+    two gathers, and gated the index ``add`` and ``remainder``.
     """
     experts, rows13, _ = w13.shape
     rows2 = w2.shape[1]
@@ -163,7 +126,13 @@ def _blocks_alias(weight: torch.Tensor) -> torch.Tensor:
     return weight.view(experts, 2 * cols // BLOCK_K, rows, BLOCK_K // 2)
 
 
-@register("inplace", inplace=True)
+@register(
+    "inplace", inplace=True, origin="vLLM PR #54699 (0.31.0 to 0.33.0)",
+    peak=Formula("max(S13, S2)"),
+    traffic=Formula("4 (T13 + T2) + E (X13 + X2)"),
+    launches=Formula("4 E"),
+    cpu_allocator_extra=Formula("S13"),
+)
 def inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM PR #54699: one expert-sized scratch; each expert relaid into it and copied back.
 
@@ -172,10 +141,9 @@ def inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
 
     In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged); the
     inputs' 3-D views then hold block-layout bytes, and a refit loads new checkpoint-layout
-    weights into them and converts again. Peak transient: ``max(S13, S2)`` (the scratch). On CPU
-    the allocator also sees the hidden expert copy inside ``index_select`` (``+ S13``).
-    Traffic: ``4 (T13 + T2) + E (X13 + X2)`` in ``4E`` launches (per expert a gather into the
-    scratch and a copy back, per weight).
+    weights into them and converts again. Peak transient: the scratch. On CPU the allocator
+    also sees the hidden expert copy inside ``index_select``. Traffic and launches: per expert a
+    gather into the scratch and a copy back, per weight.
     """
     experts, rows13, _ = w13.shape
     rows2 = w2.shape[1]
@@ -192,7 +160,12 @@ def inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
     return _blocks_alias(w13), _blocks_alias(w2)
 
 
-@register("batched", inplace=True)
+@register(
+    "batched", inplace=True, origin="NeMo-RL PR #3296",
+    peak=Formula("T13"),
+    traffic=Formula("4 (T13 + T2) + X13 + X2"),
+    launches=Formula("4"),
+)
 def batched(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """NeMo-RL PR #3296: one gather per weight over all experts, then one copy back.
 
@@ -201,8 +174,8 @@ def batched(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
     (NeMo-RL keeps the scratch between refits; here it is made per call so it shows.)
 
     In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
-    transient: ``T13`` (the w13 scratch; it is freed before the w2 one is made). Traffic:
-    ``4 (T13 + T2) + X13 + X2`` in 4 launches.
+    transient: the w13 scratch (it is freed before the w2 one is made). Traffic and launches: a
+    gather and a copy back per weight.
     """
     rows13, rows2 = w13.shape[1], w2.shape[1]
     for weight, index in (
@@ -229,7 +202,12 @@ def _strided_copy_into(rows: torch.Tensor, blocks_u8: torch.Tensor, interleave: 
         dst.copy_(src)
 
 
-@register("strided_copy", inplace=False)
+@register(
+    "strided_copy", inplace=False, origin="ours",
+    peak=Formula("T13 + T2"),
+    traffic=Formula("2 (T13 + T2)"),
+    launches=Formula("3", "2"),
+)
 def strided_copy(
     w13: torch.Tensor, w2: torch.Tensor, gated: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -240,9 +218,8 @@ def strided_copy(
     the new output: no index tensor, no per-expert loop, no hidden copy, every byte read and
     written once.
 
-    Out of place: new outputs; the input is unchanged. Peak transient: ``T13 + T2`` (the
-    outputs, nothing else). Traffic: ``2 (T13 + T2)``, the out-of-place floor, in 3 launches
-    gated (2 not gated).
+    Out of place: new outputs; the input is unchanged. Peak transient: the outputs, nothing
+    else. Traffic: the out-of-place floor, in one launch per weight (two for a gated w13).
     """
     out13 = torch.empty(_blocks_shape(w13), dtype=torch.uint8, device=w13.device)
     out2 = torch.empty(_blocks_shape(w2), dtype=torch.uint8, device=w2.device)
@@ -259,7 +236,12 @@ def strided_copy(
 _MIN_OWN_SEGMENT_BYTES = 10 * 2**20
 
 
-@register("strided_inplace", inplace=True)
+@register(
+    "strided_inplace", inplace=True, origin="ours",
+    peak=Formula("max(S13, S2, 10 MiB)"),
+    traffic=Formula("4 (T13 + T2)"),
+    launches=Formula("5 E", "4 E"),
+)
 def strided_inplace(
     w13: torch.Tensor, w2: torch.Tensor, gated: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -276,9 +258,8 @@ def strided_inplace(
     ``max(S13, S2, 10 MiB)`` rounded to 2 MiB, where a smaller scratch would reserve 20 MiB per layer.
 
     In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
-    transient: ``max(S13, S2, 10 MiB)`` (the scratch), no index tensors. Traffic:
-    ``4 (T13 + T2)`` in ``5E`` launches gated (per expert one copy into the scratch and one
-    back per half of w13, then the same for w2), ``4E`` not gated.
+    transient: the scratch, no index tensors. Traffic and launches: per expert one copy into
+    the scratch and one back per half of a gated w13 (one when not gated), then the same for w2.
     """
     expert_bytes = max(w13[0].nbytes, w2[0].nbytes)
     scratch = torch.empty(max(expert_bytes, _MIN_OWN_SEGMENT_BYTES), dtype=torch.uint8, device=w13.device)
@@ -308,7 +289,12 @@ def _sglang_block_layout(param: torch.Tensor, index: torch.Tensor) -> None:
         param[i] = tile.view(torch.bfloat16).contiguous().reshape(expert_shape)
 
 
-@register("sglang", inplace=True)
+@register(
+    "sglang", inplace=True, origin="SGLang 0.5.23, transcribed",
+    peak=Formula("3 max(S13, S2)"),  # two or more experts (one: 2 max(S13, S2))
+    traffic=Formula("8 (T13 + T2) + E (X13 + X2)"),
+    launches=Formula("8 E"),
+)
 def sglang(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang 0.5.23, temporaries, their order and their lifetimes kept.
 
@@ -329,12 +315,12 @@ def sglang(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tens
     ``layout.unconvert`` here.
 
     In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
-    transient: ``3 max(S13, S2)`` with two or more experts (the previous tile, the clone and
-    the gathered rows; one expert: ``2 max(S13, S2)``).
+    transient: three expert-sized tiles with two or more experts (the previous tile, the clone
+    and the gathered rows; one expert: two).
 
-    Traffic: ``8 (T13 + T2) + E (X13 + X2)`` in ``8E`` launches: per expert a clone,
-    a gather (its int64 index read too), a block-layout copy and a copy back (a weight with one
-    128-byte block per row skips the block-layout copy: ``2 T`` and ``E`` launches fewer).
+    Traffic and launches: per expert a clone, a gather (its int64 index read too), a
+    block-layout copy and a copy back (a weight with one 128-byte block per row skips the
+    block-layout copy: ``2 T`` and ``E`` launches fewer).
     """
     for weight, index in (
         (w13, w13_row_index(w13.shape[1], gated, w13.device)),
@@ -354,7 +340,12 @@ def _trtllm_prepare_expert(expert: torch.Tensor, index: torch.Tensor) -> torch.T
     return to_block_layout(shuffled.view(torch.uint8)).view(torch.bfloat16)
 
 
-@register("trtllm", inplace=False)
+@register(
+    "trtllm", inplace=False, origin="TensorRT-LLM (main, a98a9061d72f), transcribed",
+    peak=Formula("T13 + max(T13, 2 T2)"),
+    traffic=Formula("6 (T13 + T2) + E (X13 + X2)"),
+    launches=Formula("4 E + 2"),
+)
 def trtllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """TensorRT-LLM (main at commit a98a9061d72f), temporaries, order and lifetimes kept.
 
@@ -369,13 +360,12 @@ def trtllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tens
     library's ``[w1; w3]`` and folds the swap into the row index, ``(G[S] + M/2) % M``: the
     same gather over the same bytes, so the work is the engine's after its own load step.
 
-    Out of place: new outputs; the input is unchanged. Peak transient:
-    ``T13 + max(T13, 2 T2)`` (w13's list and stack; then w13's stack with w2's list and stack).
+    Out of place: new outputs; the input is unchanged. Peak transient: w13's list and stack;
+    then w13's stack with w2's list and stack.
 
-    Traffic: ``6 (T13 + T2) + E (X13 + X2)`` in ``4E + 2`` launches: per expert a
-    gather (its int64 index read too) and a block-layout copy, then one stack per weight (a
-    weight with one 128-byte block per row skips the block-layout copy: ``2 T`` and ``E``
-    launches fewer).
+    Traffic and launches: per expert a gather (its int64 index read too) and a block-layout
+    copy, then one stack per weight (a weight with one 128-byte block per row skips the
+    block-layout copy: ``2 T`` and ``E`` launches fewer).
     """
     index13 = w13_row_index(w13.shape[1], gated, w13.device)
     index2 = w2_row_index(w2.shape[1], w2.device)

@@ -23,7 +23,7 @@ import torch
 
 from .memory import layer_weights, warm_strategy
 from .shapes import LayerShape
-from .strategies import INPLACE, convert
+from .registry import STRATEGIES, convert
 
 __all__ = ["Roofline", "Timing", "calibration_copy", "cpu_threads", "measure_roofline", "time_call",
            "time_once"]
@@ -217,7 +217,7 @@ def measure_roofline(
     def run() -> tuple[torch.Tensor, torch.Tensor]:
         return convert(w13, w2, strategy=strategy, gated=shape.gated)
 
-    pristine = (w13.clone(), w2.clone()) if strategy in INPLACE else None
+    pristine = (w13.clone(), w2.clone()) if STRATEGIES[strategy].inplace else None
 
     def restore() -> None:
         if pristine is not None:

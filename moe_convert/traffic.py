@@ -128,7 +128,7 @@ def strategy_traffic(
     """Traffic and launches of one conversion of a fresh ``shape`` layer (caches warmed first).
 
     On ``meta`` it is exact at full model size with no memory, like ``memory.strategy_memory``;
-    ``traffic_bytes`` is the figure each strategy's docstring states (``strided_copy``:
+    ``traffic_bytes`` is the figure each strategy's record states (``strided_copy``:
     ``2 (T13 + T2)``).
     """
     return measure_traffic(strategy_call(shape, strategy, device))

@@ -27,8 +27,10 @@ import os
 
 import torch
 
+from .formulas import Formula
 from .layout import BLOCK_K
-from .strategies import _blocks_alias, _blocks_shape, _MIN_OWN_SEGMENT_BYTES, register
+from .registry import register
+from .strategies import _blocks_alias, _blocks_shape, _MIN_OWN_SEGMENT_BYTES
 
 __all__ = ["AVAILABLE", "UNAVAILABLE_REASON"]
 
@@ -146,14 +148,23 @@ def _triton_block_layout_fake(src: torch.Tensor, interleave: bool, *, out: torch
 triton_block_layout = getattr(torch.ops, _OP.partition("::")[0]).triton_block_layout
 
 
+_NEEDS = "Triton, on a CUDA GPU (or `TRITON_INTERPRET=1`)"
+
+
+@register(
+    "triton", inplace=False, origin="ours", needs=_NEEDS, available=AVAILABLE,
+    peak=Formula("T13 + T2"),
+    traffic=Formula("2 (T13 + T2)"),
+    launches=Formula("2"),
+)
 def triton_copy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Ours, out of place: one Triton launch per weight from the checkpoint bytes into new outputs.
 
     The shuffle, the gated interleave and the w3/w1 swap are the kernel's index arithmetic (no
     index tensor); 16-byte vector loads and stores; every byte read once and written once.
 
-    Out of place: new outputs; the input is unchanged. Peak transient: ``T13 + T2`` (the
-    outputs, nothing else). Traffic: ``2 (T13 + T2)`` in 2 launches.
+    Out of place: new outputs; the input is unchanged. Peak transient: the outputs, nothing
+    else. Traffic: the out-of-place floor, in one launch per weight.
     """
     out13 = torch.empty(_blocks_shape(w13), dtype=torch.uint8, device=w13.device)
     out2 = torch.empty(_blocks_shape(w2), dtype=torch.uint8, device=w2.device)
@@ -168,6 +179,13 @@ def triton_copy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch
 _SCRATCH_BYTES = max(16 * 2**20, _MIN_OWN_SEGMENT_BYTES)
 
 
+@register(
+    "triton_inplace", inplace=True, origin="ours", needs=_NEEDS, available=AVAILABLE,
+    peak=Formula("max(S13, S2, 16 MiB)"),
+    traffic=Formula("4 (T13 + T2)"),
+    # a copy and a kernel per group of max(1, 16 MiB // S) experts, per weight
+    launches=Formula("2 (cdiv(E, max(1, 16 MiB // S13)) + cdiv(E, max(1, 16 MiB // S2)))"),
+)
 def triton_inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Ours, in place: groups of experts copied into one scratch, then relaid back by Triton.
 
@@ -177,8 +195,8 @@ def triton_inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[to
     weight, e.g. 2 x 64 + 2 x 26 = 180 for qwen3-235b-a22b/tp4 (w13 6 MiB, w2 3 MiB per expert).
 
     In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
-    transient: ``max(S13, S2, 16 MiB)`` (the scratch), no index tensors. Traffic:
-    ``4 (T13 + T2)`` (every byte copied into the scratch, then read back and written).
+    transient: the scratch, no index tensors. Traffic: every byte copied into the scratch, then
+    read back and written.
     """
     scratch = torch.empty(max(w13[0].nbytes, w2[0].nbytes, _SCRATCH_BYTES), dtype=torch.uint8,
                           device=w13.device)
@@ -192,8 +210,3 @@ def triton_inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[to
             stage.copy_(experts)
             triton_block_layout(stage, interleave, out=out)
     return _blocks_alias(w13), _blocks_alias(w2)
-
-
-if AVAILABLE:
-    register("triton", inplace=False)(triton_copy)
-    register("triton_inplace", inplace=True)(triton_inplace)

@@ -19,7 +19,7 @@ import torch
 from .allocator import MiB
 from .memory import require_cuda, warm_strategy
 from .shapes import LayerShape
-from .strategies import convert
+from .registry import convert
 from .timing import Roofline
 
 __all__ = [

@@ -129,7 +129,7 @@ def _cuda_device():
 def step_exact(dry_run: bool) -> dict:
     import torch
 
-    from moe_convert import INPLACE, STRATEGIES, convert
+    from moe_convert import STRATEGIES, convert
     from moe_convert.reference import random_weights
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -151,8 +151,8 @@ def step_exact(dry_run: bool) -> dict:
         del w13, w2
         for name in STRATEGIES:
             try:
-                in13, in2 = (pristine13.clone(), pristine2.clone()) if name in INPLACE else (
-                    pristine13, pristine2)
+                in13, in2 = ((pristine13.clone(), pristine2.clone()) if STRATEGIES[name].inplace
+                             else (pristine13, pristine2))
                 out13, out2 = convert(in13, in2, strategy=name, gated=shape.gated)
                 torch.cuda.synchronize(device)
                 bad = int((out13.view(torch.uint8) != ref13.view(torch.uint8)).sum()
@@ -315,13 +315,13 @@ def step_sleep(dry_run: bool) -> dict:
 
 def _time_strategy(shape, name: str, device) -> dict:
     """One timing row: ``timing.measure_roofline`` (CUDA events, paired with a device copy)."""
-    from moe_convert import INPLACE
+    from moe_convert import STRATEGIES
     from moe_convert.memory import strategy_memory
     from moe_convert.timing import measure_roofline
 
     roofline = measure_roofline(shape, name, device=device, repeats=TIMING_REPEATS, warmup=1)
     seconds = roofline.strategy_time.median
-    return {"shape": shape.label, "strategy": name, "inplace": name in INPLACE,
+    return {"shape": shape.label, "strategy": name, "inplace": STRATEGIES[name].inplace,
             "peak_bytes": strategy_memory(shape, name, device="meta").peak_bytes,
             "seconds": seconds, "copy_seconds": roofline.copy_time.median,
             "copy_ratio": roofline.copy_ratio, "gbps": roofline.gbps,

@@ -1,4 +1,5 @@
-"""Shared test helpers: the one place that decides a test cannot run here, and says why.
+"""Shared test helpers: the one place that decides a test cannot run here, and says why; the
+full-size shapes the exact figures are checked on.
 
 Use the marks (``@requires_flashinfer``, ``@requires_cuda``, ``@requires_sm100``, or
 ``pytestmark = requires_sm100`` for a whole module); ``missing(need)`` gives the reason itself.
@@ -20,7 +21,8 @@ if not torch.cuda.is_available() and importlib.util.find_spec("triton") is not N
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 __all__ = [
-    "missing", "requires", "requires_chromium", "requires_cuda", "requires_flashinfer", "requires_sm100",
+    "FULL_SIZE", "missing", "requires", "requires_chromium", "requires_cuda", "requires_flashinfer",
+    "requires_sm100",
 ]
 
 # Compute capability major of the SM100 family (B200, GB200: 10.0; B300: 10.3), the only GPUs
@@ -70,3 +72,17 @@ requires_flashinfer = requires("flashinfer")
 requires_cuda = requires("cuda")
 requires_sm100 = requires("sm100")
 requires_chromium = requires("chromium")
+
+
+# Imported here, not at the top: TRITON_INTERPRET (above) must be set before moe_convert loads.
+from moe_convert import LayerShape, layer_shape  # noqa: E402
+
+#: Real models' layers at full size (and a non-gated one), on which tests/test_memory.py and
+#: tests/test_traffic.py check every registered formula to the byte, on ``meta``.
+FULL_SIZE = [
+    layer_shape("qwen3-235b-a22b", 4),
+    layer_shape("deepseek-v3", 8),
+    layer_shape("deepseek-v3", 1),  # T13 = 14 GiB: free on meta
+    layer_shape("mixtral-8x7b", 2),
+    LayerShape("relu2", 2, 64, 2048, 1024, 8, gated=False),
+]

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from moe_convert import INPLACE, STRATEGIES, cli, reference, register
+from moe_convert import STRATEGIES, cli, reference, register
 
 # verify on the smallest shape: one expert, w13 [1, 128, 128], w2 [1, 128, 64]
 TINY = ["verify", "--experts", "1", "--hidden", "128", "--intermediate", "64"]
@@ -22,17 +22,16 @@ def broken_strategy():
 
     def add(name: str, fn, *, inplace: bool) -> None:
         names.append(name)
-        register(name, inplace=inplace)(fn)
+        register(name, inplace=inplace, origin="test probe")(fn)
 
     yield add
     for name in names:
         STRATEGIES.pop(name, None)
-        INPLACE.discard(name)
 
 
 def flip_one_byte(w13, w2, gated):
     """Broken on purpose: ``strided_copy`` with the last byte of w2 inverted. Out of place."""
-    out13, out2 = STRATEGIES["strided_copy"](w13, w2, gated)
+    out13, out2 = STRATEGIES["strided_copy"].function(w13, w2, gated)
     out2.view(torch.uint8).view(-1)[-1] ^= 0xFF
     return out13, out2
 
@@ -59,7 +58,7 @@ def test_verify_catalog_model_passes(capsys):
     for name in STRATEGIES:
         line = next(line for line in out.splitlines() if line.split()[:1] == [name])
         assert "w13 ok" in line and "w2 ok" in line
-        assert ("in place" in line) == (name in INPLACE)
+        assert ("in place" in line) == STRATEGIES[name].inplace
     assert "all byte-identical" in out
 
 
@@ -97,7 +96,7 @@ def test_verify_fails_on_a_mismatching_strategy(broken_strategy, capsys):
 
 def test_verify_fails_when_inplace_contract_is_broken(broken_strategy, capsys):
     # Right bytes, but registered as in place while returning new tensors.
-    broken_strategy("_claims_inplace", STRATEGIES["strided_copy"], inplace=True)
+    broken_strategy("_claims_inplace", STRATEGIES["strided_copy"].function, inplace=True)
     assert cli.main(TINY + ["--strategy", "_claims_inplace"]) != 0
     assert "WRONG" in capsys.readouterr().out
 

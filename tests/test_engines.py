@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import INPLACE, STRATEGIES, cli, convert, engines, register
+from moe_convert import STRATEGIES, cli, convert, engines, register
 from moe_convert.engines import ENGINES, SGLANG, VLLM, Engine, check_engine
 from moe_convert.reference import flashinfer_reference, random_weights
 
@@ -50,7 +50,7 @@ def test_adapter_calls_the_installed_function_and_matches_flashinfer(engine, gat
     got = convert(in13, in2, strategy=engine.strategy, gated=gated)
     assert calls, f"{engine.function} never ran"  # once (vLLM) or per weight (SGLang)
     aliased = (got[0].data_ptr(), got[1].data_ptr()) == (in13.data_ptr(), in2.data_ptr())
-    assert aliased == (engine.strategy in INPLACE)
+    assert aliased == STRATEGIES[engine.strategy].inplace
     for g, w in zip(got, flashinfer_reference(w13, w2, gated=gated)):
         assert g.shape == w.shape and torch.equal(g.view(torch.uint8), w.view(torch.uint8))
 
@@ -92,13 +92,12 @@ def fake_engines(monkeypatch):
         """Test probe: right shapes, wrong bytes. In place. Peak transient: 0."""
         return tuple(w.view(w.shape[0], 2 * w.shape[2] // 128, w.shape[1], 64) for w in (w13, w2))
 
-    register("_wrong", inplace=True)(wrong)
+    register("_wrong", inplace=True, origin="test probe")(wrong)
     right = Engine("strided_inplace", "torch", "moe_convert.strategies", "strided_inplace", "inplace")
     bad = Engine("_wrong", "torch", "tests", "wrong", "inplace")
     monkeypatch.setattr(cli, "ENGINES", (right,))
     yield right, bad
     STRATEGIES.pop("_wrong")
-    INPLACE.discard("_wrong")
 
 
 @requires_flashinfer

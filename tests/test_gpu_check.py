@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from moe_convert import INPLACE, STRATEGIES, layer_shape
+from moe_convert import STRATEGIES, layer_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
@@ -76,7 +76,7 @@ def test_dry_run_sleep_predicts_with_both_pools(small):
 
 
 def _timing_row(shape: str, strategy: str, ratio: float, seconds: float) -> dict:
-    return {"shape": shape, "strategy": strategy, "inplace": strategy in INPLACE,
+    return {"shape": shape, "strategy": strategy, "inplace": STRATEGIES[strategy].inplace,
             "copy_ratio": ratio, "seconds": seconds, "peak_bytes": 2**20,
             "whole_model_seconds": seconds * 94, "moe_layers": 94}
 

@@ -1,14 +1,15 @@
-"""Exact memory figures: every strategy's docstring formula, the tracker's rules, the allocator view.
+"""Exact memory figures: every strategy's registered peak formula, the tracker's rules, the
+allocator view.
 
-Formulas use the legend of ``tests/formulas.py``.
+The formulas are the strategies' records (``STRATEGIES[name].peak``, ``.cpu_allocator_extra``),
+in the legend of ``moe_convert.formulas``.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import requires_cuda
-from formulas import FULL_SIZE, evaluate
+from conftest import FULL_SIZE, requires_cuda
 
 from moe_convert import STRATEGIES, LayerShape, layer_shape
 from moe_convert.memory import (
@@ -22,31 +23,11 @@ from moe_convert.memory import (
 )
 
 
-# Each strategy's peak transient, as its docstring states it: (gated, not gated).
-PEAK_FORMULAS = {
-    "legacy": ("3*T13 + 2*T2", "2*T13 + 2*T2"),
-    "flashinfer": ("3*T13 + 2*T2", "2*T13 + 2*T2"),
-    "preallocated": ("T13 + T2 + 2*X13", "T13 + T2"),
-    "inplace": ("max(S13, S2)", "max(S13, S2)"),
-    "batched": ("T13", "T13"),
-    "strided_copy": ("T13 + T2", "T13 + T2"),
-    "strided_inplace": ("max(S13, S2, 10 * MiB)", "max(S13, S2, 10 * MiB)"),
-    "triton": ("T13 + T2", "T13 + T2"),
-    "triton_inplace": ("max(S13, S2, 16 * MiB)", "max(S13, S2, 16 * MiB)"),
-    "sglang": ("3*max(S13, S2)", "3*max(S13, S2)"),  # two or more experts
-    "trtllm": ("T13 + max(T13, 2*T2)", "T13 + max(T13, 2*T2)"),
-    # the installed engines (moe_convert.engines), where installed
-    "vllm": ("max(S13 + 2*X13, S2)", "max(S13, S2)"),
-    "sglang-installed": ("max(T13, 3*max(S13, S2))", "3*max(S13, S2)"),
-}
+def peak(name: str, shape: LayerShape) -> int:
+    formula = STRATEGIES[name].peak
+    assert formula is not None, f"register {name!r} with its peak=Formula(...)"
+    return formula.evaluate(shape)
 
-# What the CPU allocator sees on top of the dispatch-level peak (profiler_memory's docstring):
-# index_select(dim=1) makes one expert contiguous inside the kernel.
-ALLOCATOR_EXTRA = {
-    "preallocated": ("S13 - X13", "S13"),
-    "inplace": ("S13", "S13"),
-    "vllm": ("S13 - X13", "S13"),
-}
 
 SMALL = [
     LayerShape("small", 1, 3, 256, 128, 1),
@@ -55,22 +36,18 @@ SMALL = [
 ]
 
 
-def test_every_strategy_has_a_formula():
-    assert set(STRATEGIES) <= set(PEAK_FORMULAS), "add the new strategy's peak formula here"
-
-
 @pytest.mark.parametrize("shape", FULL_SIZE, ids=lambda s: f"{s.label}-g{int(s.gated)}")
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
-def test_peak_is_the_docstring_formula_on_meta_at_full_size(name, shape):
+def test_peak_is_the_registered_formula_on_meta_at_full_size(name, shape):
     measured = strategy_memory(shape, name, device="meta")
-    assert measured.peak_bytes == evaluate(PEAK_FORMULAS, name, shape)
+    assert measured.peak_bytes == peak(name, shape)
     assert measured.end_bytes == 0  # nothing outlives the call once its result is released
 
 
 @pytest.mark.parametrize("shape", SMALL, ids=lambda s: f"E{s.experts}H{s.hidden}I{s.intermediate}g{int(s.gated)}")
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
-def test_peak_is_the_docstring_formula_on_cpu(name, shape):
-    assert strategy_memory(shape, name, device="cpu").peak_bytes == evaluate(PEAK_FORMULAS, name, shape)
+def test_peak_is_the_registered_formula_on_cpu(name, shape):
+    assert strategy_memory(shape, name, device="cpu").peak_bytes == peak(name, shape)
 
 
 @pytest.mark.parametrize("shape", SMALL, ids=lambda s: f"E{s.experts}H{s.hidden}I{s.intermediate}g{int(s.gated)}")
@@ -78,7 +55,8 @@ def test_peak_is_the_docstring_formula_on_cpu(name, shape):
 def test_allocator_peak_differs_only_by_the_hidden_index_select_copy(name, shape):
     dispatch = strategy_memory(shape, name, device="cpu")
     allocator = strategy_allocator_memory(shape, name)
-    assert allocator.peak_bytes - dispatch.peak_bytes == evaluate(ALLOCATOR_EXTRA, name, shape)
+    extra = STRATEGIES[name].cpu_allocator_extra.evaluate(shape)  # a kernel's hidden temporary
+    assert allocator.peak_bytes - dispatch.peak_bytes == extra
     assert allocator.end_bytes == 0
 
 
@@ -149,10 +127,10 @@ def test_strategy_memory_is_fast_enough_at_full_size_on_meta():
 
 @requires_cuda
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
-def test_cuda_requested_peak_is_the_docstringevaluate(name):
+def test_cuda_requested_peak_is_the_registered_formula(name):
     shape = LayerShape("small", 1, 4, 1024, 512, 1)
     measured = strategy_cuda_memory(shape, name)
-    formula = evaluate(PEAK_FORMULAS, name, shape)
+    formula = peak(name, shape)
     if name.startswith("strided_"):  # plain copy_ of views: no kernel temporary can hide
         assert measured.requested_peak_bytes == formula
     else:  # the allocator also sees what kernels allocate for themselves (unchecked on GPU)

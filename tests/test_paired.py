@@ -6,10 +6,12 @@ clock: a unit test asserts the rule, docs/timing.md's trials measure the detecti
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,6 +35,13 @@ def test_two_copies_of_the_library_live_side_by_side(libs):
     assert base is not head and base.STRATEGIES is not head.STRATEGIES
     assert base.convert.__module__ != "moe_convert.strategies"  # not the installed package
     assert set(base.STRATEGIES) == set(head.STRATEGIES)
+
+
+def test_in_place_is_read_from_the_record_or_from_an_older_base_s_set(libs):
+    assert paired._in_place(libs["head"], "strided_inplace")
+    assert not paired._in_place(libs["head"], "strided_copy")
+    older = SimpleNamespace(STRATEGIES={"inplace": None, "legacy": None}, INPLACE={"inplace"})
+    assert paired._in_place(older, "inplace") and not paired._in_place(older, "legacy")
 
 
 def _fake_clock(monkeypatch, head_factor: float) -> None:
@@ -96,7 +105,8 @@ def test_a_head_that_raises_fails_its_cell(monkeypatch, libs):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setitem(libs["head"].STRATEGIES, "strided_copy", broken)
+    record = dataclasses.replace(libs["head"].STRATEGIES["strided_copy"], function=broken)
+    monkeypatch.setitem(libs["head"].STRATEGIES, "strided_copy", record)
     cell = paired.measure_cell(libs, "qwen3-30b-a3b/tp2", "strided_copy", paired.torch.device("cpu"))
     assert (cell.verdict, cell.ratio) == ("failed", None)
     assert "head raised RuntimeError('boom')" in cell.error

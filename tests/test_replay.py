@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from moe_convert import INPLACE, STRATEGIES, LayerShape, layer_shape
+from moe_convert import STRATEGIES, LayerShape, layer_shape
 from moe_convert.allocator import Allocator, MiB
 from moe_convert.cli import main
 from moe_convert.memory import MemoryEvent
@@ -30,7 +30,7 @@ def seed_replay(strategy: str, max_split_mb: int | None):
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_trace_leaves_exactly_the_outputs_of_out_of_place_strategies(strategy):
     trace = layer_trace(QWEN, strategy)
-    assert trace.output_bytes == (0 if strategy in INPLACE else QWEN.layer_bytes)
+    assert trace.output_bytes == (0 if STRATEGIES[strategy].inplace else QWEN.layer_bytes)
 
 
 def test_seed_table_legacy_runs_out_at_20_only():

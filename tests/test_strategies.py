@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import INPLACE, STRATEGIES, convert, register
+from moe_convert import STRATEGIES, convert, register
 from moe_convert.reference import AVAILABLE as FLASHINFER_AVAILABLE
 from moe_convert.reference import flashinfer_reference, random_weights
 
@@ -31,7 +31,8 @@ CASES = {
     "hidden-192": (2, 64, 192, True),  # w2 has 6 shuffle blocks of 32 rows, not a power of two
 }
 NAMES = sorted(STRATEGIES)
-OUT_OF_PLACE = [name for name in NAMES if name not in INPLACE]
+IN_PLACE = [name for name in NAMES if STRATEGIES[name].inplace]
+OUT_OF_PLACE = [name for name in NAMES if not STRATEGIES[name].inplace]
 # Small shapes for the multi-cycle tests.
 REFIT_CASES = ["nemo-rl-3-128-512", "nemo-rl-relu2-3-256-512"]
 
@@ -104,28 +105,28 @@ def test_matches_legacy(name, case):
 
 def test_flashinfer_strategy_registered_where_installed():
     assert ("flashinfer" in STRATEGIES) == FLASHINFER_AVAILABLE
-    assert "flashinfer" not in INPLACE
+    assert "flashinfer" not in IN_PLACE
 
 
 def test_anchor_and_own_strategies_registered():
     anchors = {"legacy", "preallocated", "inplace", "batched"}
     assert anchors <= set(STRATEGIES)
-    assert {"inplace", "batched"} <= INPLACE
-    assert {"legacy", "preallocated"}.isdisjoint(INPLACE)
-    assert INPLACE <= set(STRATEGIES)
-    assert {"sglang"} <= INPLACE and "trtllm" in STRATEGIES and "trtllm" not in INPLACE
+    assert {"inplace", "batched", "sglang"} <= set(IN_PLACE)
+    assert {"legacy", "preallocated", "trtllm"} <= set(OUT_OF_PLACE)
     engines = {"sglang", "trtllm", "flashinfer", "vllm", "sglang-installed"}
     own = set(STRATEGIES) - anchors - engines
-    assert own & INPLACE and own - INPLACE, f"want our own in-place and out-of-place ones: {own}"
+    assert own & set(IN_PLACE) and own & set(OUT_OF_PLACE), (
+        f"want our own in-place and out-of-place ones: {own}")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_docstring_states_memory_contract(name):
-    doc = " ".join((STRATEGIES[name].__doc__ or "").split())  # a line break may split a phrase
-    assert "Peak transient" in doc, f"{name}'s docstring must state its peak transient bytes"
+    record = STRATEGIES[name]
+    doc = " ".join((record.function.__doc__ or "").split())  # a line break may split a phrase
+    assert "Peak transient" in doc, f"{name}'s docstring must say what makes its peak transient"
     # "In place" / "Out of place" must agree with the registry.
-    assert ("In place" in doc) == (name in INPLACE), f"{name}: 'In place' in docstring vs INPLACE"
-    assert ("Out of place" in doc) == (name not in INPLACE), f"{name}: 'Out of place' vs INPLACE"
+    assert ("In place" in doc) == record.inplace, f"{name}: 'In place' in docstring vs its record"
+    assert ("Out of place" in doc) == (not record.inplace), f"{name}: 'Out of place' vs its record"
 
 
 @pytest.mark.parametrize("case", REFIT_CASES)
@@ -143,7 +144,7 @@ def test_refit_cycles(name, case):
         param2.copy_(new2)
         got = convert(param13, param2, strategy=name, gated=gated)
         assert_bytes_equal(got, expected(case, best_oracle(), seed))
-        if name in INPLACE:  # the result is the parameters' own storage, every cycle
+        if STRATEGIES[name].inplace:  # the result is the parameters' own storage, every cycle
             assert (got[0].data_ptr(), got[1].data_ptr()) == pointers
         else:  # new tensors; the parameters still hold what was loaded
             assert got[0].data_ptr() not in pointers and got[1].data_ptr() not in pointers
@@ -152,7 +153,7 @@ def test_refit_cycles(name, case):
         assert (param13.data_ptr(), param2.data_ptr()) == pointers
 
 
-@pytest.mark.parametrize("name", sorted(INPLACE))
+@pytest.mark.parametrize("name", IN_PLACE)
 def test_inplace_result_aliases_parameter(name):
     """Writes through the returned 4-D view reach the 3-D parameter's bytes, and back."""
     case = "nemo-rl-3-128-512"
@@ -189,19 +190,18 @@ def test_convert_looks_strategy_up_at_call_time():
     def probe(w13, w2, gated):
         """Test probe. Out of place. Peak transient: 0."""
         calls.append(gated)
-        return STRATEGIES["strided_copy"](w13, w2, gated)
+        return STRATEGIES["strided_copy"].function(w13, w2, gated)
 
     try:
-        register("_probe", inplace=True)(probe)
-        assert "_probe" in INPLACE
-        register("_probe", inplace=False)(probe)  # re-registering updates the contract
-        assert "_probe" not in INPLACE
+        register("_probe", inplace=True, origin="test probe")(probe)
+        assert STRATEGIES["_probe"].inplace and STRATEGIES["_probe"].function is probe
+        register("_probe", inplace=False, origin="test probe")(probe)  # a new record replaces it
+        assert not STRATEGIES["_probe"].inplace
         case = "one-expert"
         assert_bytes_equal(run("_probe", case), expected(case, "legacy"))
         assert calls == [True]
     finally:
         STRATEGIES.pop("_probe", None)
-        INPLACE.discard("_probe")
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from moe_convert import INPLACE, LayerShape
+from moe_convert import STRATEGIES, LayerShape
 from moe_convert.timing import (
     CALIBRATION_BYTES,
     Roofline,
@@ -94,7 +94,7 @@ def test_roofline_restores_inplace_input_before_each_call(monkeypatch):
         return real_convert(w13, w2, **kwargs)
 
     monkeypatch.setattr(timing, "convert", spy)
-    assert "strided_inplace" in INPLACE
+    assert STRATEGIES["strided_inplace"].inplace
     measure_roofline(TINY, "strided_inplace", repeats=2)
     assert len(seen) == 3  # 1 warm-up round + 2 timed (the cache warm-up is memory.py's call)
     assert all(torch.equal(s.view(torch.int16), seen[0].view(torch.int16)) for s in seen)

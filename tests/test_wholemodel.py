@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import requires_cuda
 
-from moe_convert import INPLACE, LayerShape, layer_shape
+from moe_convert import STRATEGIES, LayerShape, layer_shape
 from moe_convert.timing import Roofline, Timing
 from moe_convert.wholemodel import WholeModelTime, sleep_mode_load, whole_model_seconds
 
@@ -48,7 +48,7 @@ def test_sleep_mode_load_of_a_few_small_layers(name):
     assert result.weights_reserved_bytes >= 3 * SMALL.layer_bytes
     assert result.peak_allocated_bytes >= 3 * SMALL.layer_bytes
     assert result.peak_reserved_bytes >= result.weights_reserved_bytes
-    if name in INPLACE:  # a 2 MiB scratch: one 20 MiB segment, plus a 2 MiB small-pool one
+    if STRATEGIES[name].inplace:  # a 2 MiB scratch: one 20 MiB segment, plus a 2 MiB small-pool one
         assert result.transient_reserved_bytes <= 22 * 2**20
     # the setting is restored: a later big block can be split again
     assert torch.cuda.memory_stats().get("max_split_size", -1) != 20 * 2**20
