@@ -467,11 +467,15 @@ def run_step(step: Step, out: Path, scratch: Path, dry_run: bool, timeout_s: flo
 
 
 def _gib(nbytes) -> str:
-    return "n/a" if nbytes is None else f"{nbytes / 2**30:.3f} GiB"
+    from moe_convert.units import format_bytes
+
+    return format_bytes(nbytes, unit="GiB", digits=3)
 
 
 def _mib(nbytes) -> str:
-    return "n/a" if nbytes is None else f"{nbytes / 2**20:.2f} MiB"
+    from moe_convert.units import format_bytes
+
+    return format_bytes(nbytes, unit="MiB")
 
 
 #: Issue 11's targets: out-of-place and in-place time over a same-size device copy, and the
