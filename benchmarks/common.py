@@ -21,7 +21,7 @@ import os
 import torch
 
 import moe_convert
-from moe_convert.shapes import LayerShape, layer_shape
+from moe_convert.shapes import LayerShape, shape_from_label
 
 __all__ = [
     "SHAPES",
@@ -105,8 +105,7 @@ def profile() -> str:
 
 def full_shape(label: str) -> LayerShape:
     """The full per-rank layer shape of ``label`` (``model/tpN``)."""
-    model, _, tp = label.partition("/tp")
-    return layer_shape(model, int(tp))
+    return shape_from_label(label)
 
 
 def timed_shape(label: str) -> LayerShape:

@@ -110,10 +110,9 @@ def _record(rows: list[dict], row: dict) -> None:
 
 
 def _shape(label: str):
-    from moe_convert import layer_shape
+    from moe_convert.shapes import shape_from_label
 
-    model, _, tp = label.partition("/tp")
-    return layer_shape(model, int(tp))
+    return shape_from_label(label)
 
 
 def _cuda_device():
