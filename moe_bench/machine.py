@@ -7,7 +7,7 @@ dashboard's filters and graph paths. This adds ``gpu``, ``gpus``, ``cuda``, ``dr
 records: the engines' versions separate one engine release's history from the next.
 
 The name says what the machine is: ``cpu-2core-xeon``, ``gb200``, ``h200``; a profile other
-than the device's default (``full`` on CUDA, ``cpu`` elsewhere) is appended
+than the device's default (``moe_bench.profiles.default_profile``) is appended
 (``h200-cpu-profile``), so the two never share a history series.
 
 Usage: ``python -m moe_bench.machine --profile cpu [--name NAME]`` prints the name recorded.
@@ -25,15 +25,9 @@ import torch
 from asv.machine import Machine, MachineCollection
 
 from .argparsing import ArgumentParser
+from .profiles import PROFILES, default_profile, detect_device
 
-__all__ = ["default_profile", "machine_facts", "machine_name", "record_machine"]
-
-PROFILES = ("full", "cpu")
-
-
-def default_profile() -> str:
-    """``full`` where CUDA is available, else ``cpu`` (the suite's own default)."""
-    return "full" if torch.cuda.is_available() else "cpu"
+__all__ = ["machine_facts", "machine_name", "record_machine"]
 
 
 def _version(distribution: str) -> str:
@@ -87,7 +81,7 @@ def machine_name(facts: dict[str, str], defaults: dict[str, str]) -> str:
         family = next((f for f in ("xeon", "epyc", "grace", "ryzen", "core") if f in cpu),
                       _slug(defaults.get("arch", "cpu")))
         name = f"cpu-{defaults['num_cpu']}core-{family}"
-    expected = "full" if facts["gpu"] != "n/a" else "cpu"
+    expected = default_profile("cuda" if facts["gpu"] != "n/a" else "cpu")
     return name if facts["profile"] == expected else f"{name}-{facts['profile']}-profile"
 
 
@@ -120,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="the benchmark profile this machine runs (default: by device)")
     parser.add_argument("--name", type=_name, default=None, help="machine name (default: derived)")
     args = parser.parse_args(argv)
-    print(record_machine(args.profile or default_profile(), args.name))
+    print(record_machine(args.profile or default_profile(detect_device()), args.name))
 
 
 if __name__ == "__main__":
