@@ -401,7 +401,7 @@ def step_asv(dry_run: bool, out: Path) -> dict:
     if _run(["git", "rev-parse", "--verify", "-q", "main"], capture_output=True).returncode:
         return {"ok": False, "error": "no branch main here: asv.conf.json's branches need it (in a "
                 "scratch clone: git branch main HEAD)"}
-    machine = _run([sys.executable, "-m", "moe_bench.machine", "--profile", "full"],
+    machine = _run([sys.executable, "-m", "moe_bench", "machine", "--profile", "full"],
                    capture_output=True).stdout.strip() or "gpu-check"
     # asv drops PYTHONPATH from the benchmarks' environment unless given as ASV_PYTHONPATH
     env = dict(os.environ, ASV_PYTHONPATH=os.environ.get("PYTHONPATH", ""))
@@ -415,7 +415,7 @@ def step_asv(dry_run: bool, out: Path) -> dict:
     except subprocess.TimeoutExpired:
         returncode = f"timed out after {budget} s"
     _run([sys.executable, "-m", "asv", "publish"], env=env)
-    _run([sys.executable, "-m", "moe_bench.dashboard", "offline", "html"], env=env)
+    _run([sys.executable, "-m", "moe_bench", "dashboard", "offline", "html"], env=env)
     archive = out / "asv.zip"
     files = 0
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:

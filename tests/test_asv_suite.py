@@ -87,7 +87,7 @@ def test_asv_check_passes(scratch_config):
 def test_quick_run_of_a_subset_is_read_back(scratch_config):
     tmp, config = scratch_config
     recorded = subprocess.run(
-        [sys.executable, "-m", "moe_bench.machine", "--profile", "cpu", "--name", "ci-box"],
+        [sys.executable, "-m", "moe_bench", "machine", "--profile", "cpu", "--name", "ci-box"],
         env={**os.environ, "HOME": str(tmp)}, capture_output=True, text=True, check=True)
     assert recorded.stdout.strip() == "ci-box"
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
