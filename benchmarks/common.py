@@ -6,9 +6,10 @@ registry name. Nothing heavy happens at import: inputs are built on first use an
 process (asv_runner calls ``setup`` before every timed call).
 
 The profile (``MOE_BENCH_PROFILE``: ``full`` or ``cpu``; default ``full`` where CUDA is
-available, ``cpu`` elsewhere) sets how many experts the *timed* benchmarks convert: ``full``
-converts every expert of the layer, ``cpu`` keeps each expert's geometry (I, H) but only
-``CPU_PROFILE_EXPERTS`` of them, so a 2-core CI machine finishes. Memory benchmarks are always
+available, ``cpu`` elsewhere: ``moe_bench.profiles`` decides, scripts/ export it) sets how many
+experts the *timed* benchmarks convert: ``full`` converts every expert of the layer, ``cpu``
+keeps each expert's geometry (I, H) but only ``CPU_PROFILE_EXPERTS`` of them, so a 2-core CI
+machine finishes. Memory benchmarks are always
 full size, on ``meta``. ``bench_convert.Profile.track_timed_experts`` records the expert count
 in the results, so a cpu-profile figure can never pass for a full one.
 """
@@ -16,18 +17,17 @@ in the results, so a cpu-profile figure can never pass for a full one.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
 import moe_convert
-from moe_convert.shapes import LayerShape, layer_shape
+from moe_bench.profiles import detect_device, profile_from_env
+from moe_convert.shapes import LayerShape, shape_from_label
 
 __all__ = [
     "SHAPES",
     "STRATEGY_AXIS",
     "OPTIONAL_STRATEGIES",
-    "PROFILES",
     "CPU_PROFILE_EXPERTS",
     "CPU_THREADS",
     "profile",
@@ -74,7 +74,6 @@ STRATEGY_AXIS = tuple(name for name in moe_convert.STRATEGIES if name not in OPT
 #: keeps its time within noise; the figures then measure the code, not the neighbours.
 CPU_THREADS = 1
 
-PROFILES = ("full", "cpu")
 #: Experts converted per timed layer in the cpu profile: per-expert geometry kept, E reduced.
 CPU_PROFILE_EXPERTS = 8
 
@@ -87,26 +86,21 @@ def skip(reason: str) -> None:
 @functools.cache
 def device() -> str:
     """``cuda`` where a CUDA device is available, else ``cpu`` (then ``CPU_THREADS`` threads)."""
-    if torch.cuda.is_available():
-        return "cuda"
-    torch.set_num_threads(CPU_THREADS)
-    return "cpu"
+    name = detect_device()
+    if name == "cpu":
+        torch.set_num_threads(CPU_THREADS)
+    return name
 
 
 @functools.cache
 def profile() -> str:
-    """The profile in use: ``MOE_BENCH_PROFILE``, default ``full`` on CUDA and ``cpu`` on CPU."""
-    default = "full" if device() == "cuda" else "cpu"
-    name = os.environ.get("MOE_BENCH_PROFILE", default)
-    if name not in PROFILES:
-        raise ValueError(f"MOE_BENCH_PROFILE={name!r}; valid profiles: {', '.join(PROFILES)}")
-    return name
+    """The profile in use: ``MOE_BENCH_PROFILE``, else the device's default (``moe_bench.profiles``)."""
+    return profile_from_env(device())
 
 
 def full_shape(label: str) -> LayerShape:
     """The full per-rank layer shape of ``label`` (``model/tpN``)."""
-    model, _, tp = label.partition("/tp")
-    return layer_shape(model, int(tp))
+    return shape_from_label(label)
 
 
 def timed_shape(label: str) -> LayerShape:

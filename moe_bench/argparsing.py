@@ -1,5 +1,5 @@
-"""The command-line parser of the ``python -m moe_bench.*`` entry points: argparse, with each
-usage error on one line, ``PROG: error: MESSAGE``, and exit status 2."""
+"""The command-line parser of ``moe-bench`` (``moe_bench.cli``): argparse, with each usage error
+on one line, ``PROG: error: MESSAGE``, and exit status 2."""
 
 from __future__ import annotations
 

@@ -14,26 +14,25 @@ direction changed), ``failed`` (in either commit, also a benchmark new in head),
 ``same``, ``improved``, ``new``, ``n/a`` (skipped in both, or in base only: nothing to compare),
 ``version changed`` (not comparable, as in asv), ``info``, ``info (decided by paired)``.
 
-Usage: ``python -m moe_bench.compare RESULTS_DIR BASE HEAD [--paired FILE] [--markdown FILE]``;
-exit 0 when nothing fails, 1 otherwise, 2 on missing or corrupt results or paired file.
+Usage: ``moe-bench compare RESULTS_DIR BASE HEAD [--paired FILE] [--markdown FILE]``
+(``moe_bench.cli``); exit 0 when nothing fails, 1 otherwise, 2 on missing or corrupt results or
+paired file.
 ``moe_bench.report.comment_markdown`` renders the table as the PR comment.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from .metrics import FAILING, METRICS, PAIRED_TIME, judge
-from .report import comment_markdown
-from .results import ResultsError, load_results
+from .results import ResultsError
 
-__all__ = ["PairedError", "VERDICT_COLUMNS", "compare_commits", "gate_failed", "load_paired", "main"]
+__all__ = ["PairedError", "VERDICT_COLUMNS", "commit_hash", "compare_commits", "gate_failed",
+           "load_paired"]
 
 #: Columns of ``compare_commits``' table, in order.
 VERDICT_COLUMNS = [
@@ -59,6 +58,12 @@ def _commit_rows(frame: pd.DataFrame, commit: str) -> pd.DataFrame:
     if rows["commit"].nunique() > 1:
         raise ResultsError(f"commit prefix {commit!r} is ambiguous")
     return rows
+
+
+def commit_hash(frame: pd.DataFrame, prefix: str) -> str:
+    """The full hash of the one commit of ``frame`` that ``prefix`` starts; ``ResultsError`` if
+    there is none, or more than one."""
+    return _commit_rows(frame, prefix)["commit"].iloc[0]
 
 
 def _status(row: pd.Series, paired: bool) -> tuple[str, str]:
@@ -179,40 +184,3 @@ def _paired_row(row: dict, threshold: float) -> dict:
 def gate_failed(table: pd.DataFrame) -> bool:
     """Whether any row of ``compare_commits``' table fails the gate."""
     return bool(table["failing"].any())
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moe_bench.compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results_dir")
-    parser.add_argument("base")
-    parser.add_argument("head")
-    parser.add_argument("--paired", type=Path, default=None,
-                        help="the paired A/B result (benchmarks.paired): it decides time figures")
-    parser.add_argument("--markdown", type=Path, default=None, help="write the PR comment here")
-    args = parser.parse_args(argv)
-    try:
-        frame = load_results(args.results_dir)
-        base = _commit_rows(frame, args.base)["commit"].iloc[0]
-        head = _commit_rows(frame, args.head)["commit"].iloc[0]
-    except ResultsError as err:
-        print(f"compare: error: {args.results_dir}: {err}", file=sys.stderr)
-        return 2
-    threshold, paired = None, None
-    if args.paired is not None:
-        try:
-            threshold, paired = load_paired(args.paired, base, head)
-        except PairedError as err:
-            print(f"compare: error: {err}", file=sys.stderr)
-            return 2
-    table = compare_commits(frame, base, head, paired)
-    report = comment_markdown(table, base, head, paired_threshold=threshold)
-    if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(report)
-    print(report)
-    return 1 if gate_failed(table) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,15 +7,13 @@ asv-tachyon's (PyPI ``asv-tachyon``, MIT): a self-contained UI over the same pub
 ``assets/``. Run it after every ``asv publish`` (publish wipes ``html_dir``). ``serve`` serves the
 folder on 127.0.0.1 only.
 
-    python -m moe_bench.dashboard offline HTML_DIR
-    python -m moe_bench.dashboard serve [HTML_DIR] [--port N]   # scripts/preview; make_offline first
+    moe-bench dashboard offline HTML_DIR
+    moe-bench dashboard serve [HTML_DIR] [--port N]   # scripts/preview; make_offline first
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import errno
 import functools
 import http.server
 import io
@@ -32,11 +30,10 @@ import asv
 from asv.util import load_json
 from asv_tachyon import cli as tachyon_cli
 
-from .argparsing import ArgumentParser
 from .metrics import METRICS
 from .units import SCALES
 
-__all__ = ["OfflineError", "make_offline", "external_references", "serve", "main"]
+__all__ = ["OfflineError", "make_offline", "external_references", "serve", "configured_html_dir"]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -199,7 +196,7 @@ def serve(html_dir, port: int = 0) -> tuple[http.server.ThreadingHTTPServer, str
     if not (html_dir / "index.html").is_file():
         raise FileNotFoundError(
             f"html_dir {str(html_dir)!r} has no index.html: run scripts/bench (or `asv publish`"
-            " then `python -m moe_bench.dashboard offline DIR`) first"
+            " then `moe-bench dashboard offline DIR`) first"
         )
     handler = functools.partial(_QuietHandler, directory=str(html_dir))
     server = _LoopbackServer(("127.0.0.1", port), handler)
@@ -232,56 +229,7 @@ def _tachyon_licence() -> Path:
     return Path(dist.locate_file(licence))
 
 
-def _configured_html_dir(config: Path) -> Path:
+def configured_html_dir(config: Path) -> Path:
+    """The ``html_dir`` of asv config ``config``, relative to the config's folder (default html)."""
     conf = load_json(str(config), js_comments=True)
     return config.parent / conf.get("html_dir", "html")
-
-
-def _port(text: str) -> int:
-    if not text.isdigit() or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port: give 0 (a free one) to 65535")
-    return int(text)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = ArgumentParser(prog="python -m moe_bench.dashboard", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    offline = sub.add_parser("offline", help="make a published html_dir work without internet")
-    offline.add_argument("html_dir", type=Path)
-    preview = sub.add_parser("serve", help="make offline, then serve on 127.0.0.1 until Ctrl-C")
-    preview.add_argument("html_dir", type=Path, nargs="?", help="default: html_dir of --config")
-    preview.add_argument("--config", type=Path, default=Path("asv.conf.json"))
-    preview.add_argument("--port", type=_port, default=8080, help="0 picks a free port")
-    args = parser.parse_args(argv)
-    command = sub.choices[args.command]
-    html_dir = args.html_dir
-    if html_dir is None:
-        try:
-            html_dir = _configured_html_dir(args.config)
-        except FileNotFoundError:
-            command.error(f"argument --config: no such file: {str(args.config)!r} (run from the "
-                          "repository root, or give --config PATH or the html_dir)")
-        except ValueError as error:  # asv's JSON reader
-            command.error(f"argument --config: {str(args.config)!r} is not valid JSON: {error}")
-    try:
-        make_offline(html_dir)  # serve: again if `asv publish` ran since (it rewrites the page)
-    except OfflineError as error:
-        command.error(str(error))
-    if args.command == "offline":
-        print(f"dashboard in {html_dir} works offline")
-        return
-    try:
-        server, url = serve(html_dir, args.port)
-    except OSError as error:
-        if error.errno not in (errno.EADDRINUSE, errno.EACCES):
-            raise
-        command.error(f"argument --port: cannot serve on 127.0.0.1:{args.port}: {error.strerror}")
-    print(f"dashboard of {html_dir} at {url}  (Ctrl-C stops)", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        server.shutdown()
-
-
-if __name__ == "__main__":
-    main()

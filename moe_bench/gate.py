@@ -3,32 +3,30 @@
 A budget names a benchmark of the metrics table (``moe_bench.metrics``), a shape, optionally a
 strategy and a machine, and a ``max`` (lower is better: seconds, bytes) or a ``min`` (higher is
 better). Each is checked against the latest commit of every machine it applies to (or
-``--commit``). Exit status of ``main``: 0 when every budget checked is met, 1 when any is over
-(with a table), 2 when the budgets file is malformed, when results are missing, corrupt or hold
-a figure the metrics table does not know, when a budgeted figure is failed, absent or n/a, when
-any benchmark (budgeted or not) failed in the commit checked, or when no budget could be checked
-at all: never a pass on nothing.
+``--commit``). Exit status of ``moe-bench gate`` (``moe_bench.cli``): 0 when every budget
+checked is met, 1 when any is over (with a table), 2 when the budgets file is malformed, when
+results are missing, corrupt or hold a figure the metrics table does not know, when a budgeted
+figure is failed, absent or n/a, when any benchmark (budgeted or not) failed in the commit
+checked, or when no budget could be checked at all: never a pass on nothing.
 
-Usage: ``python -m moe_bench.gate [--results results] [--budgets budgets.json]
-[--machine NAME] [--commit HASH]``.
+Usage: ``moe-bench gate [--results results] [--budgets budgets.json] [--machine NAME]
+[--commit HASH]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from .metrics import METRICS
-from .results import ResultsError, load_results
 from .units import human
 
-__all__ = ["Budget", "BudgetError", "Verdict", "check_budgets", "load_budgets", "main"]
+__all__ = ["Budget", "BudgetError", "Verdict", "check_budgets", "failed_benchmarks", "load_budgets",
+           "verdict_table"]
 
 DIRECTIONS = ("max", "min")
 
@@ -181,48 +179,9 @@ def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
     return table.sort_values("status", key=lambda s: s.map(order), kind="stable")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moe_bench.gate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", default="results", help="asv results_dir (default results)")
-    parser.add_argument("--budgets", default="budgets.json", help="budgets file")
-    parser.add_argument("--machine", default=None, help="check only this machine's results")
-    parser.add_argument("--commit", default=None, help="check this commit (default: latest)")
-    args = parser.parse_args(argv)
-    try:
-        budgets = load_budgets(args.budgets)
-        frame = load_results(args.results, machine=args.machine)
-    except (BudgetError, ResultsError) as err:
-        print(f"gate: error: {err}", file=sys.stderr)
-        return 2
-    verdicts = check_budgets(frame, budgets, commit=args.commit)
-    if not verdicts:
-        print(f"gate: error: no budget in {args.budgets} applies to the results in "
-              f"{args.results} (machines: {', '.join(sorted(frame['machine'].unique()))})",
-              file=sys.stderr)
-        return 2
-    table = verdict_table(verdicts)
-    bad = table[table["status"] != "ok"]
-    with pd.option_context("display.width", 200, "display.max_rows", None):
-        print((bad if len(bad) else table).to_string(index=False))
-    errors = bad["status"].isin(ERRORS)
-    if errors.any():
-        print(f"gate: error: {errors.sum()} budgeted results failed, missing or n/a (see table)",
-              file=sys.stderr)
-        return 2
-    failed = _latest(frame, args.commit).query("failed")
-    if len(failed):
-        names = sorted({f"{r.benchmark} {r.shape or ''} {r.strategy or ''} on {r.machine} at "
-                        f"{r.commit[:8]}".replace("  ", " ") for r in failed.itertuples()})
-        print(f"gate: error: {len(failed)} benchmark(s) failed in the results checked: "
-              + "; ".join(names[:5]) + ("; ..." if len(names) > 5 else "")
-              + " (see the asv log)", file=sys.stderr)
-        return 2
-    if len(bad):
-        print(f"gate: {len(bad)} over budget", file=sys.stderr)
-        return 1
-    print(f"gate: all {len(table)} checked results within budget")
-    return 0
-
-if __name__ == "__main__":
-    sys.exit(main())
+def failed_benchmarks(frame: pd.DataFrame, commit: str | None = None) -> list[str]:
+    """``"benchmark shape strategy on machine at commit"`` of every failed result of the commits
+    ``check_budgets`` checks (budgeted or not), sorted."""
+    failed = _latest(frame, commit).query("failed")
+    return sorted({f"{r.benchmark} {r.shape or ''} {r.strategy or ''} on {r.machine} at "
+                   f"{r.commit[:8]}".replace("  ", " ") for r in failed.itertuples()})

@@ -7,15 +7,14 @@ dashboard's filters and graph paths. This adds ``gpu``, ``gpus``, ``cuda``, ``dr
 records: the engines' versions separate one engine release's history from the next.
 
 The name says what the machine is: ``cpu-2core-xeon``, ``gb200``, ``h200``; a profile other
-than the device's default (``full`` on CUDA, ``cpu`` elsewhere) is appended
+than the device's default (``moe_bench.profiles.default_profile``) is appended
 (``h200-cpu-profile``), so the two never share a history series.
 
-Usage: ``python -m moe_bench.machine --profile cpu [--name NAME]`` prints the name recorded.
+Usage: ``moe-bench machine [--profile cpu] [--name NAME] [--shell]`` prints the name recorded.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import re
 import shutil
@@ -24,16 +23,9 @@ import subprocess
 import torch
 from asv.machine import Machine, MachineCollection
 
-from .argparsing import ArgumentParser
+from .profiles import PROFILES, default_profile
 
-__all__ = ["default_profile", "machine_facts", "machine_name", "record_machine"]
-
-PROFILES = ("full", "cpu")
-
-
-def default_profile() -> str:
-    """``full`` where CUDA is available, else ``cpu`` (the suite's own default)."""
-    return "full" if torch.cuda.is_available() else "cpu"
+__all__ = ["machine_facts", "machine_name", "record_machine"]
 
 
 def _version(distribution: str) -> str:
@@ -87,7 +79,7 @@ def machine_name(facts: dict[str, str], defaults: dict[str, str]) -> str:
         family = next((f for f in ("xeon", "epyc", "grace", "ryzen", "core") if f in cpu),
                       _slug(defaults.get("arch", "cpu")))
         name = f"cpu-{defaults['num_cpu']}core-{family}"
-    expected = "full" if facts["gpu"] != "n/a" else "cpu"
+    expected = default_profile("cuda" if facts["gpu"] != "n/a" else "cpu")
     return name if facts["profile"] == expected else f"{name}-{facts['profile']}-profile"
 
 
@@ -102,26 +94,3 @@ def record_machine(profile: str, name: str | None = None) -> str:
     info.update(facts)
     MachineCollection.save(info["machine"], info)
     return info["machine"]
-
-
-def _name(text: str) -> str:
-    """A machine name: asv makes it a folder, ``results/<name>/``."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: a machine name is a folder name of letters, digits, '.', '_' and '-', "
-            "not starting with '.', '_' or '-' (e.g. h200, cpu-2core-xeon)")
-    return text
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = ArgumentParser(prog="python -m moe_bench.machine", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", choices=PROFILES, default=None,
-                        help="the benchmark profile this machine runs (default: by device)")
-    parser.add_argument("--name", type=_name, default=None, help="machine name (default: derived)")
-    args = parser.parse_args(argv)
-    print(record_machine(args.profile or default_profile(), args.name))
-
-
-if __name__ == "__main__":
-    main()

@@ -34,6 +34,7 @@ from .wholemodel import WholeModelTime
 from .allocator import POOLS, MiB
 from .replay import ReplayResult, WeightsDoNotFit, replay_model
 from .engines import ENGINES, check_engine
+from .units import format_bytes as _bytes, format_seconds as _seconds
 
 __all__ = ["UsageError", "main", "resolve_shape"]
 
@@ -347,21 +348,6 @@ def _measure_record(shape: LayerShape, name: str, device: str, repeats: int,
                       cuda_requested_peak_bytes=cuda.requested_peak_bytes,
                       cuda_num_alloc_retries=cuda.num_alloc_retries, cuda_num_ooms=cuda.num_ooms)
     return record
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", MiB), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
-
-
-def _seconds(s: float) -> str:
-    # 4 significant digits: 3 would print 999.6 ms as "1e+03 ms"
-    for unit, size in (("s", 1.0), ("ms", 1e-3)):
-        if s >= size:
-            return f"{s / size:.4g} {unit}"
-    return f"{s / 1e-6:.4g} us"
 
 
 # (record key, column header, formatter); a column shows when the records have the key.

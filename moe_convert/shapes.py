@@ -8,6 +8,7 @@ Shared experts are not part of the fused-MoE weights and are left out.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ __all__ = [
     "catalog_shapes",
     "layer_shape",
     "shape_from_hf_config",
+    "shape_from_label",
     "spec_from_hf_config",
 ]
 
@@ -111,7 +113,7 @@ class LayerShape:
 
     @property
     def label(self) -> str:
-        """``model/tpN``, the name used in benchmark parameters."""
+        """``model/tpN``, the name used in benchmark parameters (inverse: ``shape_from_label``)."""
         return f"{self.model}/tp{self.tp}"
 
     @property
@@ -216,6 +218,18 @@ def layer_shape(model: str, tp: int) -> LayerShape:
     that does not divide the model's intermediate size.
     """
     return _catalog_spec(model).shape(tp)
+
+
+def shape_from_label(label: str) -> LayerShape:
+    """The per-rank layer shape of ``label``, ``model/tpN`` (``LayerShape.label``'s inverse).
+
+    Raises ``ValueError`` naming the label unless it is a catalog model, ``/tp`` and a TP that
+    divides its intermediate size (``layer_shape``).
+    """
+    match = re.fullmatch(r"(.+)/tp([0-9]+)", label)
+    if match is None:
+        raise ValueError(f"shape label {label!r} is not model/tpN (e.g. qwen3-235b-a22b/tp4)")
+    return layer_shape(match[1], int(match[2]))
 
 
 def catalog_shapes(tp_sizes: tuple[int, ...] = TP_SIZES) -> list[LayerShape]:

@@ -1,4 +1,4 @@
-# Sourced by scripts/test and scripts/bench: make (once) and activate the project's virtualenv.
+# Sourced by scripts/*: make (once) and activate the project's virtualenv (its bin has moe-bench).
 #
 # The venv sees the system site-packages, so a GPU box's own CUDA build of torch is used where one
 # is installed; where no torch imports, the CPU build is pinned (a plain `torch` requirement would
@@ -31,4 +31,15 @@ install_project() {  # install_project EXTRAS  (e.g. "test,bench"); skipped when
     python -m pip install -q -e "$ROOT[$1]"
     touch "$stamp"
   fi
+}
+
+use_machine() {  # record this machine for asv; sets machine, device, launch; exports the profile
+  # moe-bench machine decides the profile (MOE_BENCH_PROFILE, else full on CUDA, cpu elsewhere:
+  # moe_bench/profiles.py); exported, so the benchmarks run under the profile recorded.
+  local facts
+  facts=$(moe-bench machine --shell ${MOE_BENCH_MACHINE:+--name "$MOE_BENCH_MACHINE"})
+  eval "$facts"  # machine=NAME device=cuda|cpu profile=full|cpu
+  export MOE_BENCH_PROFILE="$profile"
+  # CUDA: a fresh interpreter per benchmark (fork breaks CUDA); CPU: forked from one preloaded one.
+  if [ "$device" = cuda ]; then launch=spawn; else launch=forkserver; fi
 }

@@ -110,10 +110,9 @@ def _record(rows: list[dict], row: dict) -> None:
 
 
 def _shape(label: str):
-    from moe_convert import layer_shape
+    from moe_convert.shapes import shape_from_label
 
-    model, _, tp = label.partition("/tp")
-    return layer_shape(model, int(tp))
+    return shape_from_label(label)
 
 
 def _cuda_device():
@@ -402,7 +401,7 @@ def step_asv(dry_run: bool, out: Path) -> dict:
     if _run(["git", "rev-parse", "--verify", "-q", "main"], capture_output=True).returncode:
         return {"ok": False, "error": "no branch main here: asv.conf.json's branches need it (in a "
                 "scratch clone: git branch main HEAD)"}
-    machine = _run([sys.executable, "-m", "moe_bench.machine", "--profile", "full"],
+    machine = _run([sys.executable, "-m", "moe_bench", "machine", "--profile", "full"],
                    capture_output=True).stdout.strip() or "gpu-check"
     # asv drops PYTHONPATH from the benchmarks' environment unless given as ASV_PYTHONPATH
     env = dict(os.environ, ASV_PYTHONPATH=os.environ.get("PYTHONPATH", ""))
@@ -416,7 +415,7 @@ def step_asv(dry_run: bool, out: Path) -> dict:
     except subprocess.TimeoutExpired:
         returncode = f"timed out after {budget} s"
     _run([sys.executable, "-m", "asv", "publish"], env=env)
-    _run([sys.executable, "-m", "moe_bench.dashboard", "offline", "html"], env=env)
+    _run([sys.executable, "-m", "moe_bench", "dashboard", "offline", "html"], env=env)
     archive = out / "asv.zip"
     files = 0
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
@@ -467,11 +466,15 @@ def run_step(step: Step, out: Path, scratch: Path, dry_run: bool, timeout_s: flo
 
 
 def _gib(nbytes) -> str:
-    return "n/a" if nbytes is None else f"{nbytes / 2**30:.3f} GiB"
+    from moe_convert.units import format_bytes
+
+    return format_bytes(nbytes, unit="GiB", digits=3)
 
 
 def _mib(nbytes) -> str:
-    return "n/a" if nbytes is None else f"{nbytes / 2**20:.2f} MiB"
+    from moe_convert.units import format_bytes
+
+    return format_bytes(nbytes, unit="MiB")
 
 
 #: Issue 11's targets: out-of-place and in-place time over a same-size device copy, and the

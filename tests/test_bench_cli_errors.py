@@ -1,5 +1,5 @@
-"""User errors of the ``moe_bench`` entry points scripts/ call (``machine``, ``dashboard``): exit
-status 2, one line on stderr naming the bad value, nothing recorded or served first."""
+"""User errors of ``moe-bench`` (``moe_bench.cli``), the command scripts/ call: exit status 2, one
+line on stderr naming the bad value, nothing recorded or served first."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from moe_bench import dashboard, machine
+from moe_bench import cli, dashboard, machine
 
 
 @pytest.fixture
@@ -19,9 +19,9 @@ def no_work(monkeypatch):
     monkeypatch.setattr(dashboard, "serve", started)
 
 
-def _error_line(main, argv: list[str], capsys) -> str:
+def _error_line(argv: list[str], capsys) -> str:
     with pytest.raises(SystemExit) as stop:
-        main(argv)
+        cli.main(argv)
     out, err = capsys.readouterr()
     assert stop.value.code == 2 and "Traceback" not in out + err and out == ""
     lines = err.splitlines()
@@ -30,33 +30,46 @@ def _error_line(main, argv: list[str], capsys) -> str:
 
 
 BAD = [
-    (machine.main, ["--profile", "gpu"], ["'gpu'", "full", "cpu"]),
-    (machine.main, ["--name", ""], ["''", "folder name"]),
-    (machine.main, ["--name", "a/b"], ["'a/b'"]),
-    (machine.main, ["--name=-x"], ["'-x'"]),
-    (machine.main, ["--name", "../up"], ["'../up'"]),
-    (dashboard.main, [], ["command"]),
-    (dashboard.main, ["offline"], ["html_dir"]),
-    (dashboard.main, ["offline", "/no/such/html"], ["'/no/such/html'", "asv publish"]),
-    (dashboard.main, ["serve", "/no/such/html"], ["'/no/such/html'", "asv publish"]),
-    (dashboard.main, ["serve", "--config", "/no/such/asv.conf.json"], ["'/no/such/asv.conf.json'"]),
-    (dashboard.main, ["serve", "--port", "70000"], ["'70000'", "65535"]),
-    (dashboard.main, ["serve", "--port", "-1"], ["'-1'"]),
+    ([], ["COMMAND"]),
+    (["machines"], ["'machines'", "machine"]),
+    (["machine", "--profile", "gpu"], ["'gpu'", "full", "cpu"]),
+    (["machine", "--name", ""], ["''", "folder name"]),
+    (["machine", "--name", "a/b"], ["'a/b'"]),
+    (["machine", "--name=-x"], ["'-x'"]),
+    (["machine", "--name", "../up"], ["'../up'"]),
+    (["compare", "results"], ["base", "head"]),
+    (["gate", "--budget"], ["--budget"]),
+    (["summary", "extra"], ["moe-bench summary: error: unrecognized arguments: extra"]),
+    (["dashboard", "offline", "html", "--port", "1"], ["moe-bench dashboard offline:", "--port 1"]),
+    (["new-commits"], ["machine"]),
+    (["dashboard"], ["ACTION"]),
+    (["dashboard", "offline"], ["html_dir"]),
+    (["dashboard", "offline", "/no/such/html"], ["'/no/such/html'", "asv publish"]),
+    (["dashboard", "serve", "/no/such/html"], ["'/no/such/html'", "asv publish"]),
+    (["dashboard", "serve", "--config", "/no/such/asv.conf.json"], ["'/no/such/asv.conf.json'"]),
+    (["dashboard", "serve", "--port", "70000"], ["'70000'", "65535"]),
+    (["dashboard", "serve", "--port", "-1"], ["'-1'"]),
 ]
 
 
-@pytest.mark.parametrize("main, argv, needles", BAD,
-                         ids=[f"{main.__module__.split('.')[-1]} {' '.join(argv)}" for main, argv, _ in BAD])
-def test_bad_invocation(main, argv, needles, capsys, no_work):
-    line = _error_line(main, argv, capsys)
+@pytest.mark.parametrize("argv, needles", BAD, ids=[" ".join(argv) for argv, _ in BAD])
+def test_bad_invocation(argv, needles, capsys, no_work):
+    line = _error_line(argv, capsys)
+    assert line.startswith("moe-bench")
     for needle in needles:
         assert needle in line
+
+
+def test_profile_variable_that_names_no_profile(monkeypatch, capsys, no_work):
+    monkeypatch.setenv("MOE_BENCH_PROFILE", "gpu")
+    line = _error_line(["machine"], capsys)
+    assert line.startswith("moe-bench machine: error:") and "MOE_BENCH_PROFILE='gpu'" in line
 
 
 def test_config_that_is_not_json(tmp_path, capsys, no_work):
     config = tmp_path / "asv.conf.json"
     config.write_text("{not json")
-    line = _error_line(dashboard.main, ["serve", "--config", str(config)], capsys)
+    line = _error_line(["dashboard", "serve", "--config", str(config)], capsys)
     assert str(config) in line and "not valid JSON" in line
 
 
@@ -67,5 +80,5 @@ def test_port_in_use(tmp_path, capsys, monkeypatch):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        line = _error_line(dashboard.main, ["serve", str(tmp_path), "--port", str(port)], capsys)
+        line = _error_line(["dashboard", "serve", str(tmp_path), "--port", str(port)], capsys)
     assert f"127.0.0.1:{port}" in line and "in use" in line

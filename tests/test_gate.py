@@ -1,4 +1,4 @@
-"""The PR gate (moe_bench.compare), the budgets gate (moe_bench.gate) and load_results, on
+"""The PR gate (moe-bench compare), the budgets gate (moe-bench gate) and load_results, on
 fabricated asv result files (asv 0.6 format, read back through asv's own loader), and the
 paired A/B file (``fixtures/paired.json``, the schema of ``benchmarks.paired``'s output).
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from moe_bench import compare, gate
+from moe_bench import cli
 from moe_bench.metrics import NOISE_FACTOR
 from moe_bench.results import COLUMNS, ResultsError, load_results
 
@@ -70,7 +70,7 @@ def run_compare(tmp_path, head_values, capsys, *, args=(), base_values=GOOD, **k
     """Compare ``base_values`` (commit BASE) with ``head_values`` (HEAD, written with ``kwargs``)."""
     write_results(tmp_path, BASE, base_values)
     write_results(tmp_path, HEAD, head_values, date=1_700_000_100_000, **kwargs)
-    code = compare.main([str(tmp_path), BASE[:8], HEAD[:8], "--markdown",
+    code = cli.main(["compare", str(tmp_path), BASE[:8], HEAD[:8], "--markdown",
                          str(tmp_path / "comment.md"), *args])
     return code, capsys.readouterr()
 
@@ -298,7 +298,7 @@ def test_compare_version_change_is_not_compared(tmp_path, capsys):
 
 def test_compare_without_head_results_is_an_error(tmp_path, capsys):
     write_results(tmp_path, BASE, GOOD)
-    assert compare.main([str(tmp_path), BASE, HEAD]) == 2
+    assert cli.main(["compare", str(tmp_path), BASE, HEAD]) == 2
     assert f"no results for commit '{HEAD}'" in capsys.readouterr().err
 
 
@@ -322,7 +322,7 @@ def budget(benchmark=PEAK, **limit):
 def test_gate_direction_aware(tmp_path, capsys, entry, expected):
     write_results(tmp_path / "results", BASE, {**GOOD, PEAK: [1000.0, 900.0, 5000.0, 4000.0]})
     budgets = write_budgets(tmp_path / "budgets.json", [entry])
-    code = gate.main(["--results", str(tmp_path / "results"), "--budgets", budgets])
+    code = cli.main(["gate", "--results", str(tmp_path / "results"), "--budgets", budgets])
     out = capsys.readouterr()
     assert code == expected
     if expected:
@@ -333,8 +333,8 @@ def test_gate_uses_latest_commit(tmp_path, capsys):
     write_results(tmp_path / "results", BASE, scaled(PEAK, 5.0))
     write_results(tmp_path / "results", HEAD, GOOD, date=1_700_000_100_000)
     budgets = write_budgets(tmp_path / "budgets.json", [budget(max=1000)])
-    assert gate.main(["--results", str(tmp_path / "results"), "--budgets", budgets]) == 0
-    assert gate.main(["--results", str(tmp_path / "results"), "--budgets", budgets,
+    assert cli.main(["gate", "--results", str(tmp_path / "results"), "--budgets", budgets]) == 0
+    assert cli.main(["gate", "--results", str(tmp_path / "results"), "--budgets", budgets,
                       "--commit", BASE[:8]]) == 1
 
 
@@ -392,7 +392,7 @@ def test_gate_errors_are_not_a_pass(tmp_path, capsys, case, message):
     if case == "infinite":
         write_results(results, BASE, {**GOOD, PEAK: [math.inf, math.nan, 5000.0, math.nan]})
     budgets = write_budgets(tmp_path / "budgets.json", [entry])
-    assert gate.main(["--results", str(results), "--budgets", budgets]) == 2
+    assert cli.main(["gate", "--results", str(results), "--budgets", budgets]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1

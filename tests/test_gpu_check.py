@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from moe_convert import STRATEGIES, layer_shape
+from moe_convert import STRATEGIES
+from moe_convert.shapes import shape_from_label
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
@@ -25,14 +26,9 @@ _spec.loader.exec_module(gpu_check)
 def small(monkeypatch):
     """Every shape label resolves to its per-expert geometry with 2 experts, loads to 3 layers."""
     monkeypatch.setattr(gpu_check, "_shape",
-                        lambda label: layer_shape(*_split(label)).with_experts(2))
+                        lambda label: shape_from_label(label).with_experts(2))
     monkeypatch.setattr(gpu_check, "ALLOCATOR_LAYERS", 3)
     monkeypatch.setattr(gpu_check, "SLEEP_LAYERS", 3)
-
-
-def _split(label: str) -> tuple[str, int]:
-    model, _, tp = label.partition("/tp")
-    return model, int(tp)
 
 
 def test_plan_lists_every_step_within_the_wall_budget():

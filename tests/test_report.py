@@ -15,9 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from moe_bench import cli
 from moe_bench.compare import compare_commits
 from moe_bench.metrics import NOISE_FACTOR
-from moe_bench.report import comment_markdown, render_markdown, summary_table, write_summary
+from moe_bench.report import comment_markdown, render_markdown, summary_table
 from moe_bench.results import load_results
 from moe_bench.units import human
 
@@ -147,13 +148,21 @@ def test_markdown_in_human_units_with_marks(results):
     assert f"more than {NOISE_FACTOR:g}x" in text
 
 
-def test_write_summary_writes_markdown_and_plots(tmp_path):
-    path = write_summary(RESULTS, tmp_path / "summary")
+def test_write_summary_writes_markdown_and_plots(tmp_path, capsys):
+    assert cli.main(["summary", "--results", str(RESULTS), "--out", str(tmp_path / "summary")]) == 0
+    path = Path(capsys.readouterr().out.strip())  # scripts/bench cats it
     assert path == tmp_path / "summary" / "summary.md"
     text = path.read_text()
     images = [line[line.index("(") + 1:-1] for line in text.splitlines() if line.startswith("![")]
     assert "fixture-box-history.png" in images and len(images) == 4
     assert all((path.parent / image).stat().st_size > 0 for image in images)
+
+
+def test_summary_without_results_is_one_error_line(tmp_path, capsys):
+    assert cli.main(["summary", "--results", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("moe-bench summary: error: ") and "no such results directory" in err
+    assert len(err.splitlines()) == 1
 
 
 def comment(results, base, head) -> tuple[str, list[str]]:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from moe_convert import CATALOG, check_weights, layer_shape, shape_from_hf_config
-from moe_convert.shapes import TP_SIZES, catalog_shapes, spec_from_hf_config
+from moe_convert.shapes import TP_SIZES, catalog_shapes, shape_from_label, spec_from_hf_config
 
 MiB, GiB = 2**20, 2**30
 
@@ -124,6 +124,24 @@ def test_tp_sizes_are_those_that_convert(model, tp_sizes, kernel):
     for tp in tp_sizes:
         assert spec.shape(tp).conversion_error is None
     assert "multiple of 64" in spec.shape(2 * tp_sizes[-1]).conversion_error
+
+
+def test_shape_from_label_is_the_inverse_of_label():
+    for shape in catalog_shapes():
+        assert shape_from_label(shape.label) == shape
+
+
+@pytest.mark.parametrize("label, message", [
+    ("qwen3-30b-a3b", "'qwen3-30b-a3b' is not model/tpN"),
+    ("qwen3-30b-a3b/tp", "'qwen3-30b-a3b/tp' is not model/tpN"),
+    ("qwen3-30b-a3b/tpx", "'qwen3-30b-a3b/tpx' is not model/tpN"),
+    ("/tp4", "'/tp4' is not model/tpN"),
+    ("qwen3-235b/tp4", "unknown model 'qwen3-235b'"),
+    ("qwen3-30b-a3b/tp5", "tp 5 does not divide"),
+])
+def test_shape_from_bad_label(label, message):
+    with pytest.raises(ValueError, match=message):
+        shape_from_label(label)
 
 
 def test_with_experts_keeps_geometry():
