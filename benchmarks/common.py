@@ -141,7 +141,7 @@ def pristine_weights(label: str) -> tuple[torch.Tensor, torch.Tensor]:
     Never hand these to a strategy: in-place strategies overwrite their input. Use
     ``working_weights`` and ``restore``.
     """
-    from moe_convert.reference import random_weights
+    from moe_convert.inputs import random_weights
 
     shape = timed_shape(label)
     return random_weights(shape.w13_shape, shape.w2_shape, seed=0, device=device())

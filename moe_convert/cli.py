@@ -24,7 +24,7 @@ from typing import NoReturn
 import torch
 from tqdm import tqdm
 
-from . import reference
+from . import inputs, reference
 from .shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, catalog_shapes, spec_from_hf_config
 from .strategies import INPLACE, STRATEGIES, convert
 from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
@@ -271,7 +271,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     failed = 0
     with _progress(len(args.strategy) + 1, args, "verify") as bar:
         bar.set_postfix_str("reference")
-        w13, w2 = reference.random_weights(shape.w13_shape, shape.w2_shape, seed=args.seed, device=args.device)
+        w13, w2 = inputs.random_weights(shape.w13_shape, shape.w2_shape, seed=args.seed, device=args.device)
         want13, want2 = oracle(w13, w2)
         bar.update()
         for name in args.strategy:

@@ -28,7 +28,8 @@ from typing import Any
 import torch
 
 from .reference import AVAILABLE as FLASHINFER_AVAILABLE
-from .reference import flashinfer_reference, random_weights
+from .inputs import random_weights
+from .reference import flashinfer_reference
 from .strategies import INPLACE, _blocks_alias, _swap_w13_to_w31, convert, register
 
 __all__ = ["CHECK_EXPERTS", "CHECK_HIDDEN", "CHECK_INTERMEDIATE", "ENGINES", "Engine", "EngineCheck",

@@ -26,7 +26,8 @@ import statistics
 from dataclasses import dataclass
 
 from .allocator import Allocator, MiB, OutOfMemory, Pool
-from .memory import AllocationTracker, MemoryEvent, layer_weights, warm_strategy
+from .inputs import layer_weights, warm_strategy
+from .memory import AllocationTracker, MemoryEvent
 from .shapes import LayerShape
 from .strategies import INPLACE, convert
 

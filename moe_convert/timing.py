@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .memory import layer_weights, warm_strategy
+from .inputs import layer_weights, warm_strategy
 from .shapes import LayerShape
 from .strategies import INPLACE, convert
 

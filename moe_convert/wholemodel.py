@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from .allocator import MiB
-from .memory import require_cuda, warm_strategy
+from .inputs import warm_strategy
+from .memory import require_cuda
 from .shapes import LayerShape
 from .strategies import convert
 from .timing import Roofline

@@ -130,7 +130,7 @@ def step_exact(dry_run: bool) -> dict:
     import torch
 
     from moe_convert import INPLACE, STRATEGIES, convert
-    from moe_convert.reference import random_weights
+    from moe_convert.inputs import random_weights
 
     torch.set_num_threads(os.cpu_count() or 1)
     rows = []

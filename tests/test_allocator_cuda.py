@@ -24,7 +24,7 @@ import torch
 from conftest import requires_cuda
 from moe_convert import STRATEGIES, convert, layer_shape
 from moe_convert.allocator import Allocator, MiB
-from moe_convert.memory import warm_strategy
+from moe_convert.inputs import warm_strategy
 from moe_convert.replay import layer_trace, replay_model
 
 pytestmark = requires_cuda

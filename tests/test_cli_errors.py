@@ -124,7 +124,7 @@ def no_work(monkeypatch):
 
     for name in ("strategy_memory", "measure_roofline", "convert"):
         monkeypatch.setattr(cli, name, started)
-    monkeypatch.setattr(cli.reference, "random_weights", started)
+    monkeypatch.setattr(cli.inputs, "random_weights", started)
 
 
 def _error_line(argv: list[str], capsys) -> str:

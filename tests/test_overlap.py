@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from moe_convert import INPLACE, STRATEGIES, convert
-from moe_convert.reference import random_weights
+from moe_convert.inputs import random_weights
 
 # E experts, I intermediate, H hidden, gated: w13 [2, 128, 128], w2 [2, 128, 64]
 W13, W2 = (2, 128, 128), (2, 128, 64)
