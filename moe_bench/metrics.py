@@ -73,10 +73,10 @@ class Metric:
         return rest if module.startswith("bench_") else self.benchmark
 
 
-TIME = "bench_convert.TimeConvert.time_convert"
-COPY_RATIO = "bench_convert.CopyRatio.track_copy_ratio"
+TIME = "bench_convert.LayerTime.track_layer_seconds"
+COPY_RATIO = "bench_convert.LayerTime.track_copy_ratio"
 PEAK_BYTES = "bench_convert.PeakMemory.track_peak_transient_bytes"
-WHOLE_MODEL = "bench_convert.WholeModel.track_whole_model_seconds"
+WHOLE_MODEL = "bench_convert.LayerTime.track_whole_model_seconds"
 TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
 #: The paired A/B result's row in the PR verdict (not an asv benchmark: ``benchmarks.paired``).
 PAIRED_TIME = "paired.time_ratio"

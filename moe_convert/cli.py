@@ -28,9 +28,8 @@ from . import inputs, reference
 from .shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, catalog_shapes, spec_from_hf_config
 from .strategies import INPLACE, STRATEGIES, convert
 from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
-from .timing import measure_roofline
+from .timing import time_layer
 from .traffic import strategy_traffic
-from .wholemodel import WholeModelTime
 from .allocator import POOLS, MiB
 from .replay import ReplayResult, WeightsDoNotFit, replay_model
 from .engines import ENGINES, check_engine
@@ -295,7 +294,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _measure_record(shape: LayerShape, name: str, device: str, repeats: int,
                     threads: int | None) -> dict:
     """Every figure of one strategy on ``shape``: dispatch-level memory everywhere; on cpu/cuda the
-    roofline and whole-model time; on cpu the allocator-level peak; on cuda the caching allocator's."""
+    layer's timing against a copy and the whole-model time derived from it (``time_layer``); on cpu
+    the allocator-level peak; on cuda the caching allocator's."""
     memory = strategy_memory(shape, name, device=device)
     work = strategy_traffic(shape, name)  # on meta: exact and free on any device
     record = {"strategy": name, "model": shape.model, "tp": shape.tp, "device": device,
@@ -305,16 +305,15 @@ def _measure_record(shape: LayerShape, name: str, device: str, repeats: int,
               "traffic_ratio": work.traffic_bytes / (2 * shape.layer_bytes)}
     if torch.device(device).type == "meta":
         return record
-    roofline = measure_roofline(shape, name, device=device, repeats=repeats, threads=threads)
-    whole = WholeModelTime(shape, roofline)
-    record.update(seconds_median=roofline.strategy_time.median, seconds_iqr=roofline.strategy_time.iqr,
-                  copy_seconds_median=roofline.copy_time.median, copy_ratio=roofline.copy_ratio,
-                  gbps=roofline.gbps, copy_gbps=roofline.copy_gbps, repeats=repeats,
-                  moe_layers=shape.moe_layers, whole_model_seconds=whole.seconds,
-                  whole_model_copy_seconds=whole.copy_seconds)
-    if roofline.threads is not None:
+    timed = time_layer(shape, name, device=device, repeats=repeats, threads=threads)
+    record.update(seconds_median=timed.seconds, seconds_iqr=timed.strategy_time.iqr,
+                  copy_seconds_median=timed.copy_time.median, copy_ratio=timed.copy_ratio,
+                  gbps=timed.gbps, copy_gbps=timed.copy_gbps, repeats=repeats,
+                  moe_layers=shape.moe_layers, whole_model_seconds=timed.whole_model_seconds,
+                  whole_model_copy_seconds=timed.whole_model_copy_seconds)
+    if timed.threads is not None:
         allocator = strategy_allocator_memory(shape, name)
-        record.update(threads=roofline.threads, minor_faults=roofline.minor_faults,
+        record.update(threads=timed.threads, minor_faults=timed.minor_faults,
                       allocator_peak_bytes=allocator.peak_bytes,
                       allocator_allocations=allocator.allocations)
     elif torch.device(device).type == "cuda":

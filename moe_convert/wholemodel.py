@@ -1,7 +1,8 @@
 """Whole-model figures: one layer's conversion times the model's MoE layers, and a sleep-mode load.
 
 A model load converts every MoE layer of a rank one after another, so its conversion time is the
-per-layer time times ``moe_layers`` (``WholeModelTime``). Its memory is another matter: under
+per-layer time times ``moe_layers`` (``whole_model_seconds``; ``timing.LayerTiming`` derives it
+from its measurement). Its memory is another matter: under
 vLLM's sleep mode every layer's weights are resident in one ``torch.cuda.MemPool`` and freed
 blocks stay reserved in it, while loading sets ``max_split_size_mb:20`` (vLLM #41268); whether
 the load fits is decided by the caching allocator, not by peak live bytes. ``sleep_mode_load``
@@ -21,11 +22,9 @@ from .inputs import warm_strategy
 from .memory import require_cuda
 from .shapes import LayerShape
 from .strategies import convert
-from .timing import Roofline
 
 __all__ = [
     "SleepModeLoad",
-    "WholeModelTime",
     "allocator_max_split_size",
     "sleep_mode_load",
     "whole_model_seconds",
@@ -42,28 +41,6 @@ def whole_model_seconds(shape: LayerShape, per_layer_seconds: float) -> float:
     ``with_experts`` gives the figure for a model with that many experts per layer).
     """
     return per_layer_seconds * shape.moe_layers
-
-
-@dataclass(frozen=True)
-class WholeModelTime:
-    """One layer's roofline scaled to the whole model on one rank."""
-
-    shape: LayerShape
-    layer: Roofline
-
-    @property
-    def seconds(self) -> float:
-        """Median strategy seconds per layer times the MoE layers."""
-        return whole_model_seconds(self.shape, self.layer.strategy_time.median)
-
-    @property
-    def copy_seconds(self) -> float:
-        """The same for the ``copy_`` reference: the bandwidth-bound time of the whole model."""
-        return whole_model_seconds(self.shape, self.layer.copy_time.median)
-
-    @property
-    def model_bytes(self) -> int:
-        return self.shape.model_bytes
 
 
 @contextlib.contextmanager

@@ -22,8 +22,8 @@ Steps (budgets in ``STEPS``):
    (``set_per_process_memory_fraction``) against ``replay_model``'s prediction for that size.
 5. ``timing``: every strategy and a same-size device copy with CUDA events, per shape of the asv
    suite: copy ratio, GB/s, per-layer and whole-model seconds; then ``TRITON_SWEEPS``.
-6. ``asv``: ``asv run -E existing:python3 --quick`` of ``TimeConvert`` on ``CHECK_SHAPES``,
-   published, zipped.
+6. ``asv``: ``asv run -E existing:python3 --quick`` of ``LayerTime.track_layer_seconds`` on
+   ``CHECK_SHAPES``, published, zipped.
 
 The report ends with issue 11's targets, judged on step 5's figures (``target_lines``).
 ``docs/gpu.md`` has the recipe and the figures of the H200 run.
@@ -314,20 +314,20 @@ def step_sleep(dry_run: bool) -> dict:
 # -- step 5 ------------------------------------------------------------------------------------
 
 def _time_strategy(shape, name: str, device) -> dict:
-    """One timing row: ``timing.measure_roofline`` (CUDA events, paired with a device copy)."""
+    """One timing row: ``timing.time_layer`` (CUDA events, paired with a device copy), the
+    asv suite's measurement; every time figure derives from it."""
     from moe_convert import INPLACE
     from moe_convert.memory import strategy_memory
-    from moe_convert.timing import measure_roofline
+    from moe_convert.timing import time_layer
 
-    roofline = measure_roofline(shape, name, device=device, repeats=TIMING_REPEATS, warmup=1)
-    seconds = roofline.strategy_time.median
+    timed = time_layer(shape, name, device=device, repeats=TIMING_REPEATS, warmup=1)
     return {"shape": shape.label, "strategy": name, "inplace": name in INPLACE,
             "peak_bytes": strategy_memory(shape, name, device="meta").peak_bytes,
-            "seconds": seconds, "copy_seconds": roofline.copy_time.median,
-            "copy_ratio": roofline.copy_ratio, "gbps": roofline.gbps,
-            "copy_gbps": roofline.copy_gbps, "whole_model_seconds": seconds * shape.moe_layers,
-            "moe_layers": shape.moe_layers, "samples": roofline.strategy_time.samples,
-            "copy_samples": roofline.copy_time.samples}
+            "seconds": timed.seconds, "copy_seconds": timed.copy_time.median,
+            "copy_ratio": timed.copy_ratio, "gbps": timed.gbps,
+            "copy_gbps": timed.copy_gbps, "whole_model_seconds": timed.whole_model_seconds,
+            "moe_layers": shape.moe_layers, "samples": timed.strategy_time.samples,
+            "copy_samples": timed.copy_time.samples}
 
 
 def step_timing(dry_run: bool) -> dict:
@@ -383,8 +383,8 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 #: ratio by step 5), on CHECK_SHAPES only (asv matches ``name(param, ...)`` with the parameters'
 #: reprs). Each runs in a fresh interpreter (``spawn``: a forked child cannot use CUDA once its
 #: parent has touched it, and importing the suite asks torch whether CUDA is there), a few
-#: seconds each.
-ASV_BENCHMARKS = (r"TimeConvert\.\w+\('("
+#: seconds each; ``LayerTime.setup_cache`` times the whole grid once first (step 5's work).
+ASV_BENCHMARKS = (r"LayerTime\.track_layer_seconds\('("
                   + "|".join(label.replace(".", r"\.") for label in CHECK_SHAPES) + ")'")
 
 

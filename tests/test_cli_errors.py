@@ -122,7 +122,7 @@ def no_work(monkeypatch):
     def started(*args, **kwargs):
         raise AssertionError("work started before the arguments were checked")
 
-    for name in ("strategy_memory", "measure_roofline", "convert"):
+    for name in ("strategy_memory", "time_layer", "convert"):
         monkeypatch.setattr(cli, name, started)
     monkeypatch.setattr(cli.inputs, "random_weights", started)
 

@@ -7,8 +7,7 @@ import torch
 from conftest import requires_cuda
 
 from moe_convert import INPLACE, LayerShape, layer_shape
-from moe_convert.timing import Roofline, Timing
-from moe_convert.wholemodel import WholeModelTime, sleep_mode_load, whole_model_seconds
+from moe_convert.wholemodel import sleep_mode_load, whole_model_seconds
 
 SMALL = LayerShape("small", 1, 8, 1024, 512, 4)
 
@@ -17,16 +16,6 @@ def test_whole_model_seconds_is_per_layer_times_moe_layers():
     shape = layer_shape("qwen3-235b-a22b", 4)
     assert whole_model_seconds(shape, 0.25) == 0.25 * 94
     assert whole_model_seconds(layer_shape("deepseek-v3", 8), 2.0) == 2.0 * 58
-
-
-def test_whole_model_time_scales_strategy_and_copy():
-    shape = layer_shape("qwen3-235b-a22b", 4)
-    roofline = Roofline("strided_copy", shape.label, "cpu", shape.experts, Timing((0.2, 0.3, 0.4)),
-                        Timing((0.1,)), 2 * shape.layer_bytes, 0)
-    whole = WholeModelTime(shape, roofline)
-    assert whole.seconds == pytest.approx(0.3 * 94)
-    assert whole.copy_seconds == pytest.approx(0.1 * 94)
-    assert whole.model_bytes == shape.model_bytes == 94 * shape.layer_bytes
 
 
 def test_sleep_mode_load_rejects_no_layers():
