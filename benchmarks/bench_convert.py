@@ -1,4 +1,4 @@
-"""One MoE layer's conversion: time, copy ratio, whole-model seconds, peak transient memory, traffic.
+"""One MoE layer's conversion: time, copy ratio, whole-model seconds, peak memory, traffic.
 
 Parametrised over model shape x strategy (``common.SHAPES`` x ``common.STRATEGY_AXIS``); each
 strategy is reached only through ``moe_convert.convert(..., strategy=name)``. Time figures use

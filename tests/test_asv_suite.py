@@ -53,10 +53,11 @@ def test_layer_time_derives_every_time_figure_from_one_measurement(monkeypatch):
         bench.setup(timings, "qwen3-30b-a3b/tp2", "strided_copy")
         measured = timings["qwen3-30b-a3b/tp2", "strided_copy"]
         assert len(measured.strategy_time.samples) == 2
-        assert bench.track_layer_seconds(timings, "qwen3-30b-a3b/tp2", "strided_copy") == measured.seconds
-        assert bench.track_copy_ratio(timings, "qwen3-30b-a3b/tp2", "strided_copy") == measured.copy_ratio
+        cell = (timings, "qwen3-30b-a3b/tp2", "strided_copy")
+        assert bench.track_layer_seconds(*cell) == measured.seconds
+        assert bench.track_copy_ratio(*cell) == measured.copy_ratio
         full = common.full_shape("qwen3-30b-a3b/tp2")  # 8 of 128 experts timed, 48 layers
-        assert bench.track_whole_model_seconds(timings, "qwen3-30b-a3b/tp2", "strided_copy") == (
+        assert bench.track_whole_model_seconds(*cell) == (
             pytest.approx(measured.seconds * full.experts / common.CPU_PROFILE_EXPERTS * 48))
         with pytest.raises(NotImplementedError):  # n/a where the strategy is not registered
             bench.setup(timings, "qwen3-30b-a3b/tp2", "no-such-strategy")
