@@ -1,7 +1,8 @@
-"""Whole-model loads replayed through the caching-allocator model: what vLLM's sleep mode reserves.
+"""The sleep-mode load replayed through the caching-allocator model: what vLLM's sleep mode
+reserves.
 
 Parametrised over model shape x strategy (``common.SHAPES`` x ``common.STRATEGY_AXIS``). Each
-figure is ``moe_convert.replay.replay_model`` in the ``sleep`` pool (vLLM's sleep-mode CuMem pool:
+figure is ``moe_convert.replay.replay_load`` in the ``sleep`` pool (vLLM's sleep-mode CuMem pool:
 freed segments stay reserved) at ``max_split_size_mb`` 20 (what vLLM sets while loading), on an
 unbounded device with the model's MoE weights only: the bytes the load needs, never an OOM.
 The trace is recorded on ``meta`` at full size, so the figures are exact, deterministic and the
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import functools
 
-from moe_convert.replay import ReplayResult, replay_model
+from moe_convert.replay import replay_load
+from moe_convert.wholemodel import SleepModeLoad
 
 from . import common
 
@@ -23,14 +25,15 @@ MAX_SPLIT_MB = 20
 
 
 @functools.cache
-def _sleep_mode_load(shape: str, strategy: str) -> ReplayResult:
+def _replayed(shape: str, strategy: str) -> SleepModeLoad:
     """One replay per (shape, strategy) and process: asv_runner calls ``setup`` before each call."""
-    return replay_model(common.full_shape(shape), strategy, max_split_mb=MAX_SPLIT_MB,
-                        pool="sleep", device_bytes=None)
+    return replay_load(common.full_shape(shape), strategy, max_split_size_mb=MAX_SPLIT_MB,
+                       pool="sleep", device_bytes=None)
 
 
-class SleepModeLoad:
-    """Reserved memory of a whole sleep-mode load at ``max_split_size_mb`` 20.
+class SleepModeReplay:
+    """Reserved memory of the sleep-mode load at ``max_split_size_mb`` 20, replayed (not run on
+    CUDA: ``moe_convert.wholemodel.run_load`` is the run, checked by ``scripts/gpu-check``).
 
     ``peak_reserved_bytes``: the peak over loading every layer's weights and converting each in
     turn. ``reserved_growth_per_layer_bytes``: the steady-state rise of reserved memory per
@@ -38,7 +41,7 @@ class SleepModeLoad:
     segments, and then multiplied by the model's layer count.
     """
 
-    version = "1"
+    version = "1"  # 1: was SleepModeLoad (v1), renamed; the same figures
     unit = "bytes"
     params = [list(common.SHAPES), list(common.STRATEGY_AXIS)]
     param_names = ["shape", "strategy"]
@@ -46,7 +49,7 @@ class SleepModeLoad:
 
     def setup(self, shape: str, strategy: str) -> None:
         common.require_strategy(strategy)
-        self.result = _sleep_mode_load(shape, strategy)
+        self.result = _replayed(shape, strategy)
 
     def track_peak_reserved_bytes(self, shape: str, strategy: str) -> int:
         return self.result.peak_reserved_bytes

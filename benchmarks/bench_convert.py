@@ -1,8 +1,9 @@
-"""One MoE layer's conversion: time, peak transient memory, traffic, copy ratio, whole-model seconds.
+"""One MoE layer's conversion: time, copy ratio, whole-model seconds, peak memory, traffic.
 
 Parametrised over model shape x strategy (``common.SHAPES`` x ``common.STRATEGY_AXIS``); each
 strategy is reached only through ``moe_convert.convert(..., strategy=name)``. Time figures use
-the profile's expert count (``common.profile``); memory figures are full size, on ``meta``.
+the profile's expert count (``common.profile``) and come from one measurement per shape x
+strategy (``LayerTime``); memory figures are full size, on ``meta``.
 """
 
 from __future__ import annotations
@@ -10,17 +11,16 @@ from __future__ import annotations
 import moe_convert
 from moe_convert.memory import strategy_cuda_memory, strategy_memory
 from moe_convert.traffic import strategy_traffic
-# the module, not its functions: asv would take a module-level ``time_call`` for a benchmark
+# the module, not its functions: asv would take a module-level ``time_layer`` for a benchmark
 from moe_convert import timing
-from moe_convert.wholemodel import whole_model_seconds
 
 from . import common
 
-#: Timed calls per copy-ratio figure (each paired with the copy just before it); 9 is Google
-#: Benchmark's "lowest reasonable" repetition count for a rank-based comparison.
-RATIO_REPEATS = 9
-#: Timed calls per whole-model figure: it is judged against budgets, not a noise band.
-WHOLE_MODEL_REPEATS = 3
+#: Timed calls per shape x strategy, each paired with the same-size copy just before it. One
+#: count for every time figure, since they all come from the same calls: 9 is Google Benchmark's
+#: "lowest reasonable" repetition count for a rank-based comparison (the copy ratio is a median
+#: of per-call ratios), and the layer's and the whole model's seconds are medians of those calls.
+REPEATS = 9
 
 
 class _ShapeStrategy:
@@ -32,37 +32,6 @@ class _ShapeStrategy:
 
     def setup(self, shape: str, strategy: str) -> None:
         common.require_strategy(strategy)
-
-
-class TimeConvert(_ShapeStrategy):
-    """Wall time of ``convert`` on one layer of the profile's shape, device-synchronised.
-
-    Inputs are built once per process (``common.pristine_weights``); an in-place strategy's
-    input is restored from the pristine copy in ``setup``, which asv_runner calls before every
-    timed call (one ``copy_`` per weight, not timed). asv's own timer reads the host clock around
-    the method, so on CUDA a synchronize inside is the only way it covers the kernels; the
-    CUDA-event figures are ``CopyRatio`` and ``WholeModel`` (``moe_convert.timing.time_once``).
-    CPU: ``common.CPU_THREADS`` threads.
-    """
-
-    version = "2"  # 2: one CPU thread (was every core)
-    number = 1  # one conversion per sample: setup must restore in-place inputs between calls
-    repeat = (3, 5, 10.0)  # (min samples, max samples, max seconds)
-    rounds = 1
-    # > 0 with number = 1: asv_runner makes exactly one untimed call first (index caches, first
-    # touch of the inputs); 0 would make none.
-    warmup_time = 1e-6
-
-    def setup(self, shape: str, strategy: str) -> None:
-        super().setup(shape, strategy)
-        if moe_convert.STRATEGIES[strategy].inplace:
-            self.w13, self.w2 = common.restore(shape)
-        else:
-            self.w13, self.w2 = common.working_weights(shape)
-
-    def time_convert(self, shape: str, strategy: str) -> None:
-        moe_convert.convert(self.w13, self.w2, strategy=strategy)
-        common.synchronize()
 
 
 class PeakMemory(_ShapeStrategy):
@@ -140,46 +109,78 @@ class CudaMemory(_ShapeStrategy):
     track_alloc_retries.unit = "retries"
 
 
-class CopyRatio(_ShapeStrategy):
-    """Strategy time / time of a same-size ``copy_``, measured interleaved in one process.
+def _time_grid() -> dict[tuple[str, str], timing.LayerTiming | str]:
+    """``timing.time_layer`` of every shape x registered strategy of the grid, one after another.
 
-    1.0 is one read and one write of every byte (the out-of-place limit). A ratio cancels
-    most of this machine's run-to-run noise, so the PR gate compares it tightly.
+    On ``common.device()`` with ``common.CPU_THREADS`` threads, the profile's expert count, the
+    whole-model figure scaled to the model's experts. A strategy that raises gets its error's
+    text instead, so it fails its own figures and not the grid's.
     """
-
-    version = "2"  # 2: one CPU thread, 9 calls, median of per-call ratios (was ratio of medians)
-    unit = "ratio"
-
-    def track_copy_ratio(self, shape: str, strategy: str) -> float:
-        roofline = timing.measure_roofline(
-            common.timed_shape(shape), strategy, device=common.device(), repeats=RATIO_REPEATS,
-            threads=common.CPU_THREADS,
-        )
-        return roofline.copy_ratio
-
-
-class WholeModel(_ShapeStrategy):
-    """Seconds to convert every MoE layer of the model on one tensor-parallel rank.
-
-    Median per-layer time of the profile's shape, scaled to the full expert count (the work
-    is linear in experts; exact in the full profile), times the model's MoE layers.
-    """
-
-    version = "2"  # 2: one CPU thread (was every core), CUDA events
-    unit = "seconds"
-
-    def track_whole_model_seconds(self, shape: str, strategy: str) -> float:
+    device = common.device()
+    timings: dict[tuple[str, str], timing.LayerTiming | str] = {}
+    for shape in common.SHAPES:
         timed, full = common.timed_shape(shape), common.full_shape(shape)
-        inplace = moe_convert.STRATEGIES[strategy].inplace
-        samples = timing.time_call(
-            lambda: moe_convert.convert(*common.working_weights(shape), strategy=strategy),
-            device=common.device(),
-            repeats=WHOLE_MODEL_REPEATS,
-            setup=(lambda: common.restore(shape)) if inplace else None,
-            threads=common.CPU_THREADS,
-        )
-        per_layer = samples.median * full.experts / timed.experts
-        return whole_model_seconds(full, per_layer)
+        for strategy in common.STRATEGY_AXIS:
+            if strategy not in moe_convert.STRATEGIES:
+                continue
+            try:
+                timings[shape, strategy] = timing.time_layer(
+                    timed, strategy, device=device, repeats=REPEATS, threads=common.CPU_THREADS,
+                    model_experts=full.experts)
+            except Exception as error:  # noqa: BLE001 (reported by the cell's own setup)
+                timings[shape, strategy] = f"{type(error).__name__}: {error}"
+    return timings
+
+
+class LayerTime(_ShapeStrategy):
+    """One layer's time, its ratio to a same-size ``copy_`` and the whole model's seconds.
+
+    One measurement per shape x strategy (``moe_convert.timing.time_layer``: ``REPEATS`` calls,
+    each timed with CUDA events on CUDA and paired with the copy just before it; in-place inputs
+    restored before every call, untimed), read by three figures:
+
+    - ``layer_seconds``: the median seconds of one conversion of the profile's layer;
+    - ``copy_ratio``: the median of strategy / copy per call (1.0 is one read and one write of
+      every byte: the out-of-place limit). A ratio cancels most of this machine's run-to-run noise;
+    - ``whole_model_seconds``: the per-layer median scaled to the model's experts (the work is
+      linear in experts; exact in the full profile), times the model's MoE layers, one rank.
+
+    The whole grid is measured once per asv run, in ``setup_cache`` (one process; asv passes its
+    result to every method and parameter), so the three figures of a cell are the same calls and
+    no asv process is added for them. ``setup_cache`` takes no parameters: a run that selects a
+    few cells (``-b``) still measures the whole grid.
+    """
+
+    version = "1"  # 1: one measurement for three figures (were TimeConvert, CopyRatio, WholeModel)
+
+    def setup_cache(self) -> dict[tuple[str, str], timing.LayerTiming | str]:
+        return _time_grid()
+
+    # The whole grid in one process: 54 cells of the cpu profile took 43 s on the shared 2-core
+    # machine (niced, beside other jobs); the full profile on an H200 about 20 s (gpu-check step 5).
+    setup_cache.timeout = 900.0
+
+    def setup(self, timings: dict, shape: str, strategy: str) -> None:
+        common.require_strategy(strategy)
+        measured = timings[shape, strategy]
+        if isinstance(measured, str):
+            raise RuntimeError(f"timing {shape} {strategy} failed: {measured}")
+        self.measured = measured
+
+    def track_layer_seconds(self, timings: dict, shape: str, strategy: str) -> float:
+        return self.measured.seconds
+
+    track_layer_seconds.unit = "seconds"
+
+    def track_copy_ratio(self, timings: dict, shape: str, strategy: str) -> float:
+        return self.measured.copy_ratio
+
+    track_copy_ratio.unit = "ratio"
+
+    def track_whole_model_seconds(self, timings: dict, shape: str, strategy: str) -> float:
+        return self.measured.whole_model_seconds
+
+    track_whole_model_seconds.unit = "seconds"
 
 
 class Profile:

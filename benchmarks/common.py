@@ -1,9 +1,9 @@
-"""Shared axes, the profile, cached inputs and the skip helper of the asv suite.
+"""Shared axes, the profile and the skip helper of the asv suite.
 
 Legend: E experts, I intermediate size per rank, H hidden; w13 bf16 ``[E, 2I, H]``, w2 bf16
 ``[E, H, I]``. Parameter values are readable names: shapes ``model/tpN``, strategies by their
-registry name. Nothing heavy happens at import: inputs are built on first use and cached per
-process (asv_runner calls ``setup`` before every timed call).
+registry name. Nothing heavy happens at import: every input is made by ``moe_convert.inputs``
+when a benchmark measures.
 
 The profile (``MOE_BENCH_PROFILE``: ``full`` or ``cpu``; default ``full`` where CUDA is
 available, ``cpu`` elsewhere: ``moe_bench.profiles`` decides, scripts/ export it) sets how many
@@ -34,13 +34,9 @@ __all__ = [
     "device",
     "full_shape",
     "timed_shape",
-    "pristine_weights",
-    "working_weights",
-    "restore",
     "skip",
     "require_strategy",
     "require_cuda",
-    "synchronize",
 ]
 
 #: Model shapes benchmarked, ``model/tpN`` (see ``moe_convert.shapes.CATALOG``).
@@ -120,41 +116,3 @@ def require_cuda() -> None:
     """Skip unless a CUDA device is available."""
     if device() != "cuda":
         skip("needs a CUDA device; none is available here")
-
-
-def synchronize() -> None:
-    """Wait for the device (a no-op on CPU), so that a timing covers the work itself."""
-    if device() == "cuda":
-        torch.cuda.synchronize()
-
-
-@functools.cache
-def pristine_weights(label: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Checkpoint-layout ``(w13, w2)`` of the timed shape on ``device()``, built once per process.
-
-    Never hand these to a strategy: in-place strategies overwrite their input. Use
-    ``working_weights`` and ``restore``.
-    """
-    from moe_convert.reference import random_weights
-
-    shape = timed_shape(label)
-    return random_weights(shape.w13_shape, shape.w2_shape, seed=0, device=device())
-
-
-@functools.cache
-def working_weights(label: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """A second copy of ``pristine_weights`` that strategies may convert (and overwrite)."""
-    return tuple(w.clone() for w in pristine_weights(label))
-
-
-def restore(label: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Copy the pristine bytes back into ``working_weights(label)`` and return them.
-
-    Cheap (one ``copy_`` per weight, no allocation); needed before each call of an in-place
-    strategy, whose previous call left block-layout bytes in its input.
-    """
-    work, pristine = working_weights(label), pristine_weights(label)
-    for dst, src in zip(work, pristine):
-        dst.copy_(src)
-    synchronize()
-    return work

@@ -17,9 +17,10 @@ budget is spent, so quiet cells finish fast and noisy ones get more samples.
 
 What a call's time includes is what ``moe_convert.timing`` states: out-of-place outputs are
 allocated in the call and freed after the clock stops; in-place inputs are restored from a
-pristine copy before every call, outside the timed region. CUDA calls are timed with CUDA events
-(``moe_convert.timing.time_once``, the working tree's clock for both sides); CPU calls with
-``common.CPU_THREADS`` threads.
+pristine copy before every call, outside the timed region. Each call is timed by
+``moe_convert.timing.time_once``, the primitive of ``timing.time_layer`` (CUDA events on CUDA;
+the working tree's clock for both sides), on the working tree's ``moe_convert.inputs`` weights;
+CPU calls with ``common.CPU_THREADS`` threads.
 
 Usage: ``python -m benchmarks.paired BASE HEAD [--bench REGEX] [--out FILE]``; writes the JSON
 that ``moe_bench.compare --paired`` reads. Exit 0 when no cell regressed or failed, 1 otherwise,
@@ -45,8 +46,8 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
-# the module, not its functions: asv would take a module-level ``time_once`` for a benchmark
-from moe_convert import timing
+# the modules, not their functions: asv would take a module-level ``time_once`` for a benchmark
+from moe_convert import inputs, timing
 
 from . import common
 
@@ -66,9 +67,9 @@ CELL_BUDGET_SECONDS = 20.0
 WARMUP_PAIRS = 2
 #: The asv figures this verdict decides (they measure the same call, unpaired).
 JUDGED_BENCHMARKS = (
-    "bench_convert.TimeConvert.time_convert",
-    "bench_convert.CopyRatio.track_copy_ratio",
-    "bench_convert.WholeModel.track_whole_model_seconds",
+    "bench_convert.LayerTime.track_layer_seconds",
+    "bench_convert.LayerTime.track_copy_ratio",
+    "bench_convert.LayerTime.track_whole_model_seconds",
 )
 
 
@@ -154,9 +155,7 @@ def measure_cell(libs: dict[str, ModuleType], label: str, strategy: str,
     shape = head.layer_shape(model, int(tp))
     if common.profile() == "cpu":
         shape = shape.with_experts(common.CPU_PROFILE_EXPERTS)
-    generator = torch.Generator().manual_seed(seed)
-    pristine = [torch.randn(dims, generator=generator).to(torch.bfloat16).to(device)
-                for dims in (shape.w13_shape, shape.w2_shape)]
+    pristine = inputs.random_weights(shape.w13_shape, shape.w2_shape, seed=seed, device=device)
     # Two sets of inputs, dealt to the two sides at random for every pair: where a buffer lies
     # in memory changes the time of the same code (unchanged `inplace` read 1.06-1.08x slower
     # when head always converted its own buffers), so neither side may keep one.

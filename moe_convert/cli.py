@@ -1,5 +1,8 @@
 """``python -m moe_convert``: the catalog, verification against FlashInfer, measurement, replay.
 
+``replay`` replays the sleep-mode load through the allocator model (``replay.replay_load``); its
+old name ``simulate`` still works.
+
 Every argument is checked before any work starts. A user error ends as one line on stderr,
 ``python -m moe_convert CMD: error: ...`` (what was wrong, the value, what is accepted), with
 exit status 2: argparse's own errors, the argument types below (``ArgumentTypeError``), and
@@ -24,15 +27,15 @@ from typing import NoReturn
 import torch
 from tqdm import tqdm
 
-from . import reference
+from . import inputs, reference
 from .shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, catalog_shapes, spec_from_hf_config
 from .registry import STRATEGIES, UNAVAILABLE, convert, strategies_markdown, update_markdown
 from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
-from .timing import measure_roofline
+from .timing import time_layer
 from .traffic import strategy_traffic
-from .wholemodel import WholeModelTime
 from .allocator import POOLS, MiB
-from .replay import ReplayResult, WeightsDoNotFit, replay_model
+from .replay import WeightsDoNotFit, replay_load
+from .wholemodel import SleepModeLoad
 from .engines import ENGINES, check_engine
 from .units import format_bytes as _bytes, format_seconds as _seconds
 
@@ -212,8 +215,8 @@ def _check_fits(shape: LayerShape, device: str, layers: int) -> None:
 
 
 def _add_command(sub: argparse._SubParsersAction, name: str, handler: Callable[[argparse.Namespace], int],
-                 help: str) -> argparse.ArgumentParser:  # noqa: A002 (argparse's name)
-    parser = sub.add_parser(name, help=help, description=help)
+                 help: str, aliases: tuple[str, ...] = ()) -> argparse.ArgumentParser:  # noqa: A002
+    parser = sub.add_parser(name, help=help, description=help, aliases=list(aliases))
     parser.set_defaults(func=handler)
     return parser
 
@@ -295,7 +298,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     failed = 0
     with _progress(len(args.strategy) + 1, args, "verify") as bar:
         bar.set_postfix_str("reference")
-        w13, w2 = reference.random_weights(shape.w13_shape, shape.w2_shape, seed=args.seed, device=args.device)
+        w13, w2 = inputs.random_weights(shape.w13_shape, shape.w2_shape, seed=args.seed, device=args.device)
         want13, want2 = oracle(w13, w2)
         bar.update()
         for name in args.strategy:
@@ -319,7 +322,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _measure_record(shape: LayerShape, name: str, device: str, repeats: int,
                     threads: int | None) -> dict:
     """Every figure of one strategy on ``shape``: dispatch-level memory everywhere; on cpu/cuda the
-    roofline and whole-model time; on cpu the allocator-level peak; on cuda the caching allocator's."""
+    layer's timing against a copy and the whole-model time derived from it (``time_layer``); on cpu
+    the allocator-level peak; on cuda the caching allocator's."""
     memory = strategy_memory(shape, name, device=device)
     work = strategy_traffic(shape, name)  # on meta: exact and free on any device
     record = {"strategy": name, "model": shape.model, "tp": shape.tp, "device": device,
@@ -329,16 +333,15 @@ def _measure_record(shape: LayerShape, name: str, device: str, repeats: int,
               "traffic_ratio": work.traffic_bytes / (2 * shape.layer_bytes)}
     if torch.device(device).type == "meta":
         return record
-    roofline = measure_roofline(shape, name, device=device, repeats=repeats, threads=threads)
-    whole = WholeModelTime(shape, roofline)
-    record.update(seconds_median=roofline.strategy_time.median, seconds_iqr=roofline.strategy_time.iqr,
-                  copy_seconds_median=roofline.copy_time.median, copy_ratio=roofline.copy_ratio,
-                  gbps=roofline.gbps, copy_gbps=roofline.copy_gbps, repeats=repeats,
-                  moe_layers=shape.moe_layers, whole_model_seconds=whole.seconds,
-                  whole_model_copy_seconds=whole.copy_seconds)
-    if roofline.threads is not None:
+    timed = time_layer(shape, name, device=device, repeats=repeats, threads=threads)
+    record.update(seconds_median=timed.seconds, seconds_iqr=timed.strategy_time.iqr,
+                  copy_seconds_median=timed.copy_time.median, copy_ratio=timed.copy_ratio,
+                  gbps=timed.gbps, copy_gbps=timed.copy_gbps, repeats=repeats,
+                  moe_layers=shape.moe_layers, whole_model_seconds=timed.whole_model_seconds,
+                  whole_model_copy_seconds=timed.whole_model_copy_seconds)
+    if timed.threads is not None:
         allocator = strategy_allocator_memory(shape, name)
-        record.update(threads=roofline.threads, minor_faults=roofline.minor_faults,
+        record.update(threads=timed.threads, minor_faults=timed.minor_faults,
                       allocator_peak_bytes=allocator.peak_bytes,
                       allocator_allocations=allocator.allocations)
     elif torch.device(device).type == "cuda":
@@ -419,8 +422,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
     return 0
 
 
-def _simulate_record(result: ReplayResult) -> dict:
-    return {"strategy": result.strategy, "shape": result.label, "max_split_mb": result.max_split_mb,
+def _replay_record(result: SleepModeLoad) -> dict:
+    """One JSON line; its keys (``max_split_mb`` for ``max_split_size_mb``) are kept for users."""
+    return {"strategy": result.strategy, "shape": result.shape, "max_split_mb": result.max_split_size_mb,
             "pool": result.pool, "device_bytes": result.device_bytes,
             "other_weights_bytes": result.other_weights_bytes, "layers": result.layers,
             "oom": result.oom, "oom_layer": result.oom_layer, "oom_message": result.oom_message,
@@ -433,9 +437,9 @@ def _simulate_record(result: ReplayResult) -> dict:
             "num_alloc_retries": result.num_alloc_retries, "num_ooms": result.num_ooms}
 
 
-def _print_simulate_tables(results: list[ReplayResult], max_splits: list[int | None]) -> None:
+def _print_replay_tables(results: list[SleepModeLoad], max_splits: list[int | None]) -> None:
     columns = ["none" if m is None else str(m) for m in max_splits]
-    by_key = {(r.strategy, r.max_split_mb): r for r in results}
+    by_key = {(r.strategy, r.max_split_size_mb): r for r in results}
     strategies = list(dict.fromkeys(r.strategy for r in results))
     tables = (
         ("peak reserved, or the layer whose conversion ran out of memory",
@@ -454,29 +458,29 @@ def _print_simulate_tables(results: list[ReplayResult], max_splits: list[int | N
                             for i, (c, w) in enumerate(zip(row, widths))))
 
 
-def cmd_simulate(args: argparse.Namespace) -> int:
+def cmd_replay(args: argparse.Namespace) -> int:
     shape = resolve_shape(args)
     max_splits = args.max_split_mb
     device_bytes, other_bytes = int(args.device_gib * 2**30), int(args.other_weights_gib * 2**30)
     results = []
-    with _progress(len(args.strategy) * len(max_splits), args, "simulate") as bar:
+    with _progress(len(args.strategy) * len(max_splits), args, "replay") as bar:
         for name in args.strategy:
             for max_split in max_splits:
                 bar.set_postfix_str(f"{name}, max_split_size_mb {max_split}")
                 try:
-                    results.append(replay_model(shape, name, max_split_mb=max_split, pool=args.pool,
-                                                device_bytes=device_bytes, other_weights_bytes=other_bytes))
+                    results.append(replay_load(shape, name, max_split_size_mb=max_split, pool=args.pool,
+                                               device_bytes=device_bytes, other_weights_bytes=other_bytes))
                 except WeightsDoNotFit as error:  # at the load, before any conversion is replayed
                     raise UsageError(f"argument --device-gib: {error}") from None
                 bar.update()
     if args.json:
         for result in results:
-            print(json.dumps(_simulate_record(result)))
+            print(json.dumps(_replay_record(result)))
         return 0
-    print(f"simulate {shape.label}: {shape.moe_layers} MoE layers x {_bytes(shape.layer_bytes)} "
+    print(f"replay {shape.label}: {shape.moe_layers} MoE layers x {_bytes(shape.layer_bytes)} "
           f"+ {_bytes(other_bytes)} other weights = {_bytes(results[0].loaded_reserved_bytes)} "
           f"reserved once loaded; device {_bytes(device_bytes)}; pool {args.pool}")
-    _print_simulate_tables(results, max_splits)
+    _print_replay_tables(results, max_splits)
     return 0
 
 
@@ -521,9 +525,10 @@ def main(argv: list[str] | None = None) -> int:
                    "steadier on a shared machine, where a descheduled OpenMP thread stalls the others)")
     p.add_argument("--json", action="store_true", help="one JSON object per strategy per line")
 
-    p = _add_command(sub, "simulate", cmd_simulate,
-                     "replay a whole model's load and conversion through a model of the CUDA caching "
-                     "allocator: OOM layer, peak reserved, reserved growth per layer")
+    p = _add_command(sub, "replay", cmd_replay,
+                     "replay the sleep-mode load (every layer loaded, then each converted) through a "
+                     "model of the CUDA caching allocator: OOM layer, peak reserved, reserved growth "
+                     "per layer", aliases=("simulate",))
     _add_work_args(p)
     p.add_argument("--max-split-mb", type=_max_splits, default="20",
                    help="max_split_size_mb values, comma-separated, 'none' = unlimited "

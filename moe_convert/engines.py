@@ -31,7 +31,8 @@ import torch
 from .formulas import Formula
 from .layout import swap_w13_to_w31
 from .reference import AVAILABLE as FLASHINFER_AVAILABLE
-from .reference import flashinfer_reference, random_weights
+from .inputs import random_weights
+from .reference import flashinfer_reference
 from .registry import STRATEGIES, convert, register
 from .strategies import _blocks_alias
 

@@ -18,7 +18,8 @@ Two more views of the same call cover them:
   retries, OOMs), taken the documented way.
 
 ``strategy_memory``, ``strategy_allocator_memory`` and ``strategy_cuda_memory`` apply them to one
-strategy on fresh weights of a ``LayerShape``, with the strategy's caches warmed first.
+strategy on fresh weights of a ``LayerShape``, with the strategy's caches warmed first
+(``inputs.strategy_call``).
 """
 
 from __future__ import annotations
@@ -34,9 +35,8 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .reference import random_weights
+from .inputs import strategy_call
 from .shapes import LayerShape
-from .registry import convert
 
 __all__ = [
     "AllocationTracker",
@@ -44,15 +44,12 @@ __all__ = [
     "MemoryEvent",
     "MemoryMeasurement",
     "cuda_memory",
-    "layer_weights",
     "measure_memory",
     "profiler_memory",
     "require_cuda",
     "strategy_allocator_memory",
-    "strategy_call",
     "strategy_cuda_memory",
     "strategy_memory",
-    "warm_strategy",
 ]
 
 
@@ -156,39 +153,6 @@ def require_cuda(what: str) -> torch.device:
             f"(CUDA build: {torch.version.cuda or 'no'}). Run it on a GPU machine."
         )
     return torch.device("cuda", torch.cuda.current_device())
-
-
-def layer_weights(shape: LayerShape, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fresh bf16 ``w13 [E, M13, H]`` and ``w2 [E, H, I]`` of ``shape`` on ``device``.
-
-    ``meta``: ``torch.empty`` (sizes, no memory). Elsewhere: ``reference.random_weights``.
-    """
-    device = torch.device(device)
-    if device.type == "meta":
-        return (torch.empty(shape.w13_shape, dtype=torch.bfloat16, device=device),
-                torch.empty(shape.w2_shape, dtype=torch.bfloat16, device=device))
-    return random_weights(shape.w13_shape, shape.w2_shape, device=device)
-
-
-def warm_strategy(shape: LayerShape, strategy: str, device: torch.device) -> None:
-    """Fill the caches ``strategy`` keeps per row count and device, so a measured call finds them.
-
-    One call on a 1-expert layer of the same per-expert shape: it fills ``layout``'s row-index
-    ``lru_cache`` (``w13_row_index``, ``w2_row_index``, both ``fold_swap`` variants as the strategy
-    uses them) and FlashInfer's permute-index cache alike. ``device`` must be the weights'
-    ``tensor.device`` (``cuda:0``, not ``cuda``): it is part of the cache key.
-    """
-    w13, w2 = layer_weights(shape.with_experts(1), device)
-    convert(w13, w2, strategy=strategy, gated=shape.gated)
-
-
-def strategy_call(
-    shape: LayerShape, strategy: str, device: torch.device | str
-) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
-    """Fresh weights of ``shape`` on ``device``, the strategy warmed, and one conversion to call."""
-    w13, w2 = layer_weights(shape, device)
-    warm_strategy(shape, strategy, w13.device)
-    return lambda: convert(w13, w2, strategy=strategy, gated=shape.gated)
 
 
 def strategy_memory(

@@ -11,7 +11,7 @@ import torch
 from .flashinfer_strategy import AVAILABLE
 from .layout import swap_w13_to_w31
 
-__all__ = ["AVAILABLE", "flashinfer_reference", "random_weights"]
+__all__ = ["AVAILABLE", "flashinfer_reference"]
 
 _EPILOGUE_TILE_M = 128
 _BLOCK_K = 128
@@ -45,24 +45,3 @@ def flashinfer_reference(
         index = get_w2_permute_indices_with_cache(cache, rows, _EPILOGUE_TILE_M)
         out2.append(convert_to_block_layout(rows[index].contiguous(), _BLOCK_K))
     return torch.stack(out13).view(torch.bfloat16), torch.stack(out2).view(torch.bfloat16)
-
-
-def random_weights(
-    w13_shape: tuple[int, ...],
-    w2_shape: tuple[int, ...],
-    *,
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """bf16 tensors of random bit patterns (every byte value occurs), reproducible by ``seed``.
-
-    Drawn on ``device`` itself (no host round trip for a full-size layer on a GPU), so the
-    bits are reproducible per device type, not across them.
-    """
-    gen = torch.Generator(device=device).manual_seed(seed)
-
-    def bits(shape: tuple[int, ...]) -> torch.Tensor:
-        raw = torch.randint(-(2**15), 2**15, shape, dtype=torch.int16, device=device, generator=gen)
-        return raw.view(torch.bfloat16)
-
-    return bits(w13_shape), bits(w2_shape)

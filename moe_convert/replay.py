@@ -1,4 +1,4 @@
-"""Replay a whole model's load and conversion through the caching-allocator model.
+"""Replay the sleep-mode load (a whole model's load and conversion) through the allocator model.
 
 Legend: L MoE layers, T13/T2 bytes of one layer's w13/w2 on this rank.
 
@@ -6,7 +6,7 @@ The trace of one layer's conversion (``layer_trace``) is recorded by ``memory.Al
 on ``meta`` at full size, after a warm-up call that fills the strategy's index caches, so it is
 the trace of a steady-state layer. It depends only on the layer shape and the strategy.
 
-The whole-model sequence (``replay_model``) is the way vLLM loads with a post-load conversion:
+The whole-model sequence (``replay_load``) is the way vLLM loads with a post-load conversion:
 
 1. the model's other weights (one allocation of ``other_weights_bytes``), then every layer's w13
    and w2 (``T13``, ``T2``, layer by layer), all alive from then on;
@@ -16,22 +16,24 @@ The whole-model sequence (``replay_model``) is the way vLLM loads with a post-lo
    replaces the parameters. In-place results live in the parameters' own storage.
 
 Nothing else allocates (no activations, no CUDA context, no NCCL buffers): ``device_bytes`` is
-what the device can lend to PyTorch's allocator during the load.
+what the device can lend to PyTorch's allocator during the load. The result is a
+``wholemodel.SleepModeLoad``, the same type ``wholemodel.run_load`` gives for the load run on a
+CUDA device: the replay predicts the run field by field.
 """
 
 from __future__ import annotations
 
 import functools
-import statistics
 from dataclasses import dataclass
 
 from .allocator import Allocator, MiB, OutOfMemory, Pool
-from .memory import AllocationTracker, MemoryEvent, layer_weights, warm_strategy
+from .inputs import layer_weights, warm_strategy
+from .memory import AllocationTracker, MemoryEvent
 from .shapes import LayerShape
 from .registry import STRATEGIES, convert
+from .wholemodel import SleepModeLoad
 
-__all__ = ["LayerTrace", "LoadStep", "ReplayResult", "WeightsDoNotFit", "layer_trace", "load_steps",
-           "replay_model"]
+__all__ = ["LayerTrace", "LoadStep", "WeightsDoNotFit", "layer_trace", "load_steps", "replay_load"]
 
 
 @dataclass(frozen=True)
@@ -79,48 +81,6 @@ def layer_trace(shape: LayerShape, strategy: str) -> LayerTrace:
     return LayerTrace(shape, strategy, events)
 
 
-@dataclass(frozen=True)
-class ReplayResult:
-    """One whole-model replay: what the allocator model reserved, and whether it ran out.
-
-    ``reserved_after_layer[k]`` is the reserved bytes once layer ``k`` is converted (and, out of
-    place, its old weights freed): the raw samples the growth is derived from.
-    """
-
-    label: str  # the layer shape's ``model/tpN``
-    strategy: str
-    max_split_mb: int | None  # None: unlimited (PyTorch's default)
-    pool: Pool
-    device_bytes: int | None  # None: an unbounded device
-    other_weights_bytes: int
-    layers: int
-    oom_layer: int | None  # 0-based layer whose conversion ran out of memory
-    oom_message: str | None
-    loaded_reserved_bytes: int  # after every weight is allocated, before any conversion
-    reserved_after_layer: tuple[int, ...]  # one per converted layer (fewer after an OOM)
-    peak_reserved_bytes: int
-    peak_allocated_bytes: int
-    final_reserved_bytes: int  # at the end, or at the OOM
-    stranded_segments: int  # free whole segments >= max_split_size at the end (or at the OOM)
-    num_alloc_retries: int
-    num_ooms: int
-
-    @property
-    def oom(self) -> bool:
-        return self.oom_layer is not None
-
-    @property
-    def reserved_growth_per_layer_bytes(self) -> int | None:
-        """Steady-state growth: the median (lower median, so whole bytes) over k of reserved
-        after layer k+1 minus reserved after layer k, for the converted layers. The first
-        layer's own rise (the transients it leaves cached) is left out. ``None`` when fewer than
-        two layers were converted."""
-        samples = self.reserved_after_layer
-        if len(samples) < 2:
-            return None
-        return statistics.median_low(b - a for a, b in zip(samples, samples[1:]))
-
-
 def _replay_trace(allocator: Allocator, trace: LayerTrace) -> None:
     """Replay one layer's events; blocks left allocated (the outputs) stay allocated."""
     blocks = {}
@@ -148,7 +108,7 @@ LoadStep = tuple[str, object, int, bool]
 
 
 def load_steps(shape: LayerShape, strategy: str) -> list[LoadStep]:
-    """The allocator calls of ``replay_model``'s load as a flat list, to replay elsewhere.
+    """The allocator calls of ``replay_load``'s load as a flat list, to replay elsewhere.
 
     Every weight of ``shape.moe_layers`` layers, then each layer's trace (keys ``(layer,
     block)``) followed, out of place, by the free of its old w13 and w2. ``gpu-check`` replays
@@ -169,16 +129,17 @@ def load_steps(shape: LayerShape, strategy: str) -> list[LoadStep]:
     return steps
 
 
-def replay_model(
+def replay_load(
     shape: LayerShape,
     strategy: str,
     *,
-    max_split_mb: int | None,
+    max_split_size_mb: int | None,
     pool: Pool,
     device_bytes: int | None,
     other_weights_bytes: int = 0,
-) -> ReplayResult:
-    """Load all ``shape.moe_layers`` layers, then convert each with ``strategy``, in the model.
+) -> SleepModeLoad:
+    """Replay the sleep-mode load in the model: all ``shape.moe_layers`` layers loaded, then each
+    converted with ``strategy``.
 
     Parameters
     ----------
@@ -186,8 +147,8 @@ def replay_model(
         The per-rank layer shape (``layer_shape(model, tp)``); ``shape.moe_layers`` layers.
     strategy
         A registered strategy name.
-    max_split_mb
-        ``max_split_size_mb`` (vLLM sets 20 while loading), or ``None`` for unlimited.
+    max_split_size_mb
+        The allocator's setting (vLLM sets 20 while loading), or ``None`` for unlimited.
     pool
         ``"sleep"`` (vLLM's sleep-mode pool: the first failed raw allocation is an OOM) or
         ``"default"`` (the release steps apply).
@@ -197,13 +158,14 @@ def replay_model(
         The model's non-MoE weights on this rank, allocated first as one tensor.
 
     Raises ``WeightsDoNotFit`` (a ``ValueError``) when the weights alone do not fit on the
-    device, before any conversion is replayed.
+    device, before any conversion is replayed. ``reserved_after_layer`` are the raw samples the
+    growth per layer is derived from; every field is known here (``stranded_segments`` too).
     """
     if other_weights_bytes < 0:
         raise ValueError(f"other_weights_bytes ({other_weights_bytes}) must be >= 0")
     allocator = Allocator(
         capacity_bytes=device_bytes,
-        max_split_size=None if max_split_mb is None else max_split_mb * MiB,
+        max_split_size=None if max_split_size_mb is None else max_split_size_mb * MiB,
         pool=pool,
     )
     try:
@@ -232,10 +194,10 @@ def replay_model(
             allocator.free(w2)
         reserved_after.append(allocator.reserved_bytes)
     stats = allocator.stats()
-    return ReplayResult(
-        label=shape.label,
+    return SleepModeLoad(
+        shape=shape.label,
         strategy=strategy,
-        max_split_mb=max_split_mb,
+        max_split_size_mb=max_split_size_mb,
         pool=pool,
         device_bytes=device_bytes,
         other_weights_bytes=other_weights_bytes,

@@ -1,9 +1,11 @@
-"""Honest timing of a conversion: device-aware samples, and the copy roofline it is judged by.
+"""Honest timing of a conversion: device-aware samples, and the same-size copy it is judged by.
 
 A conversion has to read and write every byte of the layer at least once, so the reference for
 its time is a plain same-size ``copy_`` on the same device, timed in the same process and
 interleaved with it (copy, strategy, copy, strategy ...): the machine's noise (±50 % run to run
-on a shared CPU) moves both alike and cancels in their ratio, ``copy_ratio``.
+on a shared CPU) moves both alike and cancels in their ratio, ``copy_ratio``. ``time_layer``
+is that measurement (``LayerTiming``): the one every time figure of a (shape, strategy) derives
+from: per layer, against the copy, for the whole model.
 
 Seconds are stored raw (``Timing.samples``); median and interquartile range are derived; units
 are chosen only when printing.
@@ -21,11 +23,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .memory import layer_weights, warm_strategy
+from .inputs import layer_weights, warm_strategy
 from .shapes import LayerShape
 from .registry import STRATEGIES, convert
+from .wholemodel import whole_model_seconds
 
-__all__ = ["Roofline", "Timing", "calibration_copy", "cpu_threads", "measure_roofline", "time_call",
+__all__ = ["LayerTiming", "Timing", "calibration_copy", "cpu_threads", "time_call", "time_layer",
            "time_once"]
 
 
@@ -141,18 +144,33 @@ def time_call(
 
 
 @dataclass(frozen=True)
-class Roofline:
-    """A strategy's time against a same-size ``copy_`` measured interleaved with it."""
+class LayerTiming:
+    """One layer's conversion timed interleaved with a same-size ``copy_``: every time figure.
+
+    The one measurement of a (shape, strategy) that the suite, the CLI's ``measure`` and
+    ``scripts/gpu_check.py`` take: the time of one layer (``seconds``), its ratio to the copy
+    (``copy_ratio``) and the whole-model seconds (``whole_model_seconds``) all derive from these
+    samples. Seconds raw; statistics derived.
+    """
 
     strategy: str
-    shape: str  # LayerShape.label, e.g. "qwen3-235b-a22b/tp4"
+    shape: LayerShape  # the layer timed (the cpu profile times fewer experts than the model's)
     device: str
-    experts: int
     strategy_time: Timing
     copy_time: Timing
-    bytes_moved: int  # 2 (T13 + T2): every byte read once and written once
     minor_faults: int | None  # median minor page faults per strategy call (CPU only)
     threads: int | None = None  # CPU threads used (None on other devices)
+    model_experts: int | None = None  # experts per layer of the model; None: ``shape.experts``
+
+    @property
+    def experts(self) -> int:
+        """Experts of the layer timed."""
+        return self.shape.experts
+
+    @property
+    def seconds(self) -> float:
+        """Median seconds of one conversion of the layer timed."""
+        return self.strategy_time.median
 
     @property
     def copy_ratio(self) -> float:
@@ -165,6 +183,11 @@ class Roofline:
                                  zip(self.strategy_time.samples, self.copy_time.samples))
 
     @property
+    def bytes_moved(self) -> int:
+        """``2 (T13 + T2)``: every byte of the layer read once and written once."""
+        return 2 * self.shape.layer_bytes
+
+    @property
     def gbps(self) -> float:
         """Achieved GB/s (1e9 B/s): bytes read + written by a perfect conversion / median time."""
         return self.bytes_moved / self.strategy_time.median / 1e9
@@ -174,8 +197,23 @@ class Roofline:
         """GB/s of the ``copy_`` reference itself: the device's practical bandwidth here."""
         return self.bytes_moved / self.copy_time.median / 1e9
 
+    @property
+    def _expert_scale(self) -> float:
+        """Model experts / experts timed: the work is linear in experts (1.0 at full size)."""
+        return (self.model_experts or self.shape.experts) / self.shape.experts
 
-def measure_roofline(
+    @property
+    def whole_model_seconds(self) -> float:
+        """Median seconds per layer, scaled to ``model_experts``, times the MoE layers of a rank."""
+        return whole_model_seconds(self.shape, self.strategy_time.median * self._expert_scale)
+
+    @property
+    def whole_model_copy_seconds(self) -> float:
+        """The same for the ``copy_`` reference: the bandwidth-bound time of the whole model."""
+        return whole_model_seconds(self.shape, self.copy_time.median * self._expert_scale)
+
+
+def time_layer(
     shape: LayerShape,
     strategy: str,
     *,
@@ -183,12 +221,16 @@ def measure_roofline(
     repeats: int = 5,
     warmup: int = 1,
     threads: int | None = None,
-) -> Roofline:
+    model_experts: int | None = None,
+) -> LayerTiming:
     """Time ``strategy`` on a fresh ``shape`` layer against a same-size ``copy_``, interleaved.
 
     The reference copies both weights (``dst.copy_(src)`` into tensors allocated and touched
     once, in warm-up): ``2 (T13 + T2)`` bytes read and written. Calls alternate copy, strategy,
-    copy, strategy ... in this process, ``warmup`` rounds untimed first.
+    copy, strategy ... in this process, ``warmup`` rounds untimed first; each call is timed by
+    ``time_once`` (CUDA events on CUDA). On CPU with ``threads`` threads (``cpu_threads``).
+    ``model_experts``: the expert count of the model's layers, when ``shape`` has fewer (the
+    whole-model figure is scaled to it).
 
     What the strategy's time includes, honestly:
 
@@ -205,7 +247,7 @@ def measure_roofline(
     _check_counts(repeats, warmup)
     device = torch.device(device)
     if device.type == "meta":
-        raise ValueError("device 'meta' has no time: measure_roofline needs cpu or cuda")
+        raise ValueError("device 'meta' has no time: time_layer needs cpu or cuda")
     w13, w2 = layer_weights(shape, device)
     warm_strategy(shape, strategy, w13.device)
     copy13, copy2 = torch.empty_like(w13), torch.empty_like(w2)
@@ -235,16 +277,15 @@ def measure_roofline(
                 copy_samples.append(copy_seconds)
                 strategy_samples.append(strategy_seconds)
                 faults.append(strategy_faults)
-    return Roofline(
+    return LayerTiming(
         strategy=strategy,
-        shape=shape.label,
+        shape=shape,
         device=str(device),
-        experts=shape.experts,
         strategy_time=Timing(tuple(strategy_samples)),
         copy_time=Timing(tuple(copy_samples)),
-        bytes_moved=2 * shape.layer_bytes,
         minor_faults=round(statistics.median(faults)) if on_cpu else None,
         threads=used_threads,
+        model_experts=model_experts,
     )
 
 

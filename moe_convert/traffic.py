@@ -32,7 +32,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .memory import strategy_call
+from .inputs import strategy_call
 from .shapes import LayerShape
 
 __all__ = ["OpTraffic", "TrafficCounter", "TrafficMeasurement", "measure_traffic", "strategy_traffic"]

@@ -1,32 +1,38 @@
-"""Whole-model figures: one layer's conversion times the model's MoE layers, and a sleep-mode load.
+"""Whole-model figures: one layer's conversion times the MoE layers, and the sleep-mode load.
 
 A model load converts every MoE layer of a rank one after another, so its conversion time is the
-per-layer time times ``moe_layers`` (``WholeModelTime``). Its memory is another matter: under
+per-layer time times ``moe_layers`` (``whole_model_seconds``; ``timing.LayerTiming`` derives it
+from its measurement). Its memory is another matter: under
 vLLM's sleep mode every layer's weights are resident in one ``torch.cuda.MemPool`` and freed
 blocks stay reserved in it, while loading sets ``max_split_size_mb:20`` (vLLM #41268); whether
-the load fits is decided by the caching allocator, not by peak live bytes. ``sleep_mode_load``
-replays that situation on a real CUDA device (``allocator.md`` has the allocator's rules).
+the load fits is decided by the caching allocator, not by peak live bytes.
+
+Vocabulary: that load is **the sleep-mode load**, and its result a ``SleepModeLoad``. It is either
+**replayed** through the caching-allocator model (``replay.replay_load``, any machine; the CLI's
+``replay`` command, formerly ``simulate``) or **run** on a CUDA device (``run_load``), and the two
+results compare field by field (docs/allocator.md has the allocator's rules).
 """
 
 from __future__ import annotations
 
 import contextlib
+import statistics
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
-from .allocator import MiB
-from .memory import require_cuda, warm_strategy
+from .allocator import MiB, Pool
+from .inputs import warm_strategy
+from .memory import require_cuda
 from .shapes import LayerShape
 from .registry import convert
-from .timing import Roofline
 
 __all__ = [
+    "REPLAY_ONLY",
     "SleepModeLoad",
-    "WholeModelTime",
     "allocator_max_split_size",
-    "sleep_mode_load",
+    "run_load",
     "whole_model_seconds",
 ]
 
@@ -43,31 +49,11 @@ def whole_model_seconds(shape: LayerShape, per_layer_seconds: float) -> float:
     return per_layer_seconds * shape.moe_layers
 
 
-@dataclass(frozen=True)
-class WholeModelTime:
-    """One layer's roofline scaled to the whole model on one rank."""
-
-    shape: LayerShape
-    layer: Roofline
-
-    @property
-    def seconds(self) -> float:
-        """Median strategy seconds per layer times the MoE layers."""
-        return whole_model_seconds(self.shape, self.layer.strategy_time.median)
-
-    @property
-    def copy_seconds(self) -> float:
-        """The same for the ``copy_`` reference: the bandwidth-bound time of the whole model."""
-        return whole_model_seconds(self.shape, self.layer.copy_time.median)
-
-    @property
-    def model_bytes(self) -> int:
-        return self.shape.model_bytes
-
-
 @contextlib.contextmanager
-def allocator_max_split_size(max_split_size_mb: int) -> Iterator[None]:
+def allocator_max_split_size(max_split_size_mb: int | None) -> Iterator[None]:
     """Set the CUDA caching allocator's ``max_split_size_mb`` for the block, as vLLM's load does.
+
+    ``None``: unlimited (PyTorch's default).
 
     Through ``torch._C._accelerator_setAllocatorSettings`` (torch >= 2.9; 2.13 has it), which
     resets every setting it is not given; the previous ``max_split_size`` (read from
@@ -83,66 +69,119 @@ def allocator_max_split_size(max_split_size_mb: int) -> Iterator[None]:
     previous = torch.cuda.memory_stats().get("max_split_size", -1)
     # SIZE_MAX may read back as -1 (int64) or as itself: either way, unlimited.
     restore = previous // MiB if 0 < previous < 2**63 else _UNLIMITED_SPLIT_MB
-    setter(f"max_split_size_mb:{max_split_size_mb}")
+    limit = _UNLIMITED_SPLIT_MB if max_split_size_mb is None else max_split_size_mb
+    setter(f"max_split_size_mb:{limit}")
     try:
         yield
     finally:
         setter(f"max_split_size_mb:{restore}")
 
 
+#: Fields of a ``SleepModeLoad`` only a replay knows (None in a CUDA run's).
+REPLAY_ONLY = ("pool", "device_bytes", "stranded_segments")
+
+
 @dataclass(frozen=True)
 class SleepModeLoad:
-    """One simulated sleep-mode load: ``layers`` layers resident, converted one after another."""
+    """One sleep-mode load: every layer's weights resident, then each layer converted in turn.
+
+    The one result type of the concept, whichever way the load was made: **replayed** through
+    the caching-allocator model on any machine (``replay.replay_load``: full size, seconds, no
+    GPU) or **run** on a CUDA device (``run_load``). Fields mean the same on both sides (bytes
+    above the start of the load; ``REPLAY_ONLY`` fields are None in a run), so the two are
+    compared field by field (``differences``).
+    """
 
     strategy: str
-    shape: str  # LayerShape.label
-    layers: int
-    max_split_size_mb: int
-    weights_reserved_bytes: int  # reserved once every layer's weights are allocated
-    peak_reserved_bytes: int  # peak reserved above the start, weights included
-    peak_allocated_bytes: int  # peak allocated above the start, weights included
-    oom_layer: int | None  # index of the layer whose conversion ran out of memory, or None
-    oom_message: str  # first line of the error ("" without OOM)
+    shape: str  # LayerShape.label, ``model/tpN``
+    layers: int  # layers held and converted in turn
+    max_split_size_mb: int | None  # the allocator's setting; None: unlimited (PyTorch's default)
+    pool: Pool | None  # replay: the model's pool ("sleep", "default"); run: None (a MemPool)
+    device_bytes: int | None  # replay: what the device lends (None: unbounded); run: None
+    other_weights_bytes: int  # non-MoE weights allocated first, as one block (run: 0)
+    oom_layer: int | None  # 0-based layer whose conversion ran out of memory; None: it loaded
+    oom_message: str | None  # the allocator's message (first line); None without an OOM
+    loaded_reserved_bytes: int  # once every weight is allocated, before any conversion
+    reserved_after_layer: tuple[int, ...]  # after each converted layer (fewer after an OOM)
+    peak_reserved_bytes: int  # weights included
+    peak_allocated_bytes: int  # weights included
+    final_reserved_bytes: int  # at the end, or at the OOM
+    num_alloc_retries: int  # failed raw allocations answered by releasing cached segments
+    num_ooms: int
+    stranded_segments: int | None  # replay: free whole segments >= max_split_size at the end
 
     @property
-    def ran_out_of_memory(self) -> bool:
+    def oom(self) -> bool:
+        """Whether a layer's conversion ran out of memory."""
         return self.oom_layer is not None
 
     @property
     def transient_reserved_bytes(self) -> int:
         """What conversion added to reserved memory on top of the resident weights."""
-        return self.peak_reserved_bytes - self.weights_reserved_bytes
+        return self.peak_reserved_bytes - self.loaded_reserved_bytes
+
+    @property
+    def reserved_growth_per_layer_bytes(self) -> int | None:
+        """Steady-state growth: the median (lower median, so whole bytes) over k of reserved
+        after layer k+1 minus reserved after layer k, for the converted layers. The first
+        layer's own rise (the transients it leaves cached) is left out. ``None`` when fewer than
+        two layers were converted."""
+        samples = self.reserved_after_layer
+        if len(samples) < 2:
+            return None
+        return statistics.median_low(b - a for a, b in zip(samples, samples[1:]))
+
+    def differences(self, other: SleepModeLoad) -> dict[str, tuple[object, object]]:
+        """``{field: (self's, other's)}`` for every field that differs, leaving out a replay-only
+        field (``REPLAY_ONLY``) where one side does not know it (None): empty when a replay
+        predicted a run exactly. The OOM message's wording differs between the two allocators."""
+        found = {}
+        for field in fields(self):
+            mine, theirs = getattr(self, field.name), getattr(other, field.name)
+            unknown = field.name in REPLAY_ONLY and (mine is None or theirs is None)
+            if mine != theirs and not unknown:
+                found[field.name] = (mine, theirs)
+        return found
 
 
-def sleep_mode_load(
-    shape: LayerShape, strategy: str, *, layers: int, max_split_size_mb: int = 20
+def run_load(
+    shape: LayerShape,
+    strategy: str,
+    *,
+    layers: int | None = None,
+    max_split_size_mb: int | None = 20,
 ) -> SleepModeLoad:
-    """Convert ``layers`` resident layers of ``shape`` inside a ``MemPool``, as vLLM's sleep mode.
+    """Run the sleep-mode load on the current CUDA device: ``layers`` layers of ``shape`` held in
+    a ``MemPool``, then converted one after another, as vLLM's sleep mode loads.
 
     All weights (bf16, uninitialised: the bytes do not matter) are allocated in a fresh
-    ``torch.cuda.MemPool`` with ``max_split_size_mb`` set; then each layer is converted in turn,
-    inside the pool: an out-of-place result replaces the layer's weights (the old tensors are
-    freed, their blocks stay in the pool), an in-place result stays where it is. The strategy's
-    index caches are warmed beforehand, outside the pool. A ``torch.OutOfMemoryError`` during a
-    conversion stops the load and is reported with its layer. Peaks are device-wide, above the
-    start (everything else is released first).
+    ``torch.cuda.MemPool`` with ``max_split_size_mb`` set (``None``: unlimited); then each layer
+    is converted in turn, inside the pool: an out-of-place result replaces the layer's weights
+    (the old tensors are freed, their blocks stay in the pool), an in-place result stays where it
+    is. The strategy's index caches are warmed beforehand, outside the pool. A
+    ``torch.OutOfMemoryError`` during a conversion stops the load and is reported with its layer.
+    Figures are device-wide, above the start (everything else is released first); the result is
+    the one ``replay.replay_load`` predicts (``SleepModeLoad.differences``).
 
-    ``layers`` is the number of layers to hold (``shape.moe_layers`` for a whole rank: Qwen3-235B
-    TP4 is 94 layers, 105.75 GiB, which fits a GB200; fewer elsewhere). One difference from
-    vLLM: a plain ``MemPool`` on a failed raw allocation may free its own stranded oversize
-    segments and retry (allocator rule 6b), while vLLM's CuMem allocator reports the first failed
-    allocation as an OOM. So ``peak_reserved_bytes`` is the figure to compare with the memory a
-    rank has; an OOM here implies one there, not conversely. ``RuntimeError`` without CUDA.
+    ``layers`` is the number of layers to hold (default ``shape.moe_layers``, a whole rank:
+    Qwen3-235B TP4 is 94 layers, 105.75 GiB, which fits a GB200; fewer elsewhere). One difference
+    from vLLM: a plain ``MemPool`` on a failed raw allocation may free its own stranded oversize
+    segments and retry (allocator rule 6b, the replay's ``default`` pool), while vLLM's CuMem
+    allocator reports the first failed allocation as an OOM (the ``sleep`` pool). So
+    ``peak_reserved_bytes`` is the figure to compare with the memory a rank has; an OOM here
+    implies one there, not conversely. ``RuntimeError`` without CUDA.
     """
+    layers = shape.moe_layers if layers is None else layers
     if layers < 1:
         raise ValueError(f"layers must be >= 1, got {layers}")
-    device = require_cuda("sleep_mode_load")
+    device = require_cuda("run_load")
     warm_strategy(shape, strategy, device)
-    oom_layer, oom_message = None, ""
+    oom_layer, oom_message, reserved_after = None, None, []
     with allocator_max_split_size(max_split_size_mb):
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_stats(device)
         base_reserved = torch.cuda.memory_reserved(device)
         base_allocated = torch.cuda.memory_allocated(device)
         pool = torch.cuda.MemPool()
@@ -158,7 +197,7 @@ def sleep_mode_load(
                     f"layers ({layers}) x {shape.layer_bytes / 2**30:.2f} GiB of {shape.label} "
                     f"weights do not fit on {device}; hold fewer layers"
                 ) from exc
-            weights_reserved = torch.cuda.memory_reserved(device) - base_reserved
+            loaded_reserved = torch.cuda.memory_reserved(device) - base_reserved
             for index in range(layers):
                 w13, w2 = weights[index]
                 try:
@@ -168,10 +207,13 @@ def sleep_mode_load(
                     break
                 finally:
                     del w13, w2
+                reserved_after.append(torch.cuda.memory_reserved(device) - base_reserved)
             torch.cuda.synchronize(device)
+            final_reserved = torch.cuda.memory_reserved(device) - base_reserved
             del weights
         peak_reserved = torch.cuda.max_memory_reserved(device) - base_reserved
         peak_allocated = torch.cuda.max_memory_allocated(device) - base_allocated
+        after = torch.cuda.memory_stats(device)
         del pool
         torch.cuda.empty_cache()
     return SleepModeLoad(
@@ -179,9 +221,17 @@ def sleep_mode_load(
         shape=shape.label,
         layers=layers,
         max_split_size_mb=max_split_size_mb,
-        weights_reserved_bytes=weights_reserved,
-        peak_reserved_bytes=peak_reserved,
-        peak_allocated_bytes=peak_allocated,
+        pool=None,
+        device_bytes=None,
+        other_weights_bytes=0,
         oom_layer=oom_layer,
         oom_message=oom_message,
+        loaded_reserved_bytes=loaded_reserved,
+        reserved_after_layer=tuple(reserved_after),
+        peak_reserved_bytes=peak_reserved,
+        peak_allocated_bytes=peak_allocated,
+        final_reserved_bytes=final_reserved,
+        num_alloc_retries=after["num_alloc_retries"] - before["num_alloc_retries"],
+        num_ooms=after["num_ooms"] - before["num_ooms"],
+        stranded_segments=None,
     )

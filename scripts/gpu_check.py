@@ -18,12 +18,14 @@ Steps (budgets in ``STEPS``):
 3. ``allocator``: one recorded load (``replay.load_steps``) replayed in ``moe_convert.allocator``
    and in PyTorch's caching allocator under ``max_split_size_mb:20``, reserved bytes compared
    after every allocation and free; the first step that differs is named.
-4. ``sleep``: ``wholemodel.sleep_mode_load`` of every strategy with the device capped
-   (``set_per_process_memory_fraction``) against ``replay_model``'s prediction for that size.
+4. ``sleep``: the sleep-mode load of every strategy run on CUDA (``wholemodel.run_load``) with
+   the device capped (``set_per_process_memory_fraction``) against the same load replayed for
+   that size (``replay.replay_load``, both pools), the two ``SleepModeLoad`` compared field by
+   field.
 5. ``timing``: every strategy and a same-size device copy with CUDA events, per shape of the asv
    suite: copy ratio, GB/s, per-layer and whole-model seconds; then ``TRITON_SWEEPS``.
-6. ``asv``: ``asv run -E existing:python3 --quick`` of ``TimeConvert`` on ``CHECK_SHAPES``,
-   published, zipped.
+6. ``asv``: ``asv run -E existing:python3 --quick`` of ``LayerTime.track_layer_seconds`` on
+   ``CHECK_SHAPES``, published, zipped.
 
 The report ends with issue 11's targets, judged on step 5's figures (``target_lines``).
 ``docs/gpu.md`` has the recipe and the figures of the H200 run.
@@ -129,7 +131,7 @@ def step_exact(dry_run: bool) -> dict:
     import torch
 
     from moe_convert import STRATEGIES, convert
-    from moe_convert.reference import random_weights
+    from moe_convert.inputs import random_weights
 
     torch.set_num_threads(os.cpu_count() or 1)
     rows = []
@@ -171,14 +173,13 @@ def step_exact(dry_run: bool) -> dict:
 
 # -- step 2 ------------------------------------------------------------------------------------
 
-def _model_transient_reserved(shape, strategy: str, max_split_mb: int | None) -> int:
+def _model_transient_reserved(shape, strategy: str, max_split_size_mb: int | None) -> int:
     """Peak reserved above the loaded weights for one conversion, per the allocator model."""
-    from moe_convert.replay import replay_model
+    from moe_convert.replay import replay_load
 
     one = dataclasses.replace(shape, moe_layers=1)
-    result = replay_model(one, strategy, max_split_mb=max_split_mb, pool="default",
-                          device_bytes=None)
-    return result.peak_reserved_bytes - result.loaded_reserved_bytes
+    return replay_load(one, strategy, max_split_size_mb=max_split_size_mb, pool="default",
+                       device_bytes=None).transient_reserved_bytes
 
 
 def step_memory(dry_run: bool) -> dict:
@@ -272,14 +273,15 @@ def step_allocator(dry_run: bool) -> dict:
 
 def step_sleep(dry_run: bool) -> dict:
     from moe_convert import STRATEGIES
-    from moe_convert.replay import replay_model
+    from moe_convert.allocator import POOLS
+    from moe_convert.replay import replay_load
 
     shape = dataclasses.replace(_shape(LOAD_SHAPE), moe_layers=SLEEP_LAYERS)
     device_bytes = SLEEP_DEVICE_BYTES
     if not dry_run:
         import torch
 
-        from moe_convert.wholemodel import sleep_mode_load
+        from moe_convert.wholemodel import run_load
 
         device = _cuda_device()
         total = torch.cuda.get_device_properties(device).total_memory
@@ -287,20 +289,23 @@ def step_sleep(dry_run: bool) -> dict:
     rows = []
     for name in STRATEGIES:
         row = {"strategy": name, "layers": SLEEP_LAYERS, "device_bytes": device_bytes}
-        for pool in ("sleep", "default"):
-            predicted = replay_model(shape, name, max_split_mb=MAX_SPLIT_MB, pool=pool,
-                                     device_bytes=device_bytes)
-            row[f"predicted_{pool}_oom_layer"] = predicted.oom_layer
-            row[f"predicted_{pool}_peak_reserved_bytes"] = predicted.peak_reserved_bytes
+        replayed = {pool: replay_load(shape, name, max_split_size_mb=MAX_SPLIT_MB, pool=pool,
+                                      device_bytes=device_bytes) for pool in POOLS}
+        for pool, load in replayed.items():
+            row[f"predicted_{pool}_oom_layer"] = load.oom_layer
+            row[f"predicted_{pool}_peak_reserved_bytes"] = load.peak_reserved_bytes
         if not dry_run:
             try:
-                load = sleep_mode_load(shape, name, layers=SLEEP_LAYERS,
-                                       max_split_size_mb=MAX_SPLIT_MB)
-                row.update({"oom_layer": load.oom_layer, "oom_message": load.oom_message,
-                            "peak_reserved_bytes": load.peak_reserved_bytes,
-                            "peak_allocated_bytes": load.peak_allocated_bytes,
-                            "weights_reserved_bytes": load.weights_reserved_bytes})
-                row["matches_prediction"] = load.oom_layer in (
+                ran = run_load(shape, name, layers=SLEEP_LAYERS, max_split_size_mb=MAX_SPLIT_MB)
+                row.update({"oom_layer": ran.oom_layer, "oom_message": ran.oom_message,
+                            "peak_reserved_bytes": ran.peak_reserved_bytes,
+                            "peak_allocated_bytes": ran.peak_allocated_bytes,
+                            "loaded_reserved_bytes": ran.loaded_reserved_bytes})
+                # every field both sides know, replayed vs run: {field: [replayed, run]}
+                for pool, load in replayed.items():
+                    row[f"differences_{pool}"] = {field: list(pair) for field, pair
+                                                  in load.differences(ran).items()}
+                row["matches_prediction"] = ran.oom_layer in (
                     row["predicted_sleep_oom_layer"], row["predicted_default_oom_layer"])
             except Exception as error:
                 row["error"] = f"{type(error).__name__}: {error}"
@@ -313,20 +318,20 @@ def step_sleep(dry_run: bool) -> dict:
 # -- step 5 ------------------------------------------------------------------------------------
 
 def _time_strategy(shape, name: str, device) -> dict:
-    """One timing row: ``timing.measure_roofline`` (CUDA events, paired with a device copy)."""
+    """One timing row: ``timing.time_layer`` (CUDA events, paired with a device copy), the
+    asv suite's measurement; every time figure derives from it."""
     from moe_convert import STRATEGIES
     from moe_convert.memory import strategy_memory
-    from moe_convert.timing import measure_roofline
+    from moe_convert.timing import time_layer
 
-    roofline = measure_roofline(shape, name, device=device, repeats=TIMING_REPEATS, warmup=1)
-    seconds = roofline.strategy_time.median
+    timed = time_layer(shape, name, device=device, repeats=TIMING_REPEATS, warmup=1)
     return {"shape": shape.label, "strategy": name, "inplace": STRATEGIES[name].inplace,
             "peak_bytes": strategy_memory(shape, name, device="meta").peak_bytes,
-            "seconds": seconds, "copy_seconds": roofline.copy_time.median,
-            "copy_ratio": roofline.copy_ratio, "gbps": roofline.gbps,
-            "copy_gbps": roofline.copy_gbps, "whole_model_seconds": seconds * shape.moe_layers,
-            "moe_layers": shape.moe_layers, "samples": roofline.strategy_time.samples,
-            "copy_samples": roofline.copy_time.samples}
+            "seconds": timed.seconds, "copy_seconds": timed.copy_time.median,
+            "copy_ratio": timed.copy_ratio, "gbps": timed.gbps,
+            "copy_gbps": timed.copy_gbps, "whole_model_seconds": timed.whole_model_seconds,
+            "moe_layers": shape.moe_layers, "samples": timed.strategy_time.samples,
+            "copy_samples": timed.copy_time.samples}
 
 
 def step_timing(dry_run: bool) -> dict:
@@ -382,8 +387,8 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 #: ratio by step 5), on CHECK_SHAPES only (asv matches ``name(param, ...)`` with the parameters'
 #: reprs). Each runs in a fresh interpreter (``spawn``: a forked child cannot use CUDA once its
 #: parent has touched it, and importing the suite asks torch whether CUDA is there), a few
-#: seconds each.
-ASV_BENCHMARKS = (r"TimeConvert\.\w+\('("
+#: seconds each; ``LayerTime.setup_cache`` times the whole grid once first (step 5's work).
+ASV_BENCHMARKS = (r"LayerTime\.track_layer_seconds\('("
                   + "|".join(label.replace(".", r"\.") for label in CHECK_SHAPES) + ")'")
 
 
@@ -463,6 +468,13 @@ def run_step(step: Step, out: Path, scratch: Path, dry_run: bool, timeout_s: flo
         status = "failed"
     return {"step": step.name, "title": step.title, "status": status, "seconds": seconds,
             "budget_s": step.budget_s, **findings}
+
+
+def _differing(row: dict) -> str:
+    """The fields in which the default-pool replay and the CUDA run differ; n/a without a run."""
+    if "oom_layer" not in row:
+        return "n/a"
+    return ", ".join(row.get("differences_default") or ()) or "none"
 
 
 def _gib(nbytes) -> str:
@@ -557,10 +569,10 @@ def report_markdown(summary: dict) -> str:
         lines += ["", f"## 4. Sleep-mode load ({LOAD_SHAPE}, {SLEEP_LAYERS} layers, device capped "
                   f"at {_gib(SLEEP_DEVICE_BYTES)})", ""]
         lines += _table(["strategy", "OOM layer", "predicted (sleep pool)", "predicted (default pool)",
-                         "peak reserved", "predicted peak (sleep)"], [
+                         "peak reserved", "predicted peak (sleep)", "fields differing (default)"], [
             [r["strategy"], r.get("oom_layer", r.get("error", "n/a")), r["predicted_sleep_oom_layer"],
              r["predicted_default_oom_layer"], _gib(r.get("peak_reserved_bytes")),
-             _gib(r["predicted_sleep_peak_reserved_bytes"])] for r in rows_of("sleep")])
+             _gib(r["predicted_sleep_peak_reserved_bytes"]), _differing(r)] for r in rows_of("sleep")])
     if rows_of("timing"):
         lines += ["", f"## 5. Timing (CUDA events, {TIMING_REPEATS} calls each paired with a "
                   "same-size device copy; x copy: median of the paired ratios)", ""]

@@ -22,10 +22,10 @@ import pytest
 import torch
 
 from conftest import requires_cuda
-from moe_convert import STRATEGIES, convert, layer_shape
+from moe_convert import STRATEGIES, layer_shape
 from moe_convert.allocator import Allocator, MiB
-from moe_convert.memory import warm_strategy
-from moe_convert.replay import layer_trace, replay_model
+from moe_convert.replay import layer_trace, replay_load
+from moe_convert.wholemodel import run_load
 
 pytestmark = requires_cuda
 
@@ -52,7 +52,7 @@ RULE_STEPS = [
 
 
 def legacy_load_steps() -> list[tuple[str, object, int]]:
-    """SMALL_QWEN loaded and converted by ``legacy``, as ``replay_model`` sequences it."""
+    """SMALL_QWEN loaded and converted by ``legacy``, as ``replay_load`` sequences it."""
     trace = layer_trace(SMALL_QWEN, "legacy")
     steps = []
     for layer in range(SMALL_QWEN.moe_layers):
@@ -139,27 +139,14 @@ def test_reserved_bytes_match_pytorch_step_by_step(sequence):
 
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_replay_matches_a_real_sleep_mode_style_load(strategy):
-    """The real conversion on CUDA, layer after layer in a MemPool, against ``replay_model``
-    (whose trace is recorded on ``meta``): a kernel that allocates for itself would show here."""
-    want = replay_model(SMALL_QWEN, strategy, max_split_mb=MAX_SPLIT_MB, pool="sleep",
-                        device_bytes=None)
-    device = torch.device("cuda", torch.cuda.current_device())
-    warm_strategy(SMALL_QWEN, strategy, device)  # cached indices live outside the pool
-    got_after_layer = []
-    with fresh_pool() as (pool, figures):
-        with torch.cuda.use_mem_pool(pool):
-            # bytes do not matter to the allocator: uninitialised weights, layer by layer
-            weights = [(torch.empty(SMALL_QWEN.w13_shape, dtype=torch.bfloat16, device=device),
-                        torch.empty(SMALL_QWEN.w2_shape, dtype=torch.bfloat16, device=device))
-                       for _ in range(SMALL_QWEN.moe_layers)]
-            assert pool_bytes(pool)[0] == want.loaded_reserved_bytes
-            for layer in range(SMALL_QWEN.moe_layers):
-                w13, w2 = weights[layer]
-                result = convert(w13, w2, strategy=strategy, gated=SMALL_QWEN.gated)
-                del w13, w2
-                weights[layer] = result  # out of place: the old weights are freed here
-                torch.cuda.synchronize()
-                got_after_layer.append(pool_bytes(pool)[0])
-            del weights, result
-    assert tuple(got_after_layer) == want.reserved_after_layer
-    assert figures["peak_reserved"] == want.peak_reserved_bytes
+    """The sleep-mode load run on CUDA (``run_load``: the real conversion, layer after layer in a
+    MemPool) against the same load replayed (``replay_load``, whose trace is recorded on
+    ``meta``), field by field: a kernel that allocates for itself would show here."""
+    want = replay_load(SMALL_QWEN, strategy, max_split_size_mb=MAX_SPLIT_MB, pool="sleep",
+                       device_bytes=None)
+    got = run_load(SMALL_QWEN, strategy, max_split_size_mb=MAX_SPLIT_MB)
+    compared = ("layers", "max_split_size_mb", "oom_layer", "loaded_reserved_bytes",
+                "reserved_after_layer", "peak_reserved_bytes", "final_reserved_bytes",
+                "num_alloc_retries", "num_ooms")
+    assert {field: getattr(got, field) for field in compared} == {
+        field: getattr(want, field) for field in compared}

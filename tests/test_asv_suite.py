@@ -21,8 +21,8 @@ sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed 
 
 from benchmarks import bench_convert, common  # noqa: E402
 
-GRID_CLASSES = [bench_convert.TimeConvert, bench_convert.PeakMemory, bench_convert.Traffic,
-                bench_convert.CudaMemory, bench_convert.CopyRatio, bench_convert.WholeModel]
+GRID_CLASSES = [bench_convert.LayerTime, bench_convert.PeakMemory, bench_convert.Traffic,
+                bench_convert.CudaMemory]
 
 
 def test_every_registered_strategy_and_shape_is_benchmarked():
@@ -40,6 +40,36 @@ def test_every_benchmarked_shape_is_a_catalog_shape_the_kernel_runs():
     for label in common.SHAPES:
         shape = common.full_shape(label)
         assert shape.label == label and shape.valid, label
+
+
+def test_layer_time_derives_every_time_figure_from_one_measurement(monkeypatch):
+    # setup_cache times the grid once (here one shape, two strategies); setup and the three
+    # track_ methods read that one measurement, as asv passes it to every parameter's process.
+    monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
+    monkeypatch.setattr(common, "SHAPES", ("qwen3-30b-a3b/tp2",))
+    monkeypatch.setattr(common, "STRATEGY_AXIS", ("strided_copy", "no-such-strategy"))
+    monkeypatch.setattr(bench_convert, "REPEATS", 2)
+    common.profile.cache_clear()
+    try:
+        bench = bench_convert.LayerTime()
+        timings = bench.setup_cache()
+        assert set(timings) == {("qwen3-30b-a3b/tp2", "strided_copy")}  # unregistered: not timed
+        bench.setup(timings, "qwen3-30b-a3b/tp2", "strided_copy")
+        measured = timings["qwen3-30b-a3b/tp2", "strided_copy"]
+        assert len(measured.strategy_time.samples) == 2
+        cell = (timings, "qwen3-30b-a3b/tp2", "strided_copy")
+        assert bench.track_layer_seconds(*cell) == measured.seconds
+        assert bench.track_copy_ratio(*cell) == measured.copy_ratio
+        full = common.full_shape("qwen3-30b-a3b/tp2")  # 8 of 128 experts timed, 48 layers
+        assert bench.track_whole_model_seconds(*cell) == (
+            pytest.approx(measured.seconds * full.experts / common.CPU_PROFILE_EXPERTS * 48))
+        with pytest.raises(NotImplementedError):  # n/a where the strategy is not registered
+            bench.setup(timings, "qwen3-30b-a3b/tp2", "no-such-strategy")
+        with pytest.raises(RuntimeError, match="boom"):  # a strategy that raised fails its cell
+            bench.setup({("qwen3-30b-a3b/tp2", "strided_copy"): "RuntimeError: boom"},
+                        "qwen3-30b-a3b/tp2", "strided_copy")
+    finally:
+        common.profile.cache_clear()
 
 
 def test_cpu_profile_keeps_expert_geometry(monkeypatch):
@@ -93,7 +123,7 @@ def test_quick_run_of_a_subset_is_read_back(scratch_config):
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True, check=True).stdout.strip()
     subset = (r"Profile.*qwen3-30b-a3b/tp2"
-              r"|(PeakMemory|TimeConvert|Traffic).*qwen3-30b-a3b/tp2.*strided_copy")
+              r"|(PeakMemory|Traffic).*qwen3-30b-a3b/tp2.*strided_copy")
     done = _asv(tmp, "run", "--quick", "-E", f"existing:{sys.executable}",
                 "--set-commit-hash", commit, "--machine", "ci-box",
                 "--launch-method", "forkserver", "--show-stderr", "-b", subset, config=config)
@@ -110,8 +140,6 @@ def test_quick_run_of_a_subset_is_read_back(scratch_config):
     assert got[("track_traffic_bytes", "strided_copy")] == (2 * shape.layer_bytes, "bytes")
     assert got[("track_launches", "strided_copy")] == (3, "launches")
     assert got[("track_traffic_ratio", "strided_copy")] == (1.0, "ratio")
-    assert len(frame) == 6  # Profile, PeakMemory, TimeConvert and Traffic's three
+    assert len(frame) == 5  # Profile, PeakMemory and Traffic's three
     assert got[("Profile", "")] == (common.CPU_PROFILE_EXPERTS, "experts")
-    seconds, unit = got[("TimeConvert", "strided_copy")]
-    assert unit == "seconds" and seconds > 0
     assert set(frame["commit"]) == {commit}

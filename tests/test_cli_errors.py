@@ -31,7 +31,7 @@ BAD = [
     (["measure", "--model", "deepseek-v2-lite", "--tp", "3"], ["tp 3", "valid TPs: 1, 2, 11, 22"]),
     (["verify", "--model", "qwen3-30b-a3b", "--tp", "8"],
      ["qwen3-30b-a3b/tp8", "bytes per row (192)", "valid TPs: 1, 2, 3, 4, 6, 12"]),
-    (["simulate", "--model", "qwen3-30b-a3b", "--tp", "24", "--device-gib", "80"], ["tp 24"]),
+    (["replay", "--model", "qwen3-30b-a3b", "--tp", "24", "--device-gib", "80"], ["tp 24"]),
     (["measure", "--experts", "4", "--hidden", "4096", "--intermediate", "384", "--tp", "4"],
      ["--tp 4", "--intermediate"]),
     # --experts
@@ -70,19 +70,19 @@ BAD = [
     (["measure", "--model", "qwen3-30b-a3b", "--strategy", "nope"], ["'nope'", "valid: all"]),
     (["verify", "--model", "qwen3-30b-a3b", "--strategy", "inplace,,batched"], ["unknown strategy ''"]),
     (["verify", "--model", "qwen3-30b-a3b", "--seed", "-1"], ["--seed", "'-1'"]),
-    # simulate's own
-    (["simulate", "--model", "qwen3-30b-a3b", "--device-gib", "nan"], ["--device-gib", "'nan'"]),
-    (["simulate", "--model", "qwen3-30b-a3b", "--device-gib", "inf"], ["'inf'"]),
-    (["simulate", "--model", "qwen3-30b-a3b", "--device-gib", "0"], ["'0'", "> 0"]),
-    (["simulate", "--model", "qwen3-30b-a3b", "--device-gib", "-80"], ["'-80'"]),
-    (["simulate", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--other-weights-gib", "nan"],
+    # replay's own
+    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "nan"], ["--device-gib", "'nan'"]),
+    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "inf"], ["'inf'"]),
+    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "0"], ["'0'", "> 0"]),
+    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "-80"], ["'-80'"]),
+    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--other-weights-gib", "nan"],
      ["--other-weights-gib", "'nan'"]),
-    (["simulate", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--other-weights-gib", "-1"], ["'-1'"]),
-    (["simulate", "--model", "qwen3-30b-a3b", "--device-gib", "1"], ["1073741824", "cannot hold the weights"]),
-    (["simulate", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--max-split-mb", "5"], ["'5'", ">= 20"]),
-    (["simulate", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--max-split-mb", "20,big"], ["'big'"]),
-    (["simulate", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--pool", "nope"], ["'nope'"]),
-    (["simulate", "--model", "qwen3-30b-a3b"], ["--device-gib"]),
+    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--other-weights-gib", "-1"], ["'-1'"]),
+    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "1"], ["1073741824", "cannot hold the weights"]),
+    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--max-split-mb", "5"], ["'5'", ">= 20"]),
+    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--max-split-mb", "20,big"], ["'big'"]),
+    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--pool", "nope"], ["'nope'"]),
+    (["replay", "--model", "qwen3-30b-a3b"], ["--device-gib"]),
     # the command itself
     ([], ["command"]),
     (["bogus"], ["'bogus'"]),
@@ -122,9 +122,9 @@ def no_work(monkeypatch):
     def started(*args, **kwargs):
         raise AssertionError("work started before the arguments were checked")
 
-    for name in ("strategy_memory", "measure_roofline", "convert"):
+    for name in ("strategy_memory", "time_layer", "convert"):
         monkeypatch.setattr(cli, name, started)
-    monkeypatch.setattr(cli.reference, "random_weights", started)
+    monkeypatch.setattr(cli.inputs, "random_weights", started)
 
 
 def _error_line(argv: list[str], capsys) -> str:

@@ -28,12 +28,12 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "dashboard"
-COMMITS = ["0870ebb5", "1ffd9a85", "ae5ad519", "11137522"]  # the fixture's, oldest first
+COMMITS = ["14ad08f8", "9562b6c0", "7128b89f", "c2fb4ee0"]  # the fixture's, oldest first
 BENCHMARKS = [
-    "bench_convert.TimeConvert.time_convert",
+    "bench_convert.LayerTime.track_layer_seconds",
     "bench_convert.PeakMemory.track_peak_transient_bytes",
-    "bench_convert.CopyRatio.track_copy_ratio",
-    "bench_convert.WholeModel.track_whole_model_seconds",
+    "bench_convert.LayerTime.track_copy_ratio",
+    "bench_convert.LayerTime.track_whole_model_seconds",
 ]
 
 #: Pixels of the first uPlot canvas with a saturated colour (max - min channel > 80).
@@ -181,7 +181,7 @@ def test_index_lists_the_benchmarks(browser, url):
 @requires_chromium
 @pytest.mark.parametrize(
     ("name", "unit_text", "legacy_qwen"),
-    [("bench_convert.TimeConvert.time_convert", "ms", "120.000ms"),
+    [("bench_convert.LayerTime.track_layer_seconds", "ms", "120.000ms"),
      # 3 x 805306368 + 2 x 402653184 = 3 GiB: binary units, as the CLI and the reports print it
      ("bench_convert.PeakMemory.track_peak_transient_bytes", "GiB", "3.00GiB")],
     ids=["time", "bytes"],

@@ -18,7 +18,8 @@ from conftest import requires_flashinfer
 
 from moe_convert import STRATEGIES, cli, convert, engines, register
 from moe_convert.engines import ENGINES, SGLANG, VLLM, Engine, check_engine
-from moe_convert.reference import flashinfer_reference, random_weights
+from moe_convert.inputs import random_weights
+from moe_convert.reference import flashinfer_reference
 
 
 def requires_engine(engine: Engine) -> pytest.MarkDecorator:

@@ -19,8 +19,8 @@ from moe_bench.metrics import NOISE_FACTOR
 from moe_bench.results import COLUMNS, ResultsError, load_results
 
 PEAK = "bench_convert.PeakMemory.track_peak_transient_bytes"
-RATIO = "bench_convert.CopyRatio.track_copy_ratio"
-TIME = "bench_convert.TimeConvert.time_convert"
+RATIO = "bench_convert.LayerTime.track_copy_ratio"
+TIME = "bench_convert.LayerTime.track_layer_seconds"
 SHAPES = ["qwen3-30b-a3b/tp2", "deepseek-v3/tp4"]
 STRATEGIES = ["strided_copy", "flashinfer"]
 EXPERTS = "bench_convert.Profile.track_timed_experts"
@@ -222,7 +222,7 @@ def test_compare_paired_rows_decide_time(tmp_path, capsys):
     assert code == 0
     text = comment(tmp_path)
     assert text.startswith("## PR gate: passed") and "interval lies above 1.1" in text
-    assert "info (decided by paired)" in table_row(text, "time_convert", "qwen3-30b-a3b/tp2",
+    assert "info (decided by paired)" in table_row(text, "track_layer_seconds", "qwen3-30b-a3b/tp2",
                                                    "strided_copy")
     row = table_row(text, "paired.time_ratio", "qwen3-30b-a3b/tp2")
     assert "10.2 ms" in row and "10.3 ms" in row and "CI [0.970, 1.040], 15 pairs" in row
@@ -353,8 +353,8 @@ def test_gate_uses_latest_commit(tmp_path, capsys):
     ("unknown benchmark", "benchmark 'bench_convert.Nope.track_nope' is not in the metrics table"),
     ("no machine.json", "gb200: results without machine.json"),
     ("failed unbudgeted", "1 benchmark(s) failed in the results checked: "
-                          "bench_convert.CopyRatio.track_copy_ratio deepseek-v3/tp4 strided_copy"),
-    ("unknown unit", "bench_convert.CopyRatio.track_copy_ratio is in unit 'percent'"),
+                          "bench_convert.LayerTime.track_copy_ratio deepseek-v3/tp4 strided_copy"),
+    ("unknown unit", "bench_convert.LayerTime.track_copy_ratio is in unit 'percent'"),
     ("infinite", "infinite value of bench_convert.PeakMemory.track_peak_transient_bytes"),
 ])
 def test_gate_errors_are_not_a_pass(tmp_path, capsys, case, message):

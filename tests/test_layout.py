@@ -17,7 +17,7 @@ from moe_convert.layout import (
     w2_row_index,
     w13_row_index,
 )
-from moe_convert.reference import random_weights
+from moe_convert.inputs import random_weights
 
 EPILOGUE_TILE_M = 128
 ROWS = [32, 64, 96, 256, 768, 2048]  # multiples of 32; 96 is not a power of two

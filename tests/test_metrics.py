@@ -61,6 +61,13 @@ def test_the_table_is_consistent():
     assert NOISE_FACTOR > 2.11  # the worst unchanged-code rise in results/cpu-2core-xeon
 
 
+def test_the_committed_history_still_loads():
+    """A renamed benchmark keeps its old name in the table (retired), or results/ stops loading."""
+    from moe_bench.results import load_results
+
+    assert not load_results(ROOT / "results").empty
+
+
 @pytest.mark.parametrize("config", ["asv.conf.json", "asv.pr.conf.json"])
 def test_dashboard_regression_thresholds_follow_the_table(config):
     """asv publish's regressions view, by asv's own resolution of the patterns, judges each

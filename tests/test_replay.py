@@ -8,6 +8,7 @@ preallocated loaded with 20.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,15 +17,16 @@ from moe_convert import STRATEGIES, LayerShape, layer_shape
 from moe_convert.allocator import Allocator, MiB
 from moe_convert.cli import main
 from moe_convert.memory import MemoryEvent
-from moe_convert.replay import LayerTrace, _replay_trace, layer_trace, replay_model
+from moe_convert.replay import LayerTrace, _replay_trace, layer_trace, replay_load
+from moe_convert.wholemodel import SleepModeLoad
 
 GiB = 2**30
 QWEN = layer_shape("qwen3-235b-a22b", 4)
 SEED = dict(pool="sleep", device_bytes=int(139.5 * GiB), other_weights_bytes=int(3.86 * GiB))
 
 
-def seed_replay(strategy: str, max_split_mb: int | None):
-    return replay_model(QWEN, strategy, max_split_mb=max_split_mb, **SEED)
+def seed_replay(strategy: str, max_split_size_mb: int | None):
+    return replay_load(QWEN, strategy, max_split_size_mb=max_split_size_mb, **SEED)
 
 
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
@@ -41,9 +43,9 @@ def test_seed_table_legacy_runs_out_at_20_only():
     # 1300 MiB more (65 segments of 20 MiB): layer 21 ends at 30520 MiB, layer 22 cannot finish.
     assert oom.oom_layer == 22
     assert oom.reserved_growth_per_layer_bytes == 1300 * MiB
-    for max_split_mb in (25, 32, 64, 128, None):
-        ok = seed_replay("legacy", max_split_mb)
-        assert not ok.oom, max_split_mb
+    for max_split_size_mb in (25, 32, 64, 128, None):
+        ok = seed_replay("legacy", max_split_size_mb)
+        assert not ok.oom, max_split_size_mb
         assert ok.reserved_growth_per_layer_bytes == 0
         assert ok.peak_reserved_bytes == ok.loaded_reserved_bytes + 3220 * MiB
 
@@ -68,10 +70,10 @@ def test_one_expert_scratch_strands_one_segment_per_layer_at_20():
     assert at25.peak_reserved_bytes == at25.loaded_reserved_bytes + 20 * MiB
 
 
-@pytest.mark.parametrize("max_split_mb", [20, 25, None])
-def test_strided_inplace_scratch_owns_a_reused_segment(max_split_mb):
+@pytest.mark.parametrize("max_split_size_mb", [20, 25, None])
+def test_strided_inplace_scratch_owns_a_reused_segment(max_split_size_mb):
     """strided_inplace asks for >= 10 MiB: an own 10 MiB segment, reused by every layer."""
-    result = seed_replay("strided_inplace", max_split_mb)
+    result = seed_replay("strided_inplace", max_split_size_mb)
     assert not result.oom
     assert result.reserved_growth_per_layer_bytes == 0
     assert result.peak_reserved_bytes == result.loaded_reserved_bytes + 10 * MiB
@@ -84,13 +86,13 @@ def test_whole_tensor_transients_reuse_their_segments(strategy):
 
 
 def test_default_pool_releases_stranded_segments_instead_of_failing():
-    result = replay_model(QWEN, "legacy", max_split_mb=20, **{**SEED, "pool": "default"})
+    result = replay_load(QWEN, "legacy", max_split_size_mb=20, **{**SEED, "pool": "default"})
     assert not result.oom and result.num_ooms == 0
     assert result.peak_reserved_bytes <= SEED["device_bytes"]
 
 
 def test_out_of_place_results_replace_the_weights():
-    result = replay_model(QWEN, "strided_copy", max_split_mb=None, pool="sleep", device_bytes=None)
+    result = replay_load(QWEN, "strided_copy", max_split_size_mb=None, pool="sleep", device_bytes=None)
     assert result.loaded_reserved_bytes == QWEN.model_bytes
     assert result.peak_reserved_bytes == QWEN.model_bytes + QWEN.layer_bytes
     assert len(result.reserved_after_layer) == QWEN.moe_layers
@@ -98,7 +100,7 @@ def test_out_of_place_results_replace_the_weights():
 
 def test_weights_that_do_not_fit_are_an_error():
     with pytest.raises(ValueError, match="cannot hold the weights"):
-        replay_model(QWEN, "inplace", max_split_mb=20, pool="sleep", device_bytes=100 * GiB)
+        replay_load(QWEN, "inplace", max_split_size_mb=20, pool="sleep", device_bytes=100 * GiB)
 
 
 def test_replay_skips_empty_storages_and_reallocates_a_grown_one():
@@ -114,8 +116,8 @@ def test_replay_skips_empty_storages_and_reallocates_a_grown_one():
     assert (stats.peak_allocated_bytes, stats.allocated_bytes) == (18 * MiB, 0)
 
 
-def test_cli_simulate_json(capsys):
-    assert main(["simulate", "--model", "qwen3-235b-a22b", "--tp", "4", "--strategy",
+def test_cli_replay_json(capsys):
+    assert main(["replay", "--model", "qwen3-235b-a22b", "--tp", "4", "--strategy",
                  "legacy,preallocated", "--max-split-mb", "20,none", "--device-gib", "139.5",
                  "--other-weights-gib", "3.86", "--json"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -126,9 +128,25 @@ def test_cli_simulate_json(capsys):
     assert records[0]["reserved_growth_per_layer_bytes"] == 1300 * MiB
 
 
-def test_cli_simulate_table(capsys):
+def test_cli_simulate_is_the_old_name_of_replay(capsys):
     assert main(["simulate", "--model", "qwen3-235b-a22b", "--tp", "4", "--strategy", "legacy",
                  "--max-split-mb", "20,25", "--device-gib", "139.5", "--other-weights-gib",
                  "3.86"]) == 0
     out = capsys.readouterr().out
     assert "OOM layer 22" in out and "1.27 GiB" in out
+    assert out.startswith("replay qwen3-235b-a22b/tp4")
+
+
+def test_replayed_load_is_one_record_of_the_sleep_mode_load():
+    # The same type as the CUDA run's (wholemodel.run_load): fields a run cannot know are None
+    # there and left out of the comparison; the rest compare one by one.
+    replayed = seed_replay("strided_copy", 20)
+    assert isinstance(replayed, SleepModeLoad)
+    assert (replayed.shape, replayed.layers, replayed.max_split_size_mb) == (QWEN.label, 94, 20)
+    assert replayed.oom_message is None and isinstance(replayed.stranded_segments, int)
+    run = dataclasses.replace(replayed, pool=None, device_bytes=None, stranded_segments=None,
+                              other_weights_bytes=0)
+    assert run.differences(replayed) == {"other_weights_bytes": (0, SEED["other_weights_bytes"])}
+    late = dataclasses.replace(run, oom_layer=3, peak_reserved_bytes=1)
+    assert set(late.differences(run)) == {"oom_layer", "peak_reserved_bytes"}
+    assert replayed.transient_reserved_bytes == QWEN.layer_bytes

@@ -23,7 +23,7 @@ from moe_bench.results import load_results
 from moe_bench.units import human
 
 RESULTS = Path(__file__).parent / "fixtures" / "asv_results"
-LATEST, PREVIOUS = "11137522", "ae5ad519"
+LATEST, PREVIOUS = "c2fb4ee0", "7128b89f"
 QWEN = "qwen3-235b-a22b/tp4"
 STRIDED_QWEN_PEAK = 805306368 + 402653184  # T13 + T2 of the fixture's qwen3 layer, bytes
 
@@ -105,12 +105,12 @@ def test_summary_marks_by_the_gate_rules(results):
 
 
 @pytest.mark.parametrize(("benchmark", "column", "factor", "marked"), [
-    ("TimeConvert", "time", NOISE_FACTOR * 1.01, True),   # just beyond the noise factor
-    ("TimeConvert", "time", NOISE_FACTOR * 0.99, False),  # within it
-    ("WholeModel", "whole_model", NOISE_FACTOR * 1.01, True),
-    ("CopyRatio", "copy_ratio", NOISE_FACTOR * 0.99, False),
+    ("track_layer_seconds", "time", NOISE_FACTOR * 1.01, True),   # just beyond the noise factor
+    ("track_layer_seconds", "time", NOISE_FACTOR * 0.99, False),  # within it
+    ("track_whole_model_seconds", "whole_model", NOISE_FACTOR * 1.01, True),
+    ("LayerTime.track_copy_ratio", "copy_ratio", NOISE_FACTOR * 0.99, False),
     ("PeakMemory", "peak_bytes", 1 + 1e-9, True),         # 3 bytes more of 3 GiB: exact
-    ("TimeConvert", "time", 0.5, False),                  # faster: never a regression
+    ("track_layer_seconds", "time", 0.5, False),                  # faster: never a regression
 ])
 def test_regression_threshold_and_direction(results, benchmark, column, factor, marked):
     table = summary_table(with_latest(results, "legacy", benchmark, factor))
@@ -182,7 +182,7 @@ def test_comment_renders_the_gate_verdict(results):
     assert len(worse) == 1 and rows[0] == worse[0]
     assert "PeakMemory.track_peak_transient_bytes" in worse[0] and "⚠ regressed" in worse[0]
     assert "1.12 GiB" in worse[0] and "1.69 GiB" in worse[0] and "1.50" in worse[0]
-    timed = next(r for r in rows if "time_convert" in r and QWEN in r and "strided_copy" in r)
+    timed = next(r for r in rows if "track_layer_seconds" in r and QWEN in r and "strided_copy" in r)
     assert "30.0 ms" in timed and "48.0 ms" in timed and "1.60" in timed and "| same " in timed
     assert not any("skipped in both" in r for r in rows)  # flashinfer: counted, not listed
     assert "8 points with nothing to compare (n/a: skipped) are not listed" in text
@@ -193,8 +193,8 @@ def test_comment_reversed_is_better_and_failures_are_marked(results):
     assert text.startswith("## PR gate: passed") and sum("| improved " in r for r in rows) == 1
     broken = results.copy()
     broken.loc[broken["commit"].str.startswith(LATEST) & (broken["strategy"] == "legacy")
-               & (broken["shape"] == QWEN) & broken["benchmark"].str.contains("TimeConvert"),
+               & (broken["shape"] == QWEN) & broken["benchmark"].str.contains("track_layer_seconds"),
                ["value", "failed"]] = [math.nan, True]
     text, rows = comment(broken, PREVIOUS, LATEST)
-    assert text.startswith("## PR gate: FAILED: 1 regressed, 1 failed")
+    assert text.startswith("## PR gate: FAILED: 1 failed, 1 regressed")  # in row order
     assert sum("⚠ failed" in r and "failed in head" in r for r in rows) == 1

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from moe_convert import STRATEGIES, LayerShape
+from moe_convert import STRATEGIES, LayerShape, layer_shape
 from moe_convert.timing import (
     CALIBRATION_BYTES,
-    Roofline,
+    LayerTiming,
     Timing,
     calibration_copy,
     cpu_threads,
-    measure_roofline,
     time_call,
+    time_layer,
 )
 
 TINY = LayerShape("tiny", 1, 2, 256, 128, 3)
@@ -30,10 +30,22 @@ def test_timing_statistics():
 def test_copy_ratio_pairs_each_call_with_its_copy():
     # Load doubled both sides of the last two pairs (and the strategy of the third call alone):
     # the per-pair ratios are mostly 2, while the ratio of the medians would read 4.
-    roofline = Roofline("s", "x/tp1", "cpu", 1, strategy_time=Timing((2.0, 2.0, 4.0, 4.0, 4.0)),
-                        copy_time=Timing((1.0, 1.0, 1.0, 2.0, 2.0)), bytes_moved=1,
-                        minor_faults=None)
-    assert roofline.copy_ratio == 2.0
+    timed = LayerTiming("s", TINY, "cpu", strategy_time=Timing((2.0, 2.0, 4.0, 4.0, 4.0)),
+                        copy_time=Timing((1.0, 1.0, 1.0, 2.0, 2.0)), minor_faults=None)
+    assert timed.copy_ratio == 2.0
+
+
+def test_every_time_figure_derives_from_one_measurement():
+    # 8 of the model's 128 experts timed: the whole model scales by 16 and by the 94 layers.
+    model = layer_shape("qwen3-235b-a22b", 4)
+    timed = LayerTiming("strided_copy", model.with_experts(8), "cpu", Timing((0.2, 0.3, 0.4)),
+                        Timing((0.1, 0.1, 0.2)), minor_faults=0, model_experts=model.experts)
+    assert timed.seconds == 0.3 and timed.copy_ratio == 2.0
+    assert timed.whole_model_seconds == pytest.approx(0.3 * 16 * 94)
+    assert timed.whole_model_copy_seconds == pytest.approx(0.1 * 16 * 94)
+    assert timed.bytes_moved == 2 * model.with_experts(8).layer_bytes
+    full = LayerTiming("strided_copy", model, "cpu", Timing((0.3,)), Timing((0.1,)), minor_faults=0)
+    assert full.whole_model_seconds == pytest.approx(0.3 * 94)  # no model_experts: as timed
 
 
 def test_calibration_copy_times_a_copy_of_its_size():
@@ -71,18 +83,19 @@ def test_time_call_rejects_bad_counts(bad):
 
 
 @pytest.mark.parametrize("name", ["strided_copy", "strided_inplace", "preallocated"])
-def test_roofline_on_a_tiny_shape(name):
-    roofline = measure_roofline(TINY, name, repeats=3)
-    assert (roofline.strategy, roofline.shape, roofline.device, roofline.experts) == (
+def test_time_layer_on_a_tiny_shape(name):
+    timed = time_layer(TINY, name, repeats=3)
+    assert (timed.strategy, timed.shape.label, timed.device, timed.experts) == (
         name, "tiny/tp1", "cpu", 2)
-    assert len(roofline.strategy_time.samples) == len(roofline.copy_time.samples) == 3
-    assert roofline.bytes_moved == 2 * (TINY.w13_bytes + TINY.w2_bytes)
-    assert roofline.copy_ratio > 0 and roofline.gbps > 0 and roofline.copy_gbps > 0
-    assert isinstance(roofline.minor_faults, int) and roofline.minor_faults >= 0
-    assert roofline.threads is not None and roofline.threads >= 1
+    assert len(timed.strategy_time.samples) == len(timed.copy_time.samples) == 3
+    assert timed.bytes_moved == 2 * (TINY.w13_bytes + TINY.w2_bytes)
+    assert timed.copy_ratio > 0 and timed.gbps > 0 and timed.copy_gbps > 0
+    assert timed.whole_model_seconds == pytest.approx(timed.seconds * TINY.moe_layers)
+    assert isinstance(timed.minor_faults, int) and timed.minor_faults >= 0
+    assert timed.threads is not None and timed.threads >= 1
 
 
-def test_roofline_restores_inplace_input_before_each_call(monkeypatch):
+def test_time_layer_restores_inplace_input_before_each_call(monkeypatch):
     # An in-place strategy must see checkpoint-layout bytes on every call, not its own output.
     import moe_convert.timing as timing
 
@@ -95,11 +108,11 @@ def test_roofline_restores_inplace_input_before_each_call(monkeypatch):
 
     monkeypatch.setattr(timing, "convert", spy)
     assert STRATEGIES["strided_inplace"].inplace
-    measure_roofline(TINY, "strided_inplace", repeats=2)
-    assert len(seen) == 3  # 1 warm-up round + 2 timed (the cache warm-up is memory.py's call)
+    time_layer(TINY, "strided_inplace", repeats=2)
+    assert len(seen) == 3  # 1 warm-up round + 2 timed (the cache warm-up is inputs.py's call)
     assert all(torch.equal(s.view(torch.int16), seen[0].view(torch.int16)) for s in seen)
 
 
-def test_roofline_refuses_meta():
+def test_time_layer_refuses_meta():
     with pytest.raises(ValueError, match="meta"):
-        measure_roofline(TINY, "strided_copy", device="meta")
+        time_layer(TINY, "strided_copy", device="meta")

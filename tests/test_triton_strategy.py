@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from moe_convert import convert, layer_shape, triton_strategy
-from moe_convert.memory import layer_weights
+from moe_convert.inputs import layer_weights
 
 pytestmark = pytest.mark.skipif(not triton_strategy.AVAILABLE,
                                 reason=f"triton strategies n/a: {triton_strategy.UNAVAILABLE_REASON}")

@@ -1,4 +1,4 @@
-"""Whole-model figures: per-layer time times the MoE layers, and the CUDA sleep-mode load."""
+"""Whole-model figures: per-layer time times the MoE layers, and the sleep-mode load run on CUDA."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import torch
 from conftest import requires_cuda
 
 from moe_convert import STRATEGIES, LayerShape, layer_shape
-from moe_convert.timing import Roofline, Timing
-from moe_convert.wholemodel import WholeModelTime, sleep_mode_load, whole_model_seconds
+from moe_convert.wholemodel import run_load, whole_model_seconds
 
 SMALL = LayerShape("small", 1, 8, 1024, 512, 4)
 
@@ -19,35 +18,28 @@ def test_whole_model_seconds_is_per_layer_times_moe_layers():
     assert whole_model_seconds(layer_shape("deepseek-v3", 8), 2.0) == 2.0 * 58
 
 
-def test_whole_model_time_scales_strategy_and_copy():
-    shape = layer_shape("qwen3-235b-a22b", 4)
-    roofline = Roofline("strided_copy", shape.label, "cpu", shape.experts, Timing((0.2, 0.3, 0.4)),
-                        Timing((0.1,)), 2 * shape.layer_bytes, 0)
-    whole = WholeModelTime(shape, roofline)
-    assert whole.seconds == pytest.approx(0.3 * 94)
-    assert whole.copy_seconds == pytest.approx(0.1 * 94)
-    assert whole.model_bytes == shape.model_bytes == 94 * shape.layer_bytes
-
-
-def test_sleep_mode_load_rejects_no_layers():
+def test_run_load_rejects_no_layers():
     with pytest.raises(ValueError, match="layers"):
-        sleep_mode_load(SMALL, "strided_copy", layers=0)
+        run_load(SMALL, "strided_copy", layers=0)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
-def test_sleep_mode_load_without_cuda_says_why():
+def test_run_load_without_cuda_says_why():
     with pytest.raises(RuntimeError, match="needs a CUDA device"):
-        sleep_mode_load(SMALL, "strided_copy", layers=2)
+        run_load(SMALL, "strided_copy", layers=2)
 
 
 @requires_cuda
 @pytest.mark.parametrize("name", ["legacy", "preallocated", "strided_copy", "inplace", "strided_inplace"])
-def test_sleep_mode_load_of_a_few_small_layers(name):
-    result = sleep_mode_load(SMALL, name, layers=3)
-    assert not result.ran_out_of_memory and result.oom_message == ""
-    assert result.weights_reserved_bytes >= 3 * SMALL.layer_bytes
+def test_run_load_of_a_few_small_layers(name):
+    result = run_load(SMALL, name, layers=3)
+    assert not result.oom and result.oom_message is None and result.num_ooms == 0
+    assert result.loaded_reserved_bytes >= 3 * SMALL.layer_bytes
     assert result.peak_allocated_bytes >= 3 * SMALL.layer_bytes
-    assert result.peak_reserved_bytes >= result.weights_reserved_bytes
+    assert result.peak_reserved_bytes >= result.loaded_reserved_bytes
+    assert result.peak_reserved_bytes >= result.final_reserved_bytes
+    assert len(result.reserved_after_layer) == 3
+    assert (result.pool, result.device_bytes, result.stranded_segments) == (None, None, None)
     if STRATEGIES[name].inplace:  # a 2 MiB scratch: one 20 MiB segment, plus a 2 MiB small-pool one
         assert result.transient_reserved_bytes <= 22 * 2**20
     # the setting is restored: a later big block can be split again
