@@ -3,7 +3,7 @@
 It replays a sequence of ``malloc``/``free`` calls the way ``c10/cuda/CUDACachingAllocator.cpp``
 (``DeviceCachingAllocator``) serves them and tells reserved and allocated bytes, segments, and
 whether and where a request runs out of memory. Every rule below names, in a comment, the C++
-function it mirrors; the rules are written down in ``shared/notes/allocator.md``. Nothing here is
+function it mirrors; the rules are written down in docs/allocator.md. Nothing here is
 fitted to an observed result.
 
 Modelled: request rounding, the small (<= 1 MiB) and large pools, segment sizes, best-fit search
@@ -21,7 +21,7 @@ Two pool behaviours (``pool=``):
 - ``"sleep"``: vLLM's sleep mode (``CuMemAllocator.use_memory_pool(tag="weights")``): every
   request goes to one private pool whose raw allocations go through vLLM's CuMem allocator. Its C
   code keeps a global error code that is not reset after a failure, so the first failed raw
-  allocation is an out-of-memory error: no release step helps (notes rule 11).
+  allocation is an out-of-memory error: no release step helps (rule 11 of docs/allocator.md).
 
 Addresses are not modelled; where PyTorch breaks a size tie by address, this model uses the
 segment's creation order, then the offset inside the segment.

@@ -534,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="max_split_size_mb values, comma-separated, 'none' = unlimited "
                         "(default 20: what vLLM sets while loading)")
     p.add_argument("--device-gib", type=_gib(zero_ok=False), required=True,
-                   help="GiB the device lends to PyTorch during the load (seed 000: 139.5)")
+                   help="GiB the device lends to PyTorch during the load (vLLM PR #45589's reproduction on a 141 GB GPU: 139.5)")
     p.add_argument("--other-weights-gib", type=_gib(zero_ok=True), default=0.0,
                    help="the model's non-MoE weights per rank, GiB (default 0; Qwen3-235B TP4: 3.86)")
     p.add_argument("--pool", choices=POOLS, default="sleep",

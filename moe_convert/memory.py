@@ -7,7 +7,7 @@ Views, ``out=`` and in-place ops return an input's storage and add nothing; a re
 ``out=`` counts its growth. On ``meta`` storages have sizes but no memory, so full-size models
 are measured exactly at no cost.
 
-Blind spots (see ``measurement.md``): memory a kernel allocates for itself (the CPU
+Blind spots (docs/measurement.md): memory a kernel allocates for itself (the CPU
 ``index_select(dim=1)`` hidden copy) and direct ``UntypedStorage.resize_``.
 
 Two more views of the same call cover them:

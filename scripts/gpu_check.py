@@ -55,7 +55,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # moe_convert and benchmarks from this checkout, installed or not
 
-#: Full-size shapes of steps 1, 2 and 6: the issue's two (and the seed's) per-rank layers.
+#: Full-size shapes of steps 1, 2 and 6: the two per-rank layers of the GPU-check issue (qwen3-235b-a22b/tp4 is vLLM #45589's).
 CHECK_SHAPES = ("qwen3-235b-a22b/tp4", "deepseek-v3/tp8")
 #: Step 3 and 4: layers of qwen3-235b-a22b/tp4 loaded (1.15 GiB each).
 LOAD_SHAPE = "qwen3-235b-a22b/tp4"

@@ -1,4 +1,4 @@
-"""The caching-allocator model, rule by rule (``shared/notes/allocator.md``), with exact bytes."""
+"""The caching-allocator model, rule by rule (docs/allocator.md), with exact bytes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Whole-model replays: the seed's table (vLLM PR #45589) and which strategies grow reserved memory.
+"""Whole-model replays: the table of vLLM PR #45589's report and which strategies grow reserved memory.
 
 Seed 000: Qwen3-235B-A22B TP4 under vLLM sleep mode on a 141 GB GPU (139.5 GiB lent), 109.61 GiB
 of weights per rank (105.75 GiB MoE + 3.86 GiB other). Legacy ran out of memory with
@@ -38,7 +38,7 @@ def test_trace_leaves_exactly_the_outputs_of_out_of_place_strategies(strategy):
 def test_seed_table_legacy_runs_out_at_20_only():
     oom = seed_replay("legacy", 20)
     assert oom.oom and oom.num_ooms == 1
-    assert oom.oom_message.startswith("Tried to allocate 20.00 MiB")  # the seed's error, too
+    assert oom.oom_message.startswith("Tried to allocate 20.00 MiB")  # the error vLLM #45589 reported
     # 30606 MiB free after loading; layer 0 leaves 3220 MiB reserved, each later layer strands
     # 1300 MiB more (65 segments of 20 MiB): layer 21 ends at 30520 MiB, layer 22 cannot finish.
     assert oom.oom_layer == 22
