@@ -553,6 +553,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UsageError as error:
         sub.choices[args.command].error(str(error))
+    except BrokenPipeError:  # the reader left (`| head`): stop quietly, as the Python docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -188,3 +188,14 @@ def test_a_bug_still_shows_its_traceback(monkeypatch):
     monkeypatch.setattr(cli, "cmd_shapes", bug)
     with pytest.raises(KeyError, match="a bug"):
         cli.main(["shapes"])
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    # `python -m moe_convert strategies | head -1`: the pipe closes before the listing ends
+    listing = subprocess.Popen([sys.executable, "-m", "moe_convert", "strategies"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    listing.stdout.readline()
+    listing.stdout.close()
+    stderr = listing.stderr.read().decode()
+    assert listing.wait(timeout=300) == 1
+    assert "Traceback" not in stderr, stderr
