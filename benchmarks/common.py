@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import functools
 
-import torch
-
 import moe_convert
 from moe_bench.profiles import detect_device, profile_from_env
 from moe_convert.shapes import LayerShape, shape_from_label
@@ -81,11 +79,9 @@ def skip(reason: str) -> None:
 
 @functools.cache
 def device() -> str:
-    """``cuda`` where a CUDA device is available, else ``cpu`` (then ``CPU_THREADS`` threads)."""
-    name = detect_device()
-    if name == "cpu":
-        torch.set_num_threads(CPU_THREADS)
-    return name
+    """``cuda`` where a CUDA device is available, else ``cpu``. Sets nothing: what times CPU
+    calls sets ``CPU_THREADS`` threads itself (``moe_convert.timing``'s ``threads=``)."""
+    return detect_device()
 
 
 @functools.cache
