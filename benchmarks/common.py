@@ -47,20 +47,24 @@ SHAPES = (
     "deepseek-v2-lite/tp1",
 )
 
-#: Strategies registered only where they can run: ``flashinfer`` where its package is installed,
-#: ``triton`` and ``triton_inplace`` where Triton is and a GPU (or its interpreter) is there, the
-#: installed engines' adapters (``moe_convert.engines``) where the engines are. They are always
-#: on the axis (n/a where absent), so a benchmark's parameter list, and with it the keys of its
-#: results history, is the same on every machine: a machine without FlashInfer shows
+#: Strategies registered only where they can run: the registry's records with a non-empty
+#: ``needs`` (``flashinfer`` where its package is installed, ``triton`` and ``triton_inplace`` where
+#: Triton is and a GPU (or its interpreter) is there, the installed engines' adapters). They are
+#: always on the axis (n/a where absent), so a benchmark's parameter list, and with it the keys of
+#: its results history, is the same on every machine: a machine without FlashInfer shows
 #: ``flashinfer`` as n/a instead of silently changing the parameter grid that the nightly history
-#: is keyed by.
+#: is keyed by. Written out, in registration order, because the order cannot be read back from
+#: the records: the registry files each record in ``STRATEGIES`` or ``UNAVAILABLE`` as it
+#: registers, so where some are installed and others not (an SGLang box without vLLM) the two
+#: dicts no longer tell which came first. tests/test_asv_suite.py checks that these are exactly
+#: the records with ``needs``, registered here or not.
 OPTIONAL_STRATEGIES = ("flashinfer", "triton", "triton_inplace", "vllm", "sglang-installed")
 
-#: Every strategy, in registry order, then the optional ones (registered here or not), so the
-#: order too is the same on every machine.
-STRATEGY_AXIS = tuple(name for name in moe_convert.STRATEGIES if name not in OPTIONAL_STRATEGIES) + (
-    OPTIONAL_STRATEGIES
-)
+#: Every strategy that needs nothing more (registered everywhere), in registry order, then the
+#: optional ones (registered here or not), so the order too is the same on every machine.
+STRATEGY_AXIS = tuple(
+    name for name, record in moe_convert.STRATEGIES.items() if not record.needs
+) + OPTIONAL_STRATEGIES
 
 #: CPU threads of every timed call. One: with two threads, a busy neighbour on one of a 2-core
 #: machine's cores stalls every parallel region (8 experts of qwen3-235b-a22b/tp4, strided_copy:

@@ -4,6 +4,7 @@ small subset (existing environment, so no asv environment is built) read back wi
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from asv.util import load_json
 
 import moe_convert
 from moe_bench.results import load_results
+from moe_convert.registry import UNAVAILABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
@@ -23,6 +25,12 @@ from benchmarks import bench_convert, common  # noqa: E402
 
 GRID_CLASSES = [bench_convert.LayerTime, bench_convert.PeakMemory, bench_convert.Traffic,
                 bench_convert.CudaMemory]
+
+#: The strategy axis, on every machine: asv keys each benchmark's results history by its
+#: parameter list, so a name may be added at the end of its group but never moved or dropped.
+STRATEGY_AXIS = ("legacy", "preallocated", "inplace", "batched", "strided_copy", "strided_inplace",
+                 "sglang", "trtllm", "flashinfer", "triton", "triton_inplace", "vllm",
+                 "sglang-installed")
 
 
 def test_every_registered_strategy_and_shape_is_benchmarked():
@@ -34,6 +42,27 @@ def test_every_registered_strategy_and_shape_is_benchmarked():
         assert list(shapes) == list(common.SHAPES), cls.__name__
         assert cls.param_names == ["shape", "strategy"]
         assert cls.version, cls.__name__
+
+
+def test_optional_strategies_are_the_records_that_need_something():
+    records = {**moe_convert.STRATEGIES, **UNAVAILABLE}
+    assert {name for name, record in records.items() if record.needs} == set(common.OPTIONAL_STRATEGIES)
+    assert set(records) == set(common.STRATEGY_AXIS)
+    assert common.STRATEGY_AXIS == STRATEGY_AXIS
+
+
+@pytest.mark.parametrize("installed", ["nothing optional", "everything"])
+def test_strategy_axis_is_the_same_whatever_is_installed(monkeypatch, installed):
+    # as if the optional strategies' packages (and a GPU) were missing, or all there
+    records = {**moe_convert.STRATEGIES, **UNAVAILABLE}
+    registered = {name: record for name, record in records.items()
+                  if installed == "everything" or not record.needs}
+    monkeypatch.setattr(moe_convert, "STRATEGIES", registered)
+    try:
+        assert importlib.reload(common).STRATEGY_AXIS == STRATEGY_AXIS
+    finally:
+        monkeypatch.undo()
+        importlib.reload(common)
 
 
 def test_every_benchmarked_shape_is_a_catalog_shape_the_kernel_runs():
