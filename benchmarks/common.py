@@ -17,6 +17,8 @@ in the results, so a cpu-profile figure can never pass for a full one.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import TypeVar
 
 import moe_convert
 from moe_bench.profiles import detect_device, profile_from_env
@@ -35,7 +37,11 @@ __all__ = [
     "skip",
     "require_strategy",
     "require_cuda",
+    "measure_grid",
+    "grid_cell",
 ]
+
+T = TypeVar("T")
 
 #: Model shapes benchmarked, ``model/tpN`` (see ``moe_convert.shapes.CATALOG``).
 SHAPES = (
@@ -116,3 +122,31 @@ def require_cuda() -> None:
     """Skip unless a CUDA device is available."""
     if device() != "cuda":
         skip("needs a CUDA device; none is available here")
+
+
+def measure_grid(measure: Callable[[str, str], T]) -> dict[tuple[str, str], T | str]:
+    """``measure(shape, strategy)`` of every ``SHAPES`` x ``STRATEGY_AXIS`` cell whose strategy
+    is registered here, one after another: what a grid benchmark's ``setup_cache`` returns (asv
+    hands it to every cell's process). A cell whose call raises gets its error's text instead,
+    so it fails its own figures (``grid_cell``) and not the grid's.
+    """
+    results: dict[tuple[str, str], T | str] = {}
+    for shape in SHAPES:
+        for strategy in STRATEGY_AXIS:
+            if strategy not in moe_convert.STRATEGIES:
+                continue
+            try:
+                results[shape, strategy] = measure(shape, strategy)
+            except Exception as error:  # noqa: BLE001 (reported by the cell's own setup)
+                results[shape, strategy] = f"{type(error).__name__}: {error}"
+    return results
+
+
+def grid_cell(results: dict[tuple[str, str], T | str], shape: str, strategy: str) -> T:
+    """The cell's result from ``measure_grid``'s: skips a strategy not registered here (n/a);
+    raises ``RuntimeError`` with the error's text where its measurement raised."""
+    require_strategy(strategy)
+    measured = results[shape, strategy]
+    if isinstance(measured, str):
+        raise RuntimeError(f"{shape} {strategy} failed: {measured}")
+    return measured

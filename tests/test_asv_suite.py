@@ -17,14 +17,16 @@ from asv.util import load_json
 import moe_convert
 from moe_bench.results import load_results
 from moe_convert.registry import UNAVAILABLE
+from moe_convert.replay import replay_load
+from moe_convert.traffic import strategy_traffic
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
-from benchmarks import bench_convert, common  # noqa: E402
+from benchmarks import bench_allocator, bench_convert, common  # noqa: E402
 
 GRID_CLASSES = [bench_convert.LayerTime, bench_convert.PeakMemory, bench_convert.Traffic,
-                bench_convert.CudaMemory]
+                bench_convert.CudaMemory, bench_allocator.SleepModeReplay]
 
 #: The strategy axis, on every machine: asv keys each benchmark's results history by its
 #: parameter list, so a name may be added at the end of its group but never moved or dropped.
@@ -99,6 +101,46 @@ def test_layer_time_derives_every_time_figure_from_one_measurement(monkeypatch):
                         "qwen3-30b-a3b/tp2", "strided_copy")
     finally:
         common.profile.cache_clear()
+
+
+def _grid_cache(monkeypatch, bench, label: str, strategies: tuple[str, ...]) -> dict:
+    """``bench.setup_cache()`` over ``label`` x ``strategies`` and an unregistered name: only the
+    registered cells are measured, the other is n/a, and a cell whose measurement raised fails."""
+    monkeypatch.setattr(common, "SHAPES", (label,))
+    monkeypatch.setattr(common, "STRATEGY_AXIS", (*strategies, "no-such-strategy"))
+    cache = bench.setup_cache()
+    assert set(cache) == {(label, strategy) for strategy in strategies}
+    with pytest.raises(NotImplementedError):
+        bench.setup(cache, label, "no-such-strategy")
+    with pytest.raises(RuntimeError, match="boom"):
+        bench.setup({(label, strategies[0]): "RuntimeError: boom"}, label, strategies[0])
+    return cache
+
+
+def test_sleep_mode_replay_reads_both_figures_from_one_replay_per_cell(monkeypatch):
+    # each cell's figures are those of replay_load called as the benchmark always called it
+    label, bench = "qwen3-30b-a3b/tp2", bench_allocator.SleepModeReplay()
+    loads = _grid_cache(monkeypatch, bench, label, ("inplace", "strided_inplace"))
+    for strategy in ("inplace", "strided_inplace"):
+        want = replay_load(common.full_shape(label), strategy, max_split_size_mb=20, pool="sleep",
+                           device_bytes=None)
+        bench.setup(loads, label, strategy)
+        assert bench.track_peak_reserved_bytes(loads, label, strategy) == want.peak_reserved_bytes
+        assert (bench.track_reserved_growth_per_layer_bytes(loads, label, strategy)
+                == want.reserved_growth_per_layer_bytes)
+
+
+def test_traffic_reads_its_three_figures_from_one_count_per_cell(monkeypatch):
+    label, bench = "qwen3-30b-a3b/tp2", bench_convert.Traffic()
+    counts = _grid_cache(monkeypatch, bench, label, ("strided_copy", "legacy"))
+    full = common.full_shape(label)
+    for strategy in ("strided_copy", "legacy"):
+        want = strategy_traffic(full, strategy)
+        bench.setup(counts, label, strategy)
+        assert bench.track_traffic_bytes(counts, label, strategy) == want.traffic_bytes
+        assert bench.track_launches(counts, label, strategy) == want.launches
+        assert bench.track_traffic_ratio(counts, label, strategy) == want.traffic_bytes / (2 * full.layer_bytes)
+        assert counts[label, strategy].ops == ()  # totals only: every cell's process loads them
 
 
 def test_cpu_profile_keeps_expert_geometry(monkeypatch):
