@@ -8,9 +8,10 @@ strategy (``LayerTime``); memory figures are full size, on ``meta``.
 
 from __future__ import annotations
 
-import moe_convert
+import dataclasses
+
 from moe_convert.memory import strategy_cuda_memory, strategy_memory
-from moe_convert.traffic import strategy_traffic
+from moe_convert.traffic import TrafficMeasurement, strategy_traffic
 # the module, not its functions: asv would take a module-level ``time_layer`` for a benchmark
 from moe_convert import timing
 
@@ -48,6 +49,12 @@ class PeakMemory(_ShapeStrategy):
         return strategy_memory(common.full_shape(shape), strategy, device="meta").peak_bytes
 
 
+def _count_traffic(shape: str, strategy: str) -> TrafficMeasurement:
+    """``traffic.strategy_traffic`` of the full-size ``shape`` on ``meta``, its totals only: the
+    per-op list is no figure, and every cell's process loads the cache it goes into."""
+    return dataclasses.replace(strategy_traffic(common.full_shape(shape), strategy), ops=())
+
+
 class Traffic(_ShapeStrategy):
     """Exact work of one full-size layer, counted at dispatch level on ``meta``: no noise at all.
 
@@ -56,26 +63,37 @@ class Traffic(_ShapeStrategy):
     by ``moe_convert.traffic``'s counting rule. Each strategy's record states its formulas.
     Deterministic on every machine: the PR gate compares them exactly, so an extra copy, a
     per-expert loop or a lost fusion fails it whatever the machine's load.
+
+    The whole grid is counted once per asv run, in ``setup_cache`` (as ``LayerTime``), and the
+    three figures of a cell read that one count.
     """
 
+    # 1: counted once in setup_cache instead of once per method's process: the same
+    # strategy_traffic calls, so the same values.
     version = "1"
 
-    def setup(self, shape: str, strategy: str) -> None:
-        super().setup(shape, strategy)
-        self.full = common.full_shape(shape)
-        self.measured = strategy_traffic(self.full, strategy)
+    def setup_cache(self) -> dict[tuple[str, str], TrafficMeasurement | str]:
+        return common.measure_grid(_count_traffic)
 
-    def track_traffic_bytes(self, shape: str, strategy: str) -> int:
+    # The whole grid in one process: 54 cells took about 6 s on the shared 2-core machine, where
+    # each cell in a process of its own took 1.1 s on average (cold caches), three times over.
+    setup_cache.timeout = 300.0
+
+    def setup(self, counts: dict, shape: str, strategy: str) -> None:
+        self.measured = common.grid_cell(counts, shape, strategy)
+        self.full = common.full_shape(shape)
+
+    def track_traffic_bytes(self, counts: dict, shape: str, strategy: str) -> int:
         return self.measured.traffic_bytes
 
     track_traffic_bytes.unit = "bytes"
 
-    def track_launches(self, shape: str, strategy: str) -> int:
+    def track_launches(self, counts: dict, shape: str, strategy: str) -> int:
         return self.measured.launches
 
     track_launches.unit = "launches"
 
-    def track_traffic_ratio(self, shape: str, strategy: str) -> float:
+    def track_traffic_ratio(self, counts: dict, shape: str, strategy: str) -> float:
         return self.measured.traffic_bytes / (2 * self.full.layer_bytes)
 
     track_traffic_ratio.unit = "ratio"
@@ -110,26 +128,19 @@ class CudaMemory(_ShapeStrategy):
 
 
 def _time_grid() -> dict[tuple[str, str], timing.LayerTiming | str]:
-    """``timing.time_layer`` of every shape x registered strategy of the grid, one after another.
+    """``timing.time_layer`` of every cell of the grid (``common.measure_grid``).
 
     On ``common.device()`` with ``common.CPU_THREADS`` threads, the profile's expert count, the
-    whole-model figure scaled to the model's experts. A strategy that raises gets its error's
-    text instead, so it fails its own figures and not the grid's.
+    whole-model figure scaled to the model's experts.
     """
     device = common.device()
-    timings: dict[tuple[str, str], timing.LayerTiming | str] = {}
-    for shape in common.SHAPES:
-        timed, full = common.timed_shape(shape), common.full_shape(shape)
-        for strategy in common.STRATEGY_AXIS:
-            if strategy not in moe_convert.STRATEGIES:
-                continue
-            try:
-                timings[shape, strategy] = timing.time_layer(
-                    timed, strategy, device=device, repeats=REPEATS, threads=common.CPU_THREADS,
-                    model_experts=full.experts)
-            except Exception as error:  # noqa: BLE001 (reported by the cell's own setup)
-                timings[shape, strategy] = f"{type(error).__name__}: {error}"
-    return timings
+
+    def measure(shape: str, strategy: str) -> timing.LayerTiming:
+        return timing.time_layer(
+            common.timed_shape(shape), strategy, device=device, repeats=REPEATS,
+            threads=common.CPU_THREADS, model_experts=common.full_shape(shape).experts)
+
+    return common.measure_grid(measure)
 
 
 class LayerTime(_ShapeStrategy):
@@ -161,11 +172,7 @@ class LayerTime(_ShapeStrategy):
     setup_cache.timeout = 900.0
 
     def setup(self, timings: dict, shape: str, strategy: str) -> None:
-        common.require_strategy(strategy)
-        measured = timings[shape, strategy]
-        if isinstance(measured, str):
-            raise RuntimeError(f"timing {shape} {strategy} failed: {measured}")
-        self.measured = measured
+        self.measured = common.grid_cell(timings, shape, strategy)
 
     def track_layer_seconds(self, timings: dict, shape: str, strategy: str) -> float:
         return self.measured.seconds

@@ -17,8 +17,8 @@ in the results, so a cpu-profile figure can never pass for a full one.
 from __future__ import annotations
 
 import functools
-
-import torch
+from collections.abc import Callable
+from typing import TypeVar
 
 import moe_convert
 from moe_bench.profiles import detect_device, profile_from_env
@@ -37,7 +37,11 @@ __all__ = [
     "skip",
     "require_strategy",
     "require_cuda",
+    "measure_grid",
+    "grid_cell",
 ]
+
+T = TypeVar("T")
 
 #: Model shapes benchmarked, ``model/tpN`` (see ``moe_convert.shapes.CATALOG``).
 SHAPES = (
@@ -49,20 +53,24 @@ SHAPES = (
     "deepseek-v2-lite/tp1",
 )
 
-#: Strategies registered only where they can run: ``flashinfer`` where its package is installed,
-#: ``triton`` and ``triton_inplace`` where Triton is and a GPU (or its interpreter) is there, the
-#: installed engines' adapters (``moe_convert.engines``) where the engines are. They are always
-#: on the axis (n/a where absent), so a benchmark's parameter list, and with it the keys of its
-#: results history, is the same on every machine: a machine without FlashInfer shows
+#: Strategies registered only where they can run: the registry's records with a non-empty
+#: ``needs`` (``flashinfer`` where its package is installed, ``triton`` and ``triton_inplace`` where
+#: Triton is and a GPU (or its interpreter) is there, the installed engines' adapters). They are
+#: always on the axis (n/a where absent), so a benchmark's parameter list, and with it the keys of
+#: its results history, is the same on every machine: a machine without FlashInfer shows
 #: ``flashinfer`` as n/a instead of silently changing the parameter grid that the nightly history
-#: is keyed by.
+#: is keyed by. Written out, in registration order, because the order cannot be read back from
+#: the records: the registry files each record in ``STRATEGIES`` or ``UNAVAILABLE`` as it
+#: registers, so where some are installed and others not (an SGLang box without vLLM) the two
+#: dicts no longer tell which came first. tests/test_asv_suite.py checks that these are exactly
+#: the records with ``needs``, registered here or not.
 OPTIONAL_STRATEGIES = ("flashinfer", "triton", "triton_inplace", "vllm", "sglang-installed")
 
-#: Every strategy, in registry order, then the optional ones (registered here or not), so the
-#: order too is the same on every machine.
-STRATEGY_AXIS = tuple(name for name in moe_convert.STRATEGIES if name not in OPTIONAL_STRATEGIES) + (
-    OPTIONAL_STRATEGIES
-)
+#: Every strategy that needs nothing more (registered everywhere), in registry order, then the
+#: optional ones (registered here or not), so the order too is the same on every machine.
+STRATEGY_AXIS = tuple(
+    name for name, record in moe_convert.STRATEGIES.items() if not record.needs
+) + OPTIONAL_STRATEGIES
 
 #: CPU threads of every timed call. One: with two threads, a busy neighbour on one of a 2-core
 #: machine's cores stalls every parallel region (8 experts of qwen3-235b-a22b/tp4, strided_copy:
@@ -81,11 +89,9 @@ def skip(reason: str) -> None:
 
 @functools.cache
 def device() -> str:
-    """``cuda`` where a CUDA device is available, else ``cpu`` (then ``CPU_THREADS`` threads)."""
-    name = detect_device()
-    if name == "cpu":
-        torch.set_num_threads(CPU_THREADS)
-    return name
+    """``cuda`` where a CUDA device is available, else ``cpu``. Sets nothing: what times CPU
+    calls sets ``CPU_THREADS`` threads itself (``moe_convert.timing``'s ``threads=``)."""
+    return detect_device()
 
 
 @functools.cache
@@ -116,3 +122,31 @@ def require_cuda() -> None:
     """Skip unless a CUDA device is available."""
     if device() != "cuda":
         skip("needs a CUDA device; none is available here")
+
+
+def measure_grid(measure: Callable[[str, str], T]) -> dict[tuple[str, str], T | str]:
+    """``measure(shape, strategy)`` of every ``SHAPES`` x ``STRATEGY_AXIS`` cell whose strategy
+    is registered here, one after another: what a grid benchmark's ``setup_cache`` returns (asv
+    hands it to every cell's process). A cell whose call raises gets its error's text instead,
+    so it fails its own figures (``grid_cell``) and not the grid's.
+    """
+    results: dict[tuple[str, str], T | str] = {}
+    for shape in SHAPES:
+        for strategy in STRATEGY_AXIS:
+            if strategy not in moe_convert.STRATEGIES:
+                continue
+            try:
+                results[shape, strategy] = measure(shape, strategy)
+            except Exception as error:  # noqa: BLE001 (reported by the cell's own setup)
+                results[shape, strategy] = f"{type(error).__name__}: {error}"
+    return results
+
+
+def grid_cell(results: dict[tuple[str, str], T | str], shape: str, strategy: str) -> T:
+    """The cell's result from ``measure_grid``'s: skips a strategy not registered here (n/a);
+    raises ``RuntimeError`` with the error's text where its measurement raised."""
+    require_strategy(strategy)
+    measured = results[shape, strategy]
+    if isinstance(measured, str):
+        raise RuntimeError(f"{shape} {strategy} failed: {measured}")
+    return measured

@@ -30,6 +30,7 @@ that ``moe_bench.compare --paired`` reads. Exit 0 when no cell regressed or fail
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import io
 import json
@@ -209,9 +210,12 @@ def _selected(regex: re.Pattern | None, label: str, strategy: str) -> bool:
 
 def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -> dict:
     """Every selected cell of the suite's grid, paired; the JSON-ready result."""
-    device = torch.device(common.device())  # on CPU, it also sets common.CPU_THREADS
+    device = torch.device(common.device())
     noise_before = timing.calibration_copy(device=device, threads=common.CPU_THREADS).spread
-    with tempfile.TemporaryDirectory(prefix="moe-paired-") as folder:
+    # time_once sets no threads: the cells' calls (and their untimed restores) run with
+    # CPU_THREADS on CPU for the whole comparison.
+    threads = timing.cpu_threads(common.CPU_THREADS) if device.type == "cpu" else contextlib.nullcontext()
+    with threads, tempfile.TemporaryDirectory(prefix="moe-paired-") as folder:
         libs = {side: load_commit(commit, root, Path(folder), side)
                 for side, commit in (("base", base), ("head", head))}
         strategies = list(dict.fromkeys([*libs["head"].STRATEGIES, *libs["base"].STRATEGIES]))

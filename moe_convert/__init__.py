@@ -6,6 +6,7 @@ every strategy gives byte-identical output. ``shapes`` holds the model-shape cat
 """
 
 from . import flashinfer_strategy  # registers "flashinfer" where FlashInfer is installed
+from . import strategies  # registers "legacy" ... "trtllm", everywhere
 from . import triton_strategy  # registers "triton", "triton_inplace" where Triton can run
 from . import engines  # registers "vllm", "sglang-installed" where the engines are installed
 from .checks import check_weights

@@ -29,12 +29,11 @@ from typing import Any
 import torch
 
 from .formulas import Formula
-from .layout import swap_w13_to_w31
+from .layout import block_layout_view, swap_w13_to_w31
 from .reference import AVAILABLE as FLASHINFER_AVAILABLE
 from .inputs import random_weights
 from .reference import flashinfer_reference
 from .registry import STRATEGIES, convert, register
-from .strategies import _blocks_alias
 
 __all__ = ["CHECK_EXPERTS", "CHECK_HIDDEN", "CHECK_INTERMEDIATE", "ENGINES", "Engine", "EngineCheck",
            "check_engine"]
@@ -176,7 +175,7 @@ def _sglang(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
     layer.moe_runner_config = SimpleNamespace(is_gated=gated)
     for param_name, weight in (("w13_weight", w13), ("w2_weight", w2)):
         getattr(method, name)(layer, torch.nn.Parameter(weight, requires_grad=False), param_name)
-    return _blocks_alias(w13), _blocks_alias(w2)
+    return block_layout_view(w13), block_layout_view(w2)
 
 
 #: The small layer each engine is checked on, gated and not: E = 4, H = 256, I = 128.

@@ -33,6 +33,8 @@ __all__ = [
     "w2_row_index",
     "to_block_layout",
     "from_block_layout",
+    "block_layout_shape",
+    "block_layout_view",
     "block_layout_copies",
     "swap_w13_to_w31",
     "unconvert",
@@ -125,6 +127,27 @@ def from_block_layout(blocks_u8: torch.Tensor) -> torch.Tensor:
     """
     *lead, nblocks, rows, block = blocks_u8.shape
     return blocks_u8.transpose(-3, -2).reshape(*lead, rows, nblocks * block)
+
+
+def block_layout_shape(weight: torch.Tensor) -> tuple[int, int, int, int]:
+    """The uint8 block-layout shape ``(E, nb, M, 128)`` of ``weight`` bf16 ``[E, M, cols]``.
+
+    ``nb = 2 cols / 128`` (a row of ``cols`` bf16 is ``Kb = 2 cols`` bytes): the shape of the
+    ``uint8`` output (or scratch) a strategy writes the converted weight into. A shape, no tensor.
+    """
+    experts, rows, cols = weight.shape
+    return (experts, 2 * cols // BLOCK_K, rows, BLOCK_K)
+
+
+def block_layout_view(weight: torch.Tensor) -> torch.Tensor:
+    """bf16 ``[E, nb, M, 64]`` view over the storage of ``weight`` bf16 ``[E, M, cols]``.
+
+    A view, never a copy (``data_ptr`` unchanged): what an in-place strategy returns once it has
+    written the block-layout bytes into the weight's own storage. It reinterprets the bytes; it
+    does not move them (``to_block_layout`` does). ``weight`` must be contiguous.
+    """
+    experts, rows, cols = weight.shape
+    return weight.view(experts, 2 * cols // BLOCK_K, rows, BLOCK_K // 2)
 
 
 def _shuffled_source(rows_u8: torch.Tensor, minor: int) -> torch.Tensor:

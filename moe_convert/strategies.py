@@ -24,18 +24,14 @@ from __future__ import annotations
 
 import torch
 
+from .allocator import K_MIN_LARGE_ALLOC
 from .formulas import Formula
-from .layout import (BLOCK_K, block_layout_copies, swap_w13_to_w31, to_block_layout, w13_row_index,
-                     w2_row_index)
+from .layout import (BLOCK_K, block_layout_copies, block_layout_shape, block_layout_view,
+                     swap_w13_to_w31, to_block_layout, w13_row_index, w2_row_index)
 from .registry import register
 
 __all__ = ["legacy", "preallocated", "inplace", "batched", "strided_copy", "strided_inplace",
            "sglang", "trtllm"]
-
-
-def _blocks_shape(weight: torch.Tensor) -> tuple[int, int, int, int]:
-    experts, rows, cols = weight.shape
-    return (experts, 2 * cols // BLOCK_K, rows, BLOCK_K)
 
 
 @register(
@@ -108,8 +104,8 @@ def preallocated(
     """
     experts, rows13, _ = w13.shape
     rows2 = w2.shape[1]
-    out13 = torch.empty(_blocks_shape(w13), dtype=torch.uint8, device=w13.device)
-    out2 = torch.empty(_blocks_shape(w2), dtype=torch.uint8, device=w2.device)
+    out13 = torch.empty(block_layout_shape(w13), dtype=torch.uint8, device=w13.device)
+    out2 = torch.empty(block_layout_shape(w2), dtype=torch.uint8, device=w2.device)
     for e in range(experts):
         index = w13_row_index(rows13, gated, w13.device, fold_swap=False)
         if gated:
@@ -118,12 +114,6 @@ def preallocated(
         index = w2_row_index(rows2, w2.device)
         _index_select_expert(out2[e], w2[e].view(torch.uint8), index)
     return out13.view(torch.bfloat16), out2.view(torch.bfloat16)
-
-
-def _blocks_alias(weight: torch.Tensor) -> torch.Tensor:
-    """bf16 ``[E, nb, M, 64]`` view over the storage of ``weight`` ``[E, M, cols]`` (no copy)."""
-    experts, rows, cols = weight.shape
-    return weight.view(experts, 2 * cols // BLOCK_K, rows, BLOCK_K // 2)
 
 
 @register(
@@ -152,12 +142,12 @@ def inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
         (w13, w13_row_index(rows13, gated, w13.device)),
         (w2, w2_row_index(rows2, w2.device)),
     ):
-        expert_scratch = scratch[: weight[0].nbytes].view(_blocks_shape(weight)[1:])
+        expert_scratch = scratch[: weight[0].nbytes].view(block_layout_shape(weight)[1:])
         for e in range(experts):
             expert_u8 = weight[e].view(torch.uint8)
             _index_select_expert(expert_scratch, expert_u8, index)
             expert_u8.view(-1).copy_(expert_scratch.view(-1))
-    return _blocks_alias(w13), _blocks_alias(w2)
+    return block_layout_view(w13), block_layout_view(w2)
 
 
 @register(
@@ -184,11 +174,11 @@ def batched(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
     ):
         experts, rows, cols = weight.shape
         blocks = weight.view(torch.uint8).view(experts, rows, 2 * cols // BLOCK_K, BLOCK_K)
-        scratch = torch.empty(_blocks_shape(weight), dtype=torch.uint8, device=weight.device)
+        scratch = torch.empty(block_layout_shape(weight), dtype=torch.uint8, device=weight.device)
         torch.index_select(blocks.permute(0, 2, 1, 3), 2, index, out=scratch)
         weight.view(torch.uint8).view(-1).copy_(scratch.view(-1))
         del scratch
-    return _blocks_alias(w13), _blocks_alias(w2)
+    return block_layout_view(w13), block_layout_view(w2)
 
 
 def _strided_copy_into(rows: torch.Tensor, blocks_u8: torch.Tensor, interleave: bool) -> None:
@@ -221,21 +211,19 @@ def strided_copy(
     Out of place: new outputs; the input is unchanged. Peak transient: the outputs, nothing
     else. Traffic: the out-of-place floor, in one launch per weight (two for a gated w13).
     """
-    out13 = torch.empty(_blocks_shape(w13), dtype=torch.uint8, device=w13.device)
-    out2 = torch.empty(_blocks_shape(w2), dtype=torch.uint8, device=w2.device)
+    out13 = torch.empty(block_layout_shape(w13), dtype=torch.uint8, device=w13.device)
+    out2 = torch.empty(block_layout_shape(w2), dtype=torch.uint8, device=w2.device)
     _strided_copy_into(w13, out13, gated)
     _strided_copy_into(w2, out2, False)
     return out13.view(torch.bfloat16), out2.view(torch.bfloat16)
 
 
-# The CUDA caching allocator gives every request of 1-10 MiB (kMinLargeAlloc) a slice of a shared
+# Scratch sizes: the CUDA caching allocator gives every request of 1-10 MiB a slice of a shared
 # 20 MiB segment; once free, that segment is "oversize" under vLLM's max_split_size_mb=20 and
 # never serves a smaller request again, so a per-layer 6 MiB scratch strands 20 MiB per layer in
-# sleep mode (see moe_convert.replay). A request of >= 10 MiB gets its own segment, rounded to
-# 2 MiB, which the next layer's scratch of the same size reuses, and it reserves less than 20 MiB.
-_MIN_OWN_SEGMENT_BYTES = 10 * 2**20
-
-
+# sleep mode (see moe_convert.replay). A request of >= 10 MiB (allocator.K_MIN_LARGE_ALLOC) gets
+# its own segment, rounded to 2 MiB, which the next layer's scratch of the same size reuses, and
+# it reserves less than 20 MiB.
 @register(
     "strided_inplace", inplace=True, origin="ours",
     peak=Formula("max(S13, S2, 10 MiB)"),
@@ -262,7 +250,7 @@ def strided_inplace(
     the scratch and one back per half of a gated w13 (one when not gated), then the same for w2.
     """
     expert_bytes = max(w13[0].nbytes, w2[0].nbytes)
-    scratch = torch.empty(max(expert_bytes, _MIN_OWN_SEGMENT_BYTES), dtype=torch.uint8, device=w13.device)
+    scratch = torch.empty(max(expert_bytes, K_MIN_LARGE_ALLOC), dtype=torch.uint8, device=w13.device)
     for weight, interleave in ((w13, gated), (w2, False)):
         _, rows, cols = weight.shape
         expert_scratch = scratch[: weight[0].nbytes]
@@ -270,8 +258,8 @@ def strided_inplace(
         for expert in weight:
             expert_u8 = expert.view(torch.uint8)
             expert_scratch.copy_(expert_u8.view(-1))
-            _strided_copy_into(scratch_rows, expert_u8.view(_blocks_shape(weight)[1:]), interleave)
-    return _blocks_alias(w13), _blocks_alias(w2)
+            _strided_copy_into(scratch_rows, expert_u8.view(block_layout_shape(weight)[1:]), interleave)
+    return block_layout_view(w13), block_layout_view(w2)
 
 
 # The engines' own converters, transcribed (the installed ones: ``moe_convert.engines``).
@@ -327,7 +315,7 @@ def sglang(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tens
         (w2, w2_row_index(w2.shape[1], w2.device)),
     ):
         _sglang_block_layout(weight, index)
-    return _blocks_alias(w13), _blocks_alias(w2)
+    return block_layout_view(w13), block_layout_view(w2)
 
 
 def _trtllm_prepare_expert(expert: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -27,10 +27,10 @@ import os
 
 import torch
 
+from .allocator import K_MIN_LARGE_ALLOC
 from .formulas import Formula
-from .layout import BLOCK_K
+from .layout import BLOCK_K, block_layout_shape, block_layout_view
 from .registry import register
-from .strategies import _blocks_alias, _blocks_shape, _MIN_OWN_SEGMENT_BYTES
 
 __all__ = ["AVAILABLE", "UNAVAILABLE_REASON"]
 
@@ -166,8 +166,8 @@ def triton_copy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch
     Out of place: new outputs; the input is unchanged. Peak transient: the outputs, nothing
     else. Traffic: the out-of-place floor, in one launch per weight.
     """
-    out13 = torch.empty(_blocks_shape(w13), dtype=torch.uint8, device=w13.device)
-    out2 = torch.empty(_blocks_shape(w2), dtype=torch.uint8, device=w2.device)
+    out13 = torch.empty(block_layout_shape(w13), dtype=torch.uint8, device=w13.device)
+    out2 = torch.empty(block_layout_shape(w2), dtype=torch.uint8, device=w2.device)
     triton_block_layout(w13, gated, out=out13)
     triton_block_layout(w2, False, out=out2)
     return out13.view(torch.bfloat16), out2.view(torch.bfloat16)
@@ -176,7 +176,7 @@ def triton_copy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch
 #: In-place scratch: a few experts at once, small enough to stay in a GPU's L2 cache (50 MiB on
 #: H100/H200, 126 MiB on B200) between the copy into it and the kernel reading it back, and at
 #: least 10 MiB so that the caching allocator gives it a segment of its own (see strategies).
-_SCRATCH_BYTES = max(16 * 2**20, _MIN_OWN_SEGMENT_BYTES)
+_SCRATCH_BYTES = max(16 * 2**20, K_MIN_LARGE_ALLOC)
 
 
 @register(
@@ -204,9 +204,9 @@ def triton_inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[to
         group = max(1, _SCRATCH_BYTES // weight[0].nbytes)
         # every view made up front: on a GPU the loop is bound by the host's time per launch
         staged = scratch[: group * weight[0].nbytes].view(weight.dtype).view(group, *weight.shape[1:])
-        blocks = weight.view(torch.uint8).view(_blocks_shape(weight))
+        blocks = weight.view(torch.uint8).view(block_layout_shape(weight))
         for experts, out in zip(weight.split(group), blocks.split(group)):
             stage = staged[: len(experts)]
             stage.copy_(experts)
             triton_block_layout(stage, interleave, out=out)
-    return _blocks_alias(w13), _blocks_alias(w2)
+    return block_layout_view(w13), block_layout_view(w2)

@@ -4,6 +4,7 @@ small subset (existing environment, so no asv environment is built) read back wi
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -15,14 +16,23 @@ from asv.util import load_json
 
 import moe_convert
 from moe_bench.results import load_results
+from moe_convert.registry import UNAVAILABLE
+from moe_convert.replay import replay_load
+from moe_convert.traffic import strategy_traffic
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
-from benchmarks import bench_convert, common  # noqa: E402
+from benchmarks import bench_allocator, bench_convert, common  # noqa: E402
 
 GRID_CLASSES = [bench_convert.LayerTime, bench_convert.PeakMemory, bench_convert.Traffic,
-                bench_convert.CudaMemory]
+                bench_convert.CudaMemory, bench_allocator.SleepModeReplay]
+
+#: The strategy axis, on every machine: asv keys each benchmark's results history by its
+#: parameter list, so a name may be added at the end of its group but never moved or dropped.
+STRATEGY_AXIS = ("legacy", "preallocated", "inplace", "batched", "strided_copy", "strided_inplace",
+                 "sglang", "trtllm", "flashinfer", "triton", "triton_inplace", "vllm",
+                 "sglang-installed")
 
 
 def test_every_registered_strategy_and_shape_is_benchmarked():
@@ -34,6 +44,27 @@ def test_every_registered_strategy_and_shape_is_benchmarked():
         assert list(shapes) == list(common.SHAPES), cls.__name__
         assert cls.param_names == ["shape", "strategy"]
         assert cls.version, cls.__name__
+
+
+def test_optional_strategies_are_the_records_that_need_something():
+    records = {**moe_convert.STRATEGIES, **UNAVAILABLE}
+    assert {name for name, record in records.items() if record.needs} == set(common.OPTIONAL_STRATEGIES)
+    assert set(records) == set(common.STRATEGY_AXIS)
+    assert common.STRATEGY_AXIS == STRATEGY_AXIS
+
+
+@pytest.mark.parametrize("installed", ["nothing optional", "everything"])
+def test_strategy_axis_is_the_same_whatever_is_installed(monkeypatch, installed):
+    # as if the optional strategies' packages (and a GPU) were missing, or all there
+    records = {**moe_convert.STRATEGIES, **UNAVAILABLE}
+    registered = {name: record for name, record in records.items()
+                  if installed == "everything" or not record.needs}
+    monkeypatch.setattr(moe_convert, "STRATEGIES", registered)
+    try:
+        assert importlib.reload(common).STRATEGY_AXIS == STRATEGY_AXIS
+    finally:
+        monkeypatch.undo()
+        importlib.reload(common)
 
 
 def test_every_benchmarked_shape_is_a_catalog_shape_the_kernel_runs():
@@ -70,6 +101,46 @@ def test_layer_time_derives_every_time_figure_from_one_measurement(monkeypatch):
                         "qwen3-30b-a3b/tp2", "strided_copy")
     finally:
         common.profile.cache_clear()
+
+
+def _grid_cache(monkeypatch, bench, label: str, strategies: tuple[str, ...]) -> dict:
+    """``bench.setup_cache()`` over ``label`` x ``strategies`` and an unregistered name: only the
+    registered cells are measured, the other is n/a, and a cell whose measurement raised fails."""
+    monkeypatch.setattr(common, "SHAPES", (label,))
+    monkeypatch.setattr(common, "STRATEGY_AXIS", (*strategies, "no-such-strategy"))
+    cache = bench.setup_cache()
+    assert set(cache) == {(label, strategy) for strategy in strategies}
+    with pytest.raises(NotImplementedError):
+        bench.setup(cache, label, "no-such-strategy")
+    with pytest.raises(RuntimeError, match="boom"):
+        bench.setup({(label, strategies[0]): "RuntimeError: boom"}, label, strategies[0])
+    return cache
+
+
+def test_sleep_mode_replay_reads_both_figures_from_one_replay_per_cell(monkeypatch):
+    # each cell's figures are those of replay_load called as the benchmark always called it
+    label, bench = "qwen3-30b-a3b/tp2", bench_allocator.SleepModeReplay()
+    loads = _grid_cache(monkeypatch, bench, label, ("inplace", "strided_inplace"))
+    for strategy in ("inplace", "strided_inplace"):
+        want = replay_load(common.full_shape(label), strategy, max_split_size_mb=20, pool="sleep",
+                           device_bytes=None)
+        bench.setup(loads, label, strategy)
+        assert bench.track_peak_reserved_bytes(loads, label, strategy) == want.peak_reserved_bytes
+        assert (bench.track_reserved_growth_per_layer_bytes(loads, label, strategy)
+                == want.reserved_growth_per_layer_bytes)
+
+
+def test_traffic_reads_its_three_figures_from_one_count_per_cell(monkeypatch):
+    label, bench = "qwen3-30b-a3b/tp2", bench_convert.Traffic()
+    counts = _grid_cache(monkeypatch, bench, label, ("strided_copy", "legacy"))
+    full = common.full_shape(label)
+    for strategy in ("strided_copy", "legacy"):
+        want = strategy_traffic(full, strategy)
+        bench.setup(counts, label, strategy)
+        assert bench.track_traffic_bytes(counts, label, strategy) == want.traffic_bytes
+        assert bench.track_launches(counts, label, strategy) == want.launches
+        assert bench.track_traffic_ratio(counts, label, strategy) == want.traffic_bytes / (2 * full.layer_bytes)
+        assert counts[label, strategy].ops == ()  # totals only: every cell's process loads them
 
 
 def test_cpu_profile_keeps_expert_geometry(monkeypatch):

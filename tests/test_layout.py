@@ -10,6 +10,8 @@ from conftest import requires_flashinfer
 from moe_convert import STRATEGIES, convert, unconvert
 from moe_convert.layout import (
     block_layout_copies,
+    block_layout_shape,
+    block_layout_view,
     from_block_layout,
     gated_interleave_index,
     shuffle_row_index,
@@ -154,6 +156,16 @@ def test_block_layout_shape_and_inverse(row_bytes):
     restored = from_block_layout(blocks)
     assert restored.shape == weight.shape and restored.is_contiguous()
     assert torch.equal(restored, weight)
+
+
+def test_block_layout_shape_and_view_of_a_bf16_weight():
+    # w2 of 2 experts, H = 64 rows, I = 192 bf16 columns: 384 bytes a row, 3 K blocks
+    weight = rows_bytes(64, 384, experts=2).view(torch.bfloat16)
+    assert block_layout_shape(weight) == (2, 3, 64, 128) == to_block_layout(weight.view(torch.uint8)).shape
+    view = block_layout_view(weight)
+    assert view.shape == (2, 3, 64, 64) and view.dtype == torch.bfloat16
+    assert view.data_ptr() == weight.data_ptr()  # a view of the same bytes, no copy
+    assert torch.equal(view.reshape(weight.shape).view(torch.uint8), weight.view(torch.uint8))
 
 
 def test_block_layout_copies_only_when_there_are_several_k_blocks():
