@@ -27,8 +27,13 @@ def _replay_grid() -> dict[tuple[str, str], SleepModeLoad | str]:
     at ``MAX_SPLIT_MB``, an unbounded device, the full-size shape."""
 
     def measure(shape: str, strategy: str) -> SleepModeLoad:
-        return replay_load(common.full_shape(shape), strategy, max_split_size_mb=MAX_SPLIT_MB,
-                           pool="sleep", device_bytes=None)
+        return replay_load(
+            common.full_shape(shape),
+            strategy,
+            max_split_size_mb=MAX_SPLIT_MB,
+            pool="sleep",
+            device_bytes=None,
+        )
 
     return common.measure_grid(measure)
 

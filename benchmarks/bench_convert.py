@@ -12,6 +12,7 @@ import dataclasses
 
 from moe_convert.memory import strategy_cuda_memory, strategy_memory
 from moe_convert.traffic import TrafficMeasurement, strategy_traffic
+
 # the module, not its functions: asv would take a module-level ``time_layer`` for a benchmark
 from moe_convert import timing
 
@@ -137,8 +138,13 @@ def _time_grid() -> dict[tuple[str, str], timing.LayerTiming | str]:
 
     def measure(shape: str, strategy: str) -> timing.LayerTiming:
         return timing.time_layer(
-            common.timed_shape(shape), strategy, device=device, repeats=REPEATS,
-            threads=common.CPU_THREADS, model_experts=common.full_shape(shape).experts)
+            common.timed_shape(shape),
+            strategy,
+            device=device,
+            repeats=REPEATS,
+            threads=common.CPU_THREADS,
+            model_experts=common.full_shape(shape).experts,
+        )
 
     return common.measure_grid(measure)
 

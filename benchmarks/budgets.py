@@ -49,9 +49,11 @@ def stale_entries(document: dict) -> list[str]:
             continue
         want = derived_limit(entry)
         for direction in (d for d in _DIRECTIONS if d in entry and entry[d] != want):
-            stale.append(f"budget #{i} ({entry['shape']} {entry.get('strategy') or ''}, "
-                         f"{entry['formula']}): {direction} is {entry[direction]}, "
-                         f"the formula gives {want}")
+            stale.append(
+                f"budget #{i} ({entry['shape']} {entry.get('strategy') or ''}, "
+                f"{entry['formula']}): {direction} is {entry[direction]}, "
+                f"the formula gives {want}"
+            )
     return stale
 
 
@@ -67,10 +69,14 @@ def update(document: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.budgets", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--budgets", default="budgets.json",
-                        help="budgets file (default budgets.json)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.budgets",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--budgets", default="budgets.json", help="budgets file (default budgets.json)"
+    )
     parser.add_argument("--write", action="store_true", help="rewrite the derived limits")
     args = parser.parse_args(argv)
     path = Path(args.budgets)

@@ -68,9 +68,10 @@ OPTIONAL_STRATEGIES = ("flashinfer", "triton", "triton_inplace", "vllm", "sglang
 
 #: Every strategy that needs nothing more (registered everywhere), in registry order, then the
 #: optional ones (registered here or not), so the order too is the same on every machine.
-STRATEGY_AXIS = tuple(
-    name for name, record in moe_convert.STRATEGIES.items() if not record.needs
-) + OPTIONAL_STRATEGIES
+STRATEGY_AXIS = (
+    tuple(name for name, record in moe_convert.STRATEGIES.items() if not record.needs)
+    + OPTIONAL_STRATEGIES
+)
 
 #: CPU threads of every timed call. One: with two threads, a busy neighbour on one of a 2-core
 #: machine's cores stalls every parallel region (8 experts of qwen3-235b-a22b/tp4, strided_copy:
@@ -114,8 +115,10 @@ def timed_shape(label: str) -> LayerShape:
 def require_strategy(name: str) -> None:
     """Skip unless strategy ``name`` is registered here (optional ones need their package)."""
     if name not in moe_convert.STRATEGIES:
-        skip(f"strategy {name!r} is not registered here (its package is not installed, or it "
-             "needs a GPU)")
+        skip(
+            f"strategy {name!r} is not registered here (its package is not installed, or it "
+            "needs a GPU)"
+        )
 
 
 def require_cuda() -> None:

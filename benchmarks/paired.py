@@ -47,6 +47,7 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+
 # the modules, not their functions: asv would take a module-level ``time_once`` for a benchmark
 from moe_convert import inputs, timing
 
@@ -98,14 +99,19 @@ def load_commit(commit: str, root: Path, into: Path, side: str) -> ModuleType:
     one commit, live side by side with separate registries and caches.
     """
     tree = into / side
-    archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", commit, "moe_convert"],
-                             capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", "--format=tar", commit, "moe_convert"],
+        capture_output=True,
+        check=True,
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(tree, filter="data")
     name = f"moe_convert_{side}"
     spec = importlib.util.spec_from_file_location(
-        name, tree / "moe_convert" / "__init__.py",
-        submodule_search_locations=[str(tree / "moe_convert")])
+        name,
+        tree / "moe_convert" / "__init__.py",
+        submodule_search_locations=[str(tree / "moe_convert")],
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -123,8 +129,14 @@ def _interval(log_ratios: list[float]) -> tuple[float, float, float]:
     median = float(np.median(data))
     if np.ptp(data) == 0:  # identical samples: bootstrap has nothing to resample
         return math.exp(median), math.exp(median), math.exp(median)
-    interval = stats.bootstrap((data,), np.median, confidence_level=CONFIDENCE,
-                               method="percentile", n_resamples=2000, random_state=0).confidence_interval
+    interval = stats.bootstrap(
+        (data,),
+        np.median,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        n_resamples=2000,
+        random_state=0,
+    ).confidence_interval
     return math.exp(median), math.exp(interval.low), math.exp(interval.high)
 
 
@@ -144,8 +156,9 @@ def _in_place(lib: ModuleType, strategy: str) -> bool:
     return lib.STRATEGIES[strategy].inplace
 
 
-def measure_cell(libs: dict[str, ModuleType], label: str, strategy: str,
-                 device: torch.device, seed: int = 0) -> Cell:
+def measure_cell(
+    libs: dict[str, ModuleType], label: str, strategy: str, device: torch.device, seed: int = 0
+) -> Cell:
     """Alternate base and head calls of ``strategy`` on one shape's inputs; the paired verdict."""
     missing = [side for side, lib in libs.items() if strategy not in lib.STRATEGIES]
     if missing:
@@ -199,13 +212,23 @@ def measure_cell(libs: dict[str, ModuleType], label: str, strategy: str,
             decided = low > THRESHOLD or high < THRESHOLD
             if decided or out_of_budget:
                 break
-    return Cell(label, strategy, verdict, ratio, low, high, len(log_ratios),
-                statistics.median(samples["base"]), statistics.median(samples["head"]))
+    return Cell(
+        label,
+        strategy,
+        verdict,
+        ratio,
+        low,
+        high,
+        len(log_ratios),
+        statistics.median(samples["base"]),
+        statistics.median(samples["head"]),
+    )
 
 
 def _selected(regex: re.Pattern | None, label: str, strategy: str) -> bool:
-    return regex is None or any(regex.search(f"{name}('{label}', '{strategy}')")
-                                for name in JUDGED_BENCHMARKS)
+    return regex is None or any(
+        regex.search(f"{name}('{label}', '{strategy}')") for name in JUDGED_BENCHMARKS
+    )
 
 
 def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -> dict:
@@ -214,43 +237,79 @@ def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -
     noise_before = timing.calibration_copy(device=device, threads=common.CPU_THREADS).spread
     # time_once sets no threads: the cells' calls (and their untimed restores) run with
     # CPU_THREADS on CPU for the whole comparison.
-    threads = timing.cpu_threads(common.CPU_THREADS) if device.type == "cpu" else contextlib.nullcontext()
+    threads = (
+        timing.cpu_threads(common.CPU_THREADS) if device.type == "cpu" else contextlib.nullcontext()
+    )
     with threads, tempfile.TemporaryDirectory(prefix="moe-paired-") as folder:
-        libs = {side: load_commit(commit, root, Path(folder), side)
-                for side, commit in (("base", base), ("head", head))}
+        libs = {
+            side: load_commit(commit, root, Path(folder), side)
+            for side, commit in (("base", base), ("head", head))
+        }
         strategies = list(dict.fromkeys([*libs["head"].STRATEGIES, *libs["base"].STRATEGIES]))
-        cells = [(label, strategy) for label in common.SHAPES for strategy in strategies
-                 if _selected(regex, label, strategy)]
+        cells = [
+            (label, strategy)
+            for label in common.SHAPES
+            for strategy in strategies
+            if _selected(regex, label, strategy)
+        ]
         rows = []
         for i, (label, strategy) in enumerate(cells, 1):
             cell = measure_cell(libs, label, strategy, device)
             rows.append(asdict(cell))
-            print(f"[paired {i}/{len(cells)}] {label} {strategy}: {cell.verdict} "
-                  + (f"{cell.ratio:.3f} [{cell.ci_low:.3f}, {cell.ci_high:.3f}] n={cell.n_pairs}"
-                     if cell.ratio is not None else cell.error), file=sys.stderr, flush=True)
+            print(
+                f"[paired {i}/{len(cells)}] {label} {strategy}: {cell.verdict} "
+                + (
+                    f"{cell.ratio:.3f} [{cell.ci_low:.3f}, {cell.ci_high:.3f}] n={cell.n_pairs}"
+                    if cell.ratio is not None
+                    else cell.error
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
     # The machine's noise around the run (slowest / fastest of 15 calibration copies).
-    noise = {"copy_spread_before": noise_before,
-             "copy_spread_after": timing.calibration_copy(device=device, threads=common.CPU_THREADS).spread}
-    return {"base": base, "head": head, "threshold": THRESHOLD, "confidence": CONFIDENCE,
-            "device": str(device), "profile": common.profile(),
-            "threads": common.CPU_THREADS if device.type == "cpu" else None, "noise": noise,
-            "rows": rows}
+    noise = {
+        "copy_spread_before": noise_before,
+        "copy_spread_after": timing.calibration_copy(
+            device=device, threads=common.CPU_THREADS
+        ).spread,
+    }
+    return {
+        "base": base,
+        "head": head,
+        "threshold": THRESHOLD,
+        "confidence": CONFIDENCE,
+        "device": str(device),
+        "profile": common.profile(),
+        "threads": common.CPU_THREADS if device.type == "cpu" else None,
+        "noise": noise,
+        "rows": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.paired", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.paired",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("base", help="base commit (hash, branch or tag)")
     parser.add_argument("head", help="head commit")
-    parser.add_argument("--bench", "-b", default=None,
-                        help="regex over the judged benchmarks' names with parameters, as asv's -b")
+    parser.add_argument(
+        "--bench",
+        "-b",
+        default=None,
+        help="regex over the judged benchmarks' names with parameters, as asv's -b",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the JSON result here")
     args = parser.parse_args(argv)
     root = Path(__file__).resolve().parent.parent
     commits = []
     for given in (args.base, args.head):
-        found = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "-q", f"{given}^{{commit}}"],
-                               capture_output=True, text=True)
+        found = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--verify", "-q", f"{given}^{{commit}}"],
+            capture_output=True,
+            text=True,
+        )
         if found.returncode != 0:
             parser.error(f"{given!r} is not a commit of {root}")
         commits.append(found.stdout.strip())

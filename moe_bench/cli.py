@@ -43,14 +43,16 @@ def _machine_name(text: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text):
         raise argparse.ArgumentTypeError(
             f"{text!r}: a machine name is a folder name of letters, digits, '.', '_' and '-', "
-            "not starting with '.', '_' or '-' (e.g. h200, cpu-2core-xeon)")
+            "not starting with '.', '_' or '-' (e.g. h200, cpu-2core-xeon)"
+        )
     return text
 
 
 def _port(text: str) -> int:
     if not text.isdigit() or int(text) > 65535:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a TCP port: give 0 (a free one) to 65535")
+            f"{text!r} is not a TCP port: give 0 (a free one) to 65535"
+        )
     return int(text)
 
 
@@ -117,8 +119,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_gate(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from .gate import (ERRORS, BudgetError, check_budgets, failed_benchmarks, load_budgets,
-                       verdict_table)
+    from .gate import (
+        ERRORS,
+        BudgetError,
+        check_budgets,
+        failed_benchmarks,
+        load_budgets,
+        verdict_table,
+    )
     from .results import ResultsError, load_results
 
     try:
@@ -128,8 +136,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
         return _error(args, err)
     verdicts = check_budgets(frame, budgets, commit=args.commit)
     if not verdicts:
-        return _error(args, f"no budget in {args.budgets} applies to the results in {args.results} "
-                            f"(machines: {', '.join(sorted(frame['machine'].unique()))})")
+        return _error(
+            args,
+            f"no budget in {args.budgets} applies to the results in {args.results} "
+            f"(machines: {', '.join(sorted(frame['machine'].unique()))})",
+        )
     table = verdict_table(verdicts)
     bad = table[table["status"] != "ok"]
     with pd.option_context("display.width", 200, "display.max_rows", None):
@@ -139,9 +150,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
         return _error(args, f"{errors.sum()} budgeted results failed, missing or n/a (see table)")
     failed = failed_benchmarks(frame, args.commit)
     if failed:
-        return _error(args, f"{len(failed)} benchmark(s) failed in the results checked: "
-                            + "; ".join(failed[:5]) + ("; ..." if len(failed) > 5 else "")
-                            + " (see the asv log)")
+        return _error(
+            args,
+            f"{len(failed)} benchmark(s) failed in the results checked: "
+            + "; ".join(failed[:5])
+            + ("; ..." if len(failed) > 5 else "")
+            + " (see the asv log)",
+        )
     if len(bad):
         print(f"gate: {len(bad)} over budget", file=sys.stderr)
         return 1
@@ -157,8 +172,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         try:
             html_dir = dashboard.configured_html_dir(args.config)
         except FileNotFoundError:
-            args.parser.error(f"argument --config: no such file: {str(args.config)!r} (run from "
-                              "the repository root, or give --config PATH or the html_dir)")
+            args.parser.error(
+                f"argument --config: no such file: {str(args.config)!r} (run from "
+                "the repository root, or give --config PATH or the html_dir)"
+            )
         except ValueError as error:  # asv's JSON reader
             args.parser.error(f"argument --config: {str(args.config)!r} is not valid JSON: {error}")
     try:
@@ -174,8 +191,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     except OSError as error:
         if error.errno not in (errno.EADDRINUSE, errno.EACCES):
             raise
-        args.parser.error(f"argument --port: cannot serve on 127.0.0.1:{args.port}: "
-                          f"{error.strerror}")
+        args.parser.error(
+            f"argument --port: cannot serve on 127.0.0.1:{args.port}: {error.strerror}"
+        )
     print(f"dashboard of {html_dir} at {url}  (Ctrl-C stops)", flush=True)
     try:
         threading.Event().wait()
@@ -184,8 +202,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add(sub, name: str, handler: Callable[[argparse.Namespace], int], help: str,
-         **kwargs) -> ArgumentParser:
+def _add(
+    sub, name: str, handler: Callable[[argparse.Namespace], int], help: str, **kwargs
+) -> ArgumentParser:
     parser = sub.add_parser(name, help=help, description=help, **kwargs)
     parser.set_defaults(handler=handler, parser=parser)
     return parser
@@ -193,43 +212,82 @@ def _add(sub, name: str, handler: Callable[[argparse.Namespace], int], help: str
 
 def build_parser() -> ArgumentParser:
     """The ``moe-bench`` parser: one subparser per subcommand, each with its ``handler``."""
-    parser = ArgumentParser(prog=PROG, description="The tooling around the asv suite: record the "
-                            "machine, summarise, judge a PR, check budgets, serve the dashboard.",
-                            epilog="docs/cli.md lists the subcommands and their exit statuses")
+    parser = ArgumentParser(
+        prog=PROG,
+        description="The tooling around the asv suite: record the "
+        "machine, summarise, judge a PR, check budgets, serve the dashboard.",
+        epilog="docs/cli.md lists the subcommands and their exit statuses",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    machine = _add(sub, "machine", cmd_machine, "record this machine for asv "
-                   "(~/.asv-machine.json) and print its name")
-    machine.add_argument("--profile", choices=PROFILES, default=None,
-                         help="the benchmark profile this machine runs (default: "
-                              "$MOE_BENCH_PROFILE, else full on CUDA and cpu elsewhere)")
-    machine.add_argument("--name", type=_machine_name, default=None,
-                         help="machine name (default: derived)")
-    machine.add_argument("--shell", action="store_true",
-                         help="print machine=NAME, device=cuda|cpu and profile=P lines (for eval)")
+    machine = _add(
+        sub,
+        "machine",
+        cmd_machine,
+        "record this machine for asv (~/.asv-machine.json) and print its name",
+    )
+    machine.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=None,
+        help="the benchmark profile this machine runs (default: "
+        "$MOE_BENCH_PROFILE, else full on CUDA and cpu elsewhere)",
+    )
+    machine.add_argument(
+        "--name", type=_machine_name, default=None, help="machine name (default: derived)"
+    )
+    machine.add_argument(
+        "--shell",
+        action="store_true",
+        help="print machine=NAME, device=cuda|cpu and profile=P lines (for eval)",
+    )
 
-    commits = _add(sub, "new-commits", cmd_new_commits, "print the commits of the configured "
-                   "branches not yet measured on MACHINE, newest first (HEAD without history)")
+    commits = _add(
+        sub,
+        "new-commits",
+        cmd_new_commits,
+        "print the commits of the configured "
+        "branches not yet measured on MACHINE, newest first (HEAD without history)",
+    )
     commits.add_argument("machine")
     commits.add_argument("--config", type=Path, default=Path("asv.conf.json"))
 
-    summary = _add(sub, "summary", cmd_summary, "write summary.md and plots of the latest results; "
-                   "print its path")
+    summary = _add(
+        sub,
+        "summary",
+        cmd_summary,
+        "write summary.md and plots of the latest results; print its path",
+    )
     summary.add_argument("--results", default="results", help="asv results_dir (default results)")
-    summary.add_argument("--out", default="artifacts/summary",
-                         help="folder to write (default artifacts/summary)")
+    summary.add_argument(
+        "--out", default="artifacts/summary", help="folder to write (default artifacts/summary)"
+    )
 
-    compare = _add(sub, "compare", cmd_compare, "the PR verdict of HEAD against BASE: exit 0 "
-                   "nothing fails, 1 a regression or failure, 2 missing or corrupt results")
+    compare = _add(
+        sub,
+        "compare",
+        cmd_compare,
+        "the PR verdict of HEAD against BASE: exit 0 "
+        "nothing fails, 1 a regression or failure, 2 missing or corrupt results",
+    )
     compare.add_argument("results_dir")
     compare.add_argument("base")
     compare.add_argument("head")
-    compare.add_argument("--paired", type=Path, default=None,
-                         help="the paired A/B result (benchmarks.paired): it decides time figures")
+    compare.add_argument(
+        "--paired",
+        type=Path,
+        default=None,
+        help="the paired A/B result (benchmarks.paired): it decides time figures",
+    )
     compare.add_argument("--markdown", type=Path, default=None, help="write the PR comment here")
 
-    gate = _add(sub, "gate", cmd_gate, "check budgets.json against the latest results: exit 0 "
-                "within budget, 1 over, 2 malformed, missing, failed or n/a")
+    gate = _add(
+        sub,
+        "gate",
+        cmd_gate,
+        "check budgets.json against the latest results: exit 0 "
+        "within budget, 1 over, 2 malformed, missing, failed or n/a",
+    )
     gate.add_argument("--results", default="results", help="asv results_dir (default results)")
     gate.add_argument("--budgets", default="budgets.json", help="budgets file")
     gate.add_argument("--machine", default=None, help="check only this machine's results")

@@ -31,19 +31,46 @@ import pandas as pd
 from .metrics import FAILING, METRICS, PAIRED_TIME, judge
 from .results import ResultsError
 
-__all__ = ["PairedError", "VERDICT_COLUMNS", "commit_hash", "compare_commits", "gate_failed",
-           "load_paired"]
+__all__ = [
+    "PairedError",
+    "VERDICT_COLUMNS",
+    "commit_hash",
+    "compare_commits",
+    "gate_failed",
+    "load_paired",
+]
 
 #: Columns of ``compare_commits``' table, in order.
 VERDICT_COLUMNS = [
-    "machine", "env", "benchmark", "shape", "strategy", "display", "value_base", "value_head",
-    "ratio", "threshold", "status", "failing", "note",
+    "machine",
+    "env",
+    "benchmark",
+    "shape",
+    "strategy",
+    "display",
+    "value_base",
+    "value_head",
+    "ratio",
+    "threshold",
+    "status",
+    "failing",
+    "note",
 ]
 #: The paired file's verdicts and row keys (``benchmarks.paired`` writes them).
 #: ``n/a``: nothing to compare (the strategy is new in head, or base raised); not failing.
 PAIRED_VERDICTS = ("same", "regressed", "improved", "failed", "n/a")
-_PAIRED_ROW = ("shape", "strategy", "ratio", "ci_low", "ci_high", "n_pairs", "base_seconds",
-               "head_seconds", "verdict", "error")
+_PAIRED_ROW = (
+    "shape",
+    "strategy",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "n_pairs",
+    "base_seconds",
+    "head_seconds",
+    "verdict",
+    "error",
+)
 _KEYS = ["machine", "env", "benchmark", "shape", "strategy"]
 
 
@@ -71,24 +98,35 @@ def _status(row: pd.Series, paired: bool) -> tuple[str, str]:
     in_base, in_head = pd.notna(row["unit_base"]), pd.notna(row["unit_head"])
     if not in_head:
         return "missing", "in base, absent from head's results"
-    failed = [side for side in ("base", "head")
-              if pd.notna(row[f"failed_{side}"]) and bool(row[f"failed_{side}"])]
+    failed = [
+        side
+        for side in ("base", "head")
+        if pd.notna(row[f"failed_{side}"]) and bool(row[f"failed_{side}"])
+    ]
     if failed:
         return "failed", f"failed in {' and '.join(failed)}"
     if not in_base:
         return ("new", "") if not math.isnan(row["value_head"]) else ("n/a", "new in head, skipped")
     if row["version_base"] != row["version_head"]:
-        return "version changed", f"version {row['version_base']} -> {row['version_head']}: not compared"
+        return (
+            "version changed",
+            f"version {row['version_base']} -> {row['version_head']}: not compared",
+        )
     base, head = row["value_base"], row["value_head"]
     if math.isnan(head):
-        return ("n/a", "skipped in both") if math.isnan(base) else ("n/a in head", "measured in base, skipped in head")
+        return (
+            ("n/a", "skipped in both")
+            if math.isnan(base)
+            else ("n/a in head", "measured in base, skipped in head")
+        )
     if math.isnan(base):
         return "n/a", "skipped in base: nothing to compare"
     return judge(METRICS[row["benchmark"]], base, head, paired=paired), ""
 
 
-def compare_commits(frame: pd.DataFrame, base: str, head: str,
-                    paired: pd.DataFrame | None = None) -> pd.DataFrame:
+def compare_commits(
+    frame: pd.DataFrame, base: str, head: str, paired: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """The PR verdict: one row per benchmark and parameter set, then the paired rows.
 
     Parameters
@@ -125,8 +163,12 @@ def compare_commits(frame: pd.DataFrame, base: str, head: str,
     ]
     table = merged if paired is None else pd.concat([merged, paired], ignore_index=True)
     table["failing"] = table["status"].isin(FAILING)
-    table = table.sort_values(["failing", "benchmark", "shape", "strategy"],
-                              ascending=[False, True, True, True], kind="stable", na_position="first")
+    table = table.sort_values(
+        ["failing", "benchmark", "shape", "strategy"],
+        ascending=[False, True, True, True],
+        kind="stable",
+        na_position="first",
+    )
     return table[VERDICT_COLUMNS].reset_index(drop=True)
 
 
@@ -146,19 +188,25 @@ def load_paired(path: str | Path, base: str, head: str) -> tuple[float, pd.DataF
         threshold, rows = float(data["threshold"]), data["rows"]
         for role, commit in (("base", base), ("head", head)):
             if data[role] != commit:
-                raise PairedError(f"{path}: {role} is {str(data[role])[:12]!r}, the results' {role} "
-                                  f"is {commit[:12]!r}: a paired file of other commits")
+                raise PairedError(
+                    f"{path}: {role} is {str(data[role])[:12]!r}, the results' {role} "
+                    f"is {commit[:12]!r}: a paired file of other commits"
+                )
         if not isinstance(rows, list):
             raise PairedError(f"{path}: 'rows' is not a list")
-        table = pd.DataFrame([_paired_row(row, threshold) for row in rows],
-                             columns=[c for c in VERDICT_COLUMNS if c != "failing"])
+        table = pd.DataFrame(
+            [_paired_row(row, threshold) for row in rows],
+            columns=[c for c in VERDICT_COLUMNS if c != "failing"],
+        )
     except FileNotFoundError:
         raise PairedError(f"{path}: no such paired file (benchmarks.paired writes it)") from None
     except json.JSONDecodeError as err:
         raise PairedError(f"{path}: not JSON ({err})") from None
     except (KeyError, TypeError, ValueError) as err:
-        raise PairedError(f"{path}: not a paired file ({type(err).__name__}: {err}); expected "
-                          "{\"base\", \"head\", \"threshold\", \"rows\": [...]}") from None
+        raise PairedError(
+            f"{path}: not a paired file ({type(err).__name__}: {err}); expected "
+            '{"base", "head", "threshold", "rows": [...]}'
+        ) from None
     return threshold, table
 
 
@@ -168,17 +216,32 @@ def _paired_row(row: dict, threshold: float) -> dict:
         raise KeyError(f"row {row!r} lacks {', '.join(missing)}")
     if row["verdict"] not in PAIRED_VERDICTS:
         raise ValueError(f"verdict {row['verdict']!r} is not one of {', '.join(PAIRED_VERDICTS)}")
-    number = {key: math.nan if row[key] is None else float(row[key])
-              for key in ("ratio", "ci_low", "ci_high", "base_seconds", "head_seconds")}
+    number = {
+        key: math.nan if row[key] is None else float(row[key])
+        for key in ("ratio", "ci_low", "ci_high", "base_seconds", "head_seconds")
+    }
     measured = row["verdict"] not in ("failed", "n/a")
     if measured and not all(math.isfinite(v) for v in number.values()):
         raise ValueError(f"row {row['shape']} {row['strategy']}: a verdict with non-finite figures")
-    note = (f"CI [{number['ci_low']:.3f}, {number['ci_high']:.3f}], {row['n_pairs']} pairs"
-            if measured else f"{row['verdict']}: {row['error']}")
-    return {"machine": "", "env": "", "benchmark": PAIRED_TIME, "shape": row["shape"],
-            "strategy": row["strategy"], "display": METRICS[PAIRED_TIME].display,
-            "value_base": number["base_seconds"], "value_head": number["head_seconds"],
-            "ratio": number["ratio"], "threshold": threshold, "status": row["verdict"], "note": note}
+    note = (
+        f"CI [{number['ci_low']:.3f}, {number['ci_high']:.3f}], {row['n_pairs']} pairs"
+        if measured
+        else f"{row['verdict']}: {row['error']}"
+    )
+    return {
+        "machine": "",
+        "env": "",
+        "benchmark": PAIRED_TIME,
+        "shape": row["shape"],
+        "strategy": row["strategy"],
+        "display": METRICS[PAIRED_TIME].display,
+        "value_base": number["base_seconds"],
+        "value_head": number["head_seconds"],
+        "ratio": number["ratio"],
+        "threshold": threshold,
+        "status": row["verdict"],
+        "note": note,
+    }
 
 
 def gate_failed(table: pd.DataFrame) -> bool:

@@ -56,9 +56,11 @@ SIDECARS = {
 #: asv-tachyon's (0.5.8, pinned) formatting of a ``bytes`` value: decimal units (3.22GB for
 #: 3 GiB). ``make_offline`` replaces it with binary units built from ``units.SCALES``, so the
 #: dashboard prints what the CLI and the reports print (3.00GiB).
-TACHYON_BYTES = ('if(r==="bytes"){const f=[["B",1],["kB",1e3],["MB",1e6],["GB",1e9]];'
-                 'for(let p=0;p<f.length-1;p++)if(Math.abs(a)<f[p+1][1])return p===0?`${Math.round(a)}B`'
-                 ':(a/f[p][1]).toFixed(2)+f[p][0];return(a/1e9).toFixed(2)+"GB"}')
+TACHYON_BYTES = (
+    'if(r==="bytes"){const f=[["B",1],["kB",1e3],["MB",1e6],["GB",1e9]];'
+    "for(let p=0;p<f.length-1;p++)if(Math.abs(a)<f[p+1][1])return p===0?`${Math.round(a)}B`"
+    ':(a/f[p][1]).toFixed(2)+f[p][0];return(a/1e9).toFixed(2)+"GB"}'
+)
 #: The regressions view's initial "factor threshold" (it hides rows of ``regressions.json`` below
 #: 1.05x). ``regressions.json`` already holds what the metrics table calls a regression (an exact
 #: figure's single byte more included), so the view starts at 1: it shows every row.
@@ -105,7 +107,9 @@ def make_offline(html_dir) -> None:
     with contextlib.redirect_stdout(said):
         status = tachyon_cli.main(["install", str(html_dir), "--no-backup"])
     if status:
-        raise OfflineError(f"`asv-tachyon install {html_dir}` exited with {status}: {said.getvalue()}")
+        raise OfflineError(
+            f"`asv-tachyon install {html_dir}` exited with {status}: {said.getvalue()}"
+        )
     shutil.copyfile(_tachyon_licence(), html_dir / "assets" / "LICENSE.asv-tachyon.txt")
     for name, content in SIDECARS.items():
         if not (html_dir / name).exists():
@@ -120,8 +124,10 @@ def make_offline(html_dir) -> None:
     published = json.loads(index.read_text())
     unknown = sorted(set(published["benchmarks"]) - set(METRICS))
     if unknown:
-        raise OfflineError(f"{index}: benchmark(s) not in the metrics table (moe_bench/metrics.py): "
-                           + ", ".join(unknown))
+        raise OfflineError(
+            f"{index}: benchmark(s) not in the metrics table (moe_bench/metrics.py): "
+            + ", ".join(unknown)
+        )
     for name, benchmark in published["benchmarks"].items():
         benchmark["less_is_better"] = METRICS[name].lower_is_better is not False
     index.write_text(json.dumps(published))
@@ -143,9 +149,11 @@ def _patch_ui(assets: Path) -> None:
     steps = sorted(SCALES["bytes"])  # smallest first
     table = ",".join(f'["{label}",{divisor:.0f}]' for divisor, label in steps)
     patches = {
-        TACHYON_BYTES: (f'if(r==="bytes"){{const f=[{table}];for(let p=f.length-1;p>0;p--)'
-                        'if(Math.abs(a)>=f[p][1])return(a/f[p][1]).toFixed(2)+f[p][0];'
-                        'return`${Math.round(a)}B`}'),
+        TACHYON_BYTES: (
+            f'if(r==="bytes"){{const f=[{table}];for(let p=f.length-1;p>0;p--)'
+            "if(Math.abs(a)>=f[p][1])return(a/f[p][1]).toFixed(2)+f[p][0];"
+            "return`${Math.round(a)}B`}"
+        ),
         TACHYON_REGRESSIONS_FACTOR: TACHYON_REGRESSIONS_FACTOR.replace("1.05", "1"),
     }
     texts = {path: path.read_text() for path in sorted(assets.glob("*.js"))}

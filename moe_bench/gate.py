@@ -25,8 +25,15 @@ import pandas as pd
 from .metrics import METRICS
 from .units import human
 
-__all__ = ["Budget", "BudgetError", "Verdict", "check_budgets", "failed_benchmarks", "load_budgets",
-           "verdict_table"]
+__all__ = [
+    "Budget",
+    "BudgetError",
+    "Verdict",
+    "check_budgets",
+    "failed_benchmarks",
+    "load_budgets",
+    "verdict_table",
+]
 
 DIRECTIONS = ("max", "min")
 
@@ -77,9 +84,13 @@ def load_budgets(path: str | Path) -> list[Budget]:
     except FileNotFoundError:
         raise BudgetError(f"{path}: no budgets file") from None
     except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise BudgetError(f"{path}: not a budgets file ({err}); expected {{\"budgets\": [...]}}") from None
+        raise BudgetError(
+            f'{path}: not a budgets file ({err}); expected {{"budgets": [...]}}'
+        ) from None
     if not isinstance(entries, list):
-        raise BudgetError(f"{path}: 'budgets' is {type(entries).__name__}, expected a list of objects")
+        raise BudgetError(
+            f"{path}: 'budgets' is {type(entries).__name__}, expected a list of objects"
+        )
     budgets = [_budget(path, i, entry) for i, entry in enumerate(entries)]
     if not budgets:
         raise BudgetError(f"{path}: no budgets in the file")
@@ -89,7 +100,9 @@ def load_budgets(path: str | Path) -> list[Budget]:
 def _budget(path: Path, i: int, entry) -> Budget:
     where = f"{path}: budget #{i}"
     if not isinstance(entry, dict):
-        raise BudgetError(f"{where} is {entry!r}, expected an object {{\"benchmark\", \"shape\", \"max\"|\"min\"}}")
+        raise BudgetError(
+            f'{where} is {entry!r}, expected an object {{"benchmark", "shape", "max"|"min"}}'
+        )
     directions = [d for d in DIRECTIONS if d in entry]
     if len(directions) != 1 or "benchmark" not in entry or "shape" not in entry:
         raise BudgetError(
@@ -99,13 +112,22 @@ def _budget(path: Path, i: int, entry) -> Budget:
     direction = directions[0]
     limit = entry[direction]
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit):
-        raise BudgetError(f"{where} ({entry['benchmark']}): {direction} is {limit!r}, expected a finite number")
+        raise BudgetError(
+            f"{where} ({entry['benchmark']}): {direction} is {limit!r}, expected a finite number"
+        )
     if entry["benchmark"] not in METRICS:
         raise BudgetError(
             f"{where}: benchmark {entry['benchmark']!r} is not in the metrics table (moe_bench/metrics.py)"
         )
-    return Budget(entry["benchmark"], entry["shape"], entry.get("strategy"), entry.get("machine"),
-                  direction, float(limit), entry.get("why", ""))
+    return Budget(
+        entry["benchmark"],
+        entry["shape"],
+        entry.get("strategy"),
+        entry.get("machine"),
+        direction,
+        float(limit),
+        entry.get("why", ""),
+    )
 
 
 def _latest(frame: pd.DataFrame, commit: str | None) -> pd.DataFrame:
@@ -116,8 +138,9 @@ def _latest(frame: pd.DataFrame, commit: str | None) -> pd.DataFrame:
     return frame[frame["date"] == newest]
 
 
-def check_budgets(frame: pd.DataFrame, budgets: list[Budget], *,
-                  commit: str | None = None) -> list[Verdict]:
+def check_budgets(
+    frame: pd.DataFrame, budgets: list[Budget], *, commit: str | None = None
+) -> list[Verdict]:
     """Check each budget on each machine of ``frame`` it applies to.
 
     A budget for a machine not in ``frame`` is not checked (another machine's nightly checks
@@ -130,13 +153,17 @@ def check_budgets(frame: pd.DataFrame, budgets: list[Budget], *,
     for budget in budgets:
         machines = sorted(frame["machine"].unique())
         for machine in (m for m in machines if budget.machine in (None, m)):
-            match = rows[(rows["machine"] == machine) & (rows["benchmark"] == budget.benchmark)
-                         & (rows["shape"] == budget.shape)]
+            match = rows[
+                (rows["machine"] == machine)
+                & (rows["benchmark"] == budget.benchmark)
+                & (rows["shape"] == budget.shape)
+            ]
             if budget.strategy is not None:
                 match = match[match["strategy"] == budget.strategy]
             if match.empty:
-                verdicts.append(Verdict(budget, machine, commit, budget.strategy, math.nan,
-                                        "missing"))
+                verdicts.append(
+                    Verdict(budget, machine, commit, budget.strategy, math.nan, "missing")
+                )
                 continue
             for row in match.itertuples():
                 if row.failed:
@@ -147,8 +174,9 @@ def check_budgets(frame: pd.DataFrame, budgets: list[Budget], *,
                     status = "ok" if row.value <= budget.limit else "over"
                 else:
                     status = "ok" if row.value >= budget.limit else "over"
-                verdicts.append(Verdict(budget, machine, row.commit, row.strategy, row.value,
-                                        status))
+                verdicts.append(
+                    Verdict(budget, machine, row.commit, row.strategy, row.value, status)
+                )
     return verdicts
 
 
@@ -164,17 +192,22 @@ def _number(value: float, benchmark: str) -> str:
 
 def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
     """The verdicts as a table, worst first."""
-    table = pd.DataFrame([{
-        "status": v.status,
-        "machine": v.machine,
-        "commit": (v.commit or "")[:8],
-        "benchmark": v.budget.benchmark.rsplit(".", 1)[-1],
-        "shape": v.budget.shape,
-        "strategy": v.strategy or "",
-        "value": _number(v.value, v.budget.benchmark),
-        "budget": f"{v.budget.direction} {_number(v.budget.limit, v.budget.benchmark)}",
-        "use": f"{v.value / v.budget.limit:.2f}" if v.value == v.value else "",
-    } for v in verdicts])
+    table = pd.DataFrame(
+        [
+            {
+                "status": v.status,
+                "machine": v.machine,
+                "commit": (v.commit or "")[:8],
+                "benchmark": v.budget.benchmark.rsplit(".", 1)[-1],
+                "shape": v.budget.shape,
+                "strategy": v.strategy or "",
+                "value": _number(v.value, v.budget.benchmark),
+                "budget": f"{v.budget.direction} {_number(v.budget.limit, v.budget.benchmark)}",
+                "use": f"{v.value / v.budget.limit:.2f}" if v.value == v.value else "",
+            }
+            for v in verdicts
+        ]
+    )
     order = {"failed": 0, "missing": 1, "n/a": 2, "over": 3, "ok": 4}
     return table.sort_values("status", key=lambda s: s.map(order), kind="stable")
 
@@ -183,5 +216,10 @@ def failed_benchmarks(frame: pd.DataFrame, commit: str | None = None) -> list[st
     """``"benchmark shape strategy on machine at commit"`` of every failed result of the commits
     ``check_budgets`` checks (budgeted or not), sorted."""
     failed = _latest(frame, commit).query("failed")
-    return sorted({f"{r.benchmark} {r.shape or ''} {r.strategy or ''} on {r.machine} at "
-                   f"{r.commit[:8]}".replace("  ", " ") for r in failed.itertuples()})
+    return sorted(
+        {
+            f"{r.benchmark} {r.shape or ''} {r.strategy or ''} on {r.machine} at "
+            f"{r.commit[:8]}".replace("  ", " ")
+            for r in failed.itertuples()
+        }
+    )

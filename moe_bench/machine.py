@@ -76,8 +76,10 @@ def machine_name(facts: dict[str, str], defaults: dict[str, str]) -> str:
         name = _slug(facts["gpu"].removeprefix("NVIDIA "))
     else:
         cpu = defaults.get("cpu", "").lower()
-        family = next((f for f in ("xeon", "epyc", "grace", "ryzen", "core") if f in cpu),
-                      _slug(defaults.get("arch", "cpu")))
+        family = next(
+            (f for f in ("xeon", "epyc", "grace", "ryzen", "core") if f in cpu),
+            _slug(defaults.get("arch", "cpu")),
+        )
         name = f"cpu-{defaults['num_cpu']}core-{family}"
     expected = default_profile("cuda" if facts["gpu"] != "n/a" else "cpu")
     return name if facts["profile"] == expected else f"{name}-{facts['profile']}-profile"

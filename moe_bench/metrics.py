@@ -22,8 +22,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
-    "EXACT", "PAIRED", "INFO", "RULES", "NOISE_FACTOR", "Metric", "METRICS", "FAILING",
-    "TIME", "COPY_RATIO", "PEAK_BYTES", "WHOLE_MODEL", "PAIRED_TIME", "judge", "metric",
+    "EXACT",
+    "PAIRED",
+    "INFO",
+    "RULES",
+    "NOISE_FACTOR",
+    "Metric",
+    "METRICS",
+    "FAILING",
+    "TIME",
+    "COPY_RATIO",
+    "PEAK_BYTES",
+    "WHOLE_MODEL",
+    "PAIRED_TIME",
+    "judge",
+    "metric",
 ]
 
 EXACT, PAIRED, INFO = "exact", "paired", "info"
@@ -95,20 +108,34 @@ _TABLE = [
     Metric("bench_convert.CudaMemory.track_alloc_retries", "retries", True, EXACT, "retries"),
     # The profile's expert count: a change means the time figures measure other work.
     Metric("bench_convert.Profile.track_timed_experts", "experts", None, EXACT, "experts"),
-    Metric("bench_allocator.SleepModeReplay.track_peak_reserved_bytes", "bytes", True, EXACT,
-           "bytes"),
-    Metric("bench_allocator.SleepModeReplay.track_reserved_growth_per_layer_bytes", "bytes", True,
-           EXACT, "bytes"),
+    Metric(
+        "bench_allocator.SleepModeReplay.track_peak_reserved_bytes", "bytes", True, EXACT, "bytes"
+    ),
+    Metric(
+        "bench_allocator.SleepModeReplay.track_reserved_growth_per_layer_bytes",
+        "bytes",
+        True,
+        EXACT,
+        "bytes",
+    ),
     # Retired (the history before LayerTime measured every time figure at once, and before the
     # replayed sleep-mode load was named SleepModeReplay): kept so that results/ still loads and
     # its old series are judged as they were.
     Metric("bench_convert.TimeConvert.time_convert", "seconds", True, PAIRED, "seconds"),
     Metric("bench_convert.CopyRatio.track_copy_ratio", "ratio", True, PAIRED, "ratio"),
-    Metric("bench_convert.WholeModel.track_whole_model_seconds", "seconds", True, PAIRED,
-           "seconds"),
-    Metric("bench_allocator.SleepModeLoad.track_peak_reserved_bytes", "bytes", True, EXACT, "bytes"),
-    Metric("bench_allocator.SleepModeLoad.track_reserved_growth_per_layer_bytes", "bytes", True,
-           EXACT, "bytes"),
+    Metric(
+        "bench_convert.WholeModel.track_whole_model_seconds", "seconds", True, PAIRED, "seconds"
+    ),
+    Metric(
+        "bench_allocator.SleepModeLoad.track_peak_reserved_bytes", "bytes", True, EXACT, "bytes"
+    ),
+    Metric(
+        "bench_allocator.SleepModeLoad.track_reserved_growth_per_layer_bytes",
+        "bytes",
+        True,
+        EXACT,
+        "bytes",
+    ),
     # max/min of a calibration copy in the run: how noisy the machine was, for the reader.
     Metric("bench_noise.Noise.track_copy_spread", "ratio", True, INFO, "ratio"),
     Metric(PAIRED_TIME, "seconds", True, PAIRED, "seconds"),

@@ -44,13 +44,22 @@ def write_plots(df: pd.DataFrame, out_dir) -> list[Path]:
         latest = rows[rows["date"] == rows["date"].max()]
         colours = _strategy_colours(rows)
         for shape, points in latest.groupby("shape", sort=False):
-            written.append(_save(_shape_bars(machine, shape, points, colours),
-                                 out_dir / f"{machine}-{shape.replace('/', '-')}.png"))
-        written.append(_save(_time_vs_memory(machine, latest, colours),
-                             out_dir / f"{machine}-time-vs-memory.png"))
+            written.append(
+                _save(
+                    _shape_bars(machine, shape, points, colours),
+                    out_dir / f"{machine}-{shape.replace('/', '-')}.png",
+                )
+            )
+        written.append(
+            _save(
+                _time_vs_memory(machine, latest, colours), out_dir / f"{machine}-time-vs-memory.png"
+            )
+        )
         history = rows[rows["benchmark"] == TIME]
         if history["value"].notna().any():
-            written.append(_save(_history(machine, history, colours), out_dir / f"{machine}-history.png"))
+            written.append(
+                _save(_history(machine, history, colours), out_dir / f"{machine}-history.png")
+            )
     return written
 
 
@@ -68,14 +77,17 @@ def _shape_bars(machine: str, shape: str, points: pd.DataFrame, colours: dict) -
     commit = points["commit"].iloc[0][:8]
     figure = Figure(figsize=(2 * _PANEL[0], _PANEL[1]), layout="constrained")
     figure.suptitle(f"{shape} on {machine} at {commit}")
-    for axes, benchmark, what in zip(figure.subplots(1, 2), (TIME, PEAK_BYTES),
-                                     ("time of one layer", "peak transient memory")):
+    for axes, benchmark, what in zip(
+        figure.subplots(1, 2), (TIME, PEAK_BYTES), ("time of one layer", "peak transient memory")
+    ):
         unit = METRICS[benchmark].display
         values = _values(points, benchmark).reindex(list(colours))
         divisor, label = scale(values.max(), unit)
         heights = (values / divisor).fillna(0.0)
         bars = axes.bar(values.index, heights, color=[colours[s] for s in values.index])
-        axes.bar_label(bars, labels=["n/a" if math.isnan(v) else f"{v / divisor:.3g}" for v in values])
+        axes.bar_label(
+            bars, labels=["n/a" if math.isnan(v) else f"{v / divisor:.3g}" for v in values]
+        )
         axes.set_ylabel(f"{what} ({label})")
         axes.tick_params(axis="x", labelrotation=30)
         axes.margins(y=0.15)
@@ -88,7 +100,9 @@ def _time_vs_memory(machine: str, latest: pd.DataFrame, colours: dict) -> Figure
     figure.suptitle(f"time vs peak transient memory on {machine} (lower left is better)")
     for axes, shape in zip(panels, shapes):
         points = latest[latest["shape"] == shape]
-        both = pd.DataFrame({"time": _values(points, TIME), "peak": _values(points, PEAK_BYTES)}).dropna()
+        both = pd.DataFrame(
+            {"time": _values(points, TIME), "peak": _values(points, PEAK_BYTES)}
+        ).dropna()
         if both.empty:
             axes.set_title(f"{shape}: no result")
             continue
@@ -96,8 +110,15 @@ def _time_vs_memory(machine: str, latest: pd.DataFrame, colours: dict) -> Figure
         m_div, m_label = scale(both["peak"].max(), METRICS[PEAK_BYTES].display)
         for strategy, (time, peak) in both.iterrows():
             marker = _MARKERS[list(colours).index(strategy) % len(_MARKERS)]
-            axes.scatter(peak / m_div, time / t_div, label=strategy, s=60, alpha=0.8,
-                         color=colours[strategy], marker=marker)
+            axes.scatter(
+                peak / m_div,
+                time / t_div,
+                label=strategy,
+                s=60,
+                alpha=0.8,
+                color=colours[strategy],
+                marker=marker,
+            )
         axes.set_title(shape)
         axes.set_xlabel(f"peak transient memory ({m_label})")
         axes.set_ylabel(f"time of one layer ({t_label})")
@@ -122,8 +143,13 @@ def _history(machine: str, history: pd.DataFrame, colours: dict) -> Figure:
         for strategy, series in history[history["shape"] == shape].groupby("strategy", sort=False):
             series = series.dropna(subset=["value"]).sort_values("date")
             if not series.empty:
-                axes.plot(series["commit"].map(position), series["value"] / divisor, marker="o",
-                          color=colours[strategy], label=strategy)
+                axes.plot(
+                    series["commit"].map(position),
+                    series["value"] / divisor,
+                    marker="o",
+                    color=colours[strategy],
+                    label=strategy,
+                )
         axes.set_title(shape)
         axes.set_ylabel(f"time ({label})")
         axes.set_xticks(range(len(commits)), [c[:8] for c in commits], rotation=45, fontsize=7)

@@ -31,8 +31,11 @@ BASELINE = "legacy"
 #: The summary's figures: column -> metric, in the metrics table's order.
 _SUMMARY = {m.column: m for m in METRICS.values() if m.column is not None}
 _POINT = ["machine", "env", "benchmark", "shape", "strategy", "version", "profile"]
-_HEADERS = {METRICS[TIME].column: METRICS[TIME].title, "speedup": f"speed-up vs {BASELINE}",
-            **{column: m.title for column, m in _SUMMARY.items()}}
+_HEADERS = {
+    METRICS[TIME].column: METRICS[TIME].title,
+    "speedup": f"speed-up vs {BASELINE}",
+    **{column: m.title for column, m in _SUMMARY.items()},
+}
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -85,14 +88,23 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     index = ["machine", "env", "profile", "commit", "date", "shape", "strategy"]
     # groupby + unstack, not pivot_table(dropna=False): that one makes the cartesian product of
     # the index levels, so two machines' results gave rows of one machine with the other's commits.
-    wide = (latest.groupby(index + ["metric"], dropna=False, sort=False)[["value", "change", "regressed"]]
-            .first().unstack("metric"))
+    wide = (
+        latest.groupby(index + ["metric"], dropna=False, sort=False)[
+            ["value", "change", "regressed"]
+        ]
+        .first()
+        .unstack("metric")
+    )
     table = pd.DataFrame(index=wide.index)
     for column in _SUMMARY:
         table[column] = wide.get(("value", column), math.nan)
         table[f"{column}_change"] = wide.get(("change", column), math.nan)
-    marked = {c: wide[("regressed", c)].fillna(False).astype(bool).tolist()
-              if ("regressed", c) in wide else [False] * len(wide) for c in _SUMMARY}
+    marked = {
+        c: wide[("regressed", c)].fillna(False).astype(bool).tolist()
+        if ("regressed", c) in wide
+        else [False] * len(wide)
+        for c in _SUMMARY
+    }
     table["regressions"] = [tuple(c for c in _SUMMARY if marked[c][i]) for i in range(len(table))]
     table = table.reset_index()
     run = ["machine", "env", "commit", "shape"]
@@ -130,10 +142,15 @@ def render_markdown(table: pd.DataFrame, *, title: str) -> str:
         "layer bytes). Whole model: every MoE layer of the model on one rank."
     )
     for (machine, env, profile, commit, date), rows in table.groupby(
-            ["machine", "env", "profile", "commit", "date"], sort=False):
+        ["machine", "env", "profile", "commit", "date"], sort=False
+    ):
         regressed = sum(len(r) for r in rows["regressions"])
         run = f"{env}, profile {profile}" if profile else env
-        lines += ["", f"## `{machine}`: commit `{commit[:8]}` ({date:%Y-%m-%d %H:%M} UTC, {run})", ""]
+        lines += [
+            "",
+            f"## `{machine}`: commit `{commit[:8]}` ({date:%Y-%m-%d %H:%M} UTC, {run})",
+            "",
+        ]
         shown = rows[["shape", "strategy"]].copy()
         for column in _HEADERS:
             shown[_HEADERS[column]] = [_cell(row, column) for _, row in rows.iterrows()]
@@ -160,8 +177,9 @@ def write_summary(results_dir, out_dir) -> Path:
     return path
 
 
-def comment_markdown(table: pd.DataFrame, base: str, head: str, *,
-                     paired_threshold: float | None = None) -> str:
+def comment_markdown(
+    table: pd.DataFrame, base: str, head: str, *, paired_threshold: float | None = None
+) -> str:
     """The PR comment: ``moe_bench.compare.compare_commits``' verdict, rendered, nothing re-judged.
 
     ``table`` has ``compare.VERDICT_COLUMNS``; ``base``/``head`` are the commits' hashes;
@@ -173,38 +191,57 @@ def comment_markdown(table: pd.DataFrame, base: str, head: str, *,
     """
     failing = table[table["failing"]]
     counts = failing["status"].value_counts()
-    verdict = ("FAILED: " + ", ".join(f"{n} {status}" for status, n in counts.items())
-               if len(failing) else "passed")
-    rows = "".join(f"- `{_name(row.benchmark)}` {row.shape or ''} {row.strategy or ''}: "
-                   f"{row.status}{_why(row)}\n" for row in failing.itertuples())
+    verdict = (
+        "FAILED: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+        if len(failing)
+        else "passed"
+    )
+    rows = "".join(
+        f"- `{_name(row.benchmark)}` {row.shape or ''} {row.strategy or ''}: "
+        f"{row.status}{_why(row)}\n"
+        for row in failing.itertuples()
+    )
     if paired_threshold is None:
-        how = (f"time-derived figures judged by a factor of {NOISE_FACTOR:g} (no paired run: "
-               "only gross slowdowns are caught)")
+        how = (
+            f"time-derived figures judged by a factor of {NOISE_FACTOR:g} (no paired run: "
+            "only gross slowdowns are caught)"
+        )
     else:
-        how = (f"time judged by the paired A/B run (`{PAIRED_TIME}`: regressed when the head/base "
-               f"interval lies above {paired_threshold:g})")
+        how = (
+            f"time judged by the paired A/B run (`{PAIRED_TIME}`: regressed when the head/base "
+            f"interval lies above {paired_threshold:g})"
+        )
     skipped = table["status"] == "n/a"
     table = table[~skipped]
-    shown = pd.DataFrame({
-        "benchmark": table["benchmark"].map(_name),
-        "shape": table["shape"].fillna(""),
-        "strategy": table["strategy"].fillna(""),
-        "base": [human(v, u) for v, u in zip(table["value_base"], table["display"])],
-        "head": [human(v, u) for v, u in zip(table["value_head"], table["display"])],
-        "ratio": table["ratio"].map(lambda r: "" if math.isnan(r) else f"{r:#.3g}"),
-        "verdict": [f"⚠ {s}" if bad else s for s, bad in zip(table["status"], table["failing"])],
-        "note": table["note"].fillna(""),
-    })
+    shown = pd.DataFrame(
+        {
+            "benchmark": table["benchmark"].map(_name),
+            "shape": table["shape"].fillna(""),
+            "strategy": table["strategy"].fillna(""),
+            "base": [human(v, u) for v, u in zip(table["value_base"], table["display"])],
+            "head": [human(v, u) for v, u in zip(table["value_head"], table["display"])],
+            "ratio": table["ratio"].map(lambda r: "" if math.isnan(r) else f"{r:#.3g}"),
+            "verdict": [
+                f"⚠ {s}" if bad else s for s, bad in zip(table["status"], table["failing"])
+            ],
+            "note": table["note"].fillna(""),
+        }
+    )
     machines = table["machine"].replace("", pd.NA).dropna()
     if machines.nunique() > 1:
         shown.insert(0, "machine", table["machine"])
     return (
-        f"## PR gate: {verdict}\n\n" + (f"{rows}\n" if rows else "") +
-        f"`{head[:8]}` (head) vs `{base[:8]}` (base). Compared exactly: {_exact_units()}; "
+        f"## PR gate: {verdict}\n\n"
+        + (f"{rows}\n" if rows else "")
+        + f"`{head[:8]}` (head) vs `{base[:8]}` (base). Compared exactly: {_exact_units()}; "
         f"{how}.\n\n"
-        + shown.to_markdown(index=False, disable_numparse=True) + "\n"
-        + (f"\n{int(skipped.sum())} points with nothing to compare (n/a: skipped) are not listed.\n"
-           if skipped.any() else "")
+        + shown.to_markdown(index=False, disable_numparse=True)
+        + "\n"
+        + (
+            f"\n{int(skipped.sum())} points with nothing to compare (n/a: skipped) are not listed.\n"
+            if skipped.any()
+            else ""
+        )
     )
 
 
@@ -213,8 +250,11 @@ def _name(benchmark: str) -> str:
 
 
 def _why(row) -> str:
-    parts = [f"head / base = {row.ratio:#.3g}, allowed {row.threshold:g}"] if (
-        math.isfinite(row.ratio) and math.isfinite(row.threshold)) else []
+    parts = (
+        [f"head / base = {row.ratio:#.3g}, allowed {row.threshold:g}"]
+        if (math.isfinite(row.ratio) and math.isfinite(row.threshold))
+        else []
+    )
     parts += [row.note] if row.note else []
     return f" ({'; '.join(parts)})" if parts else ""
 

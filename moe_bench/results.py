@@ -33,8 +33,18 @@ __all__ = ["COLUMNS", "ResultsError", "load_results", "machine_names", "new_comm
 #: The columns of ``load_results``, in order; parameter columns other than ``shape`` and
 #: ``strategy`` (none today) would follow, then ``profile``.
 COLUMNS = [
-    "machine", "commit", "date", "env", "benchmark", "shape", "strategy",
-    "value", "unit", "failed", "version", "profile",
+    "machine",
+    "commit",
+    "date",
+    "env",
+    "benchmark",
+    "shape",
+    "strategy",
+    "value",
+    "unit",
+    "failed",
+    "version",
+    "profile",
 ]
 
 
@@ -111,7 +121,9 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
     """
     root = Path(results_dir)
     if not root.is_dir():
-        raise ResultsError(f"{root}: no such results directory (run the suite first: scripts/bench)")
+        raise ResultsError(
+            f"{root}: no such results directory (run the suite first: scripts/bench)"
+        )
     benchmarks = _load_json(root / "benchmarks.json", Benchmarks.api_version)
     machines = [machine] if machine is not None else machine_names(root)
     rows = []

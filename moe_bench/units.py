@@ -48,7 +48,16 @@ def human(value: float, unit: str) -> str:
         return "n/a"
     divisor, label = scale(value, unit)
     scaled = value / divisor
-    if unit not in SCALES and unit != "ratio" and math.isfinite(value) and float(value).is_integer():
+    if (
+        unit not in SCALES
+        and unit != "ratio"
+        and math.isfinite(value)
+        and float(value).is_integer()
+    ):
         return f"{value:,.0f} {label}"
-    digits = 0 if scaled == 0 or not math.isfinite(scaled) else max(0, 2 - math.floor(math.log10(abs(scaled))))
+    digits = (
+        0
+        if scaled == 0 or not math.isfinite(scaled)
+        else max(0, 2 - math.floor(math.log10(abs(scaled))))
+    )
     return f"{scaled:.{digits}f} {label}".rstrip()

@@ -13,7 +13,14 @@ from .checks import check_weights
 from .formulas import Formula
 from .layout import unconvert
 from .registry import STRATEGIES, Strategy, convert, register
-from .shapes import CATALOG, LayerShape, ModelSpec, layer_shape, shape_from_hf_config, spec_from_hf_config
+from .shapes import (
+    CATALOG,
+    LayerShape,
+    ModelSpec,
+    layer_shape,
+    shape_from_hf_config,
+    spec_from_hf_config,
+)
 
 __all__ = [
     "CATALOG",

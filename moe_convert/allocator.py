@@ -101,8 +101,9 @@ class OutOfMemory(Exception):
     segment it tried to allocate, not the request.
     """
 
-    def __init__(self, request_bytes: int, alloc_bytes: int, reserved_bytes: int,
-                 capacity_bytes: int) -> None:
+    def __init__(
+        self, request_bytes: int, alloc_bytes: int, reserved_bytes: int, capacity_bytes: int
+    ) -> None:
         self.request_bytes = request_bytes
         self.alloc_bytes = alloc_bytes
         self.reserved_bytes = reserved_bytes
@@ -142,8 +143,9 @@ class AllocatorStats:
         request (and only requests less than 20 MiB smaller than themselves)."""
         if self.max_split_size is None:
             return 0
-        return sum(1 for s in self.segments
-                   if s.allocated_bytes == 0 and s.size >= self.max_split_size)
+        return sum(
+            1 for s in self.segments if s.allocated_bytes == 0 and s.size >= self.max_split_size
+        )
 
 
 class _Segment:
@@ -189,8 +191,9 @@ class Allocator:
         ``"default"`` or ``"sleep"`` (see the module docstring).
     """
 
-    def __init__(self, *, capacity_bytes: int | None, max_split_size: int | None,
-                 pool: Pool) -> None:
+    def __init__(
+        self, *, capacity_bytes: int | None, max_split_size: int | None, pool: Pool
+    ) -> None:
         if pool not in POOLS:
             raise ValueError(f"pool {pool!r} is not one of {', '.join(POOLS)}")
         if max_split_size is not None and max_split_size < MIN_MAX_SPLIT_SIZE:
@@ -268,8 +271,9 @@ class Allocator:
             peak_allocated_bytes=self.peak_allocated_bytes,
             num_alloc_retries=self.num_alloc_retries,
             num_ooms=self.num_ooms,
-            segments=tuple(SegmentState(s.size, s.small, s.allocated)
-                           for s in self._segments.values()),
+            segments=tuple(
+                SegmentState(s.size, s.small, s.allocated) for s in self._segments.values()
+            ),
         )
 
     # -- the rules --------------------------------------------------------------------------------

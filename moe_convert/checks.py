@@ -26,20 +26,45 @@ def check_weights(w13: torch.Tensor, w2: torch.Tensor, *, gated: bool) -> None:
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
         if tensor.dtype != torch.bfloat16:
-            _fail(TypeError, name, tensor, "the BF16 TRTLLM MoE layout needs bfloat16 weights",
-                  "pass the unquantized bf16 expert weights (e.g. tensor.to(torch.bfloat16))")
+            _fail(
+                TypeError,
+                name,
+                tensor,
+                "the BF16 TRTLLM MoE layout needs bfloat16 weights",
+                "pass the unquantized bf16 expert weights (e.g. tensor.to(torch.bfloat16))",
+            )
         if tensor.dim() != 3:
-            _fail(ValueError, name, tensor, f"expected a 3-D [experts, rows, cols] tensor, got {tensor.dim()}-D",
-                  "pass all experts of one layer stacked along dim 0")
+            _fail(
+                ValueError,
+                name,
+                tensor,
+                f"expected a 3-D [experts, rows, cols] tensor, got {tensor.dim()}-D",
+                "pass all experts of one layer stacked along dim 0",
+            )
         if 0 in tensor.shape:  # strategies disagree on empty input (some raise, some return empty)
-            _fail(ValueError, name, tensor, "every dimension must be non-zero: there is nothing to convert",
-                  "pass at least one expert with all its rows and cols")
+            _fail(
+                ValueError,
+                name,
+                tensor,
+                "every dimension must be non-zero: there is nothing to convert",
+                "pass at least one expert with all its rows and cols",
+            )
         if not tensor.is_contiguous():
-            _fail(ValueError, name, tensor, f"tensor is not contiguous (strides {tensor.stride()})",
-                  "call .contiguous() first (conversion views each expert's bytes in place)")
+            _fail(
+                ValueError,
+                name,
+                tensor,
+                f"tensor is not contiguous (strides {tensor.stride()})",
+                "call .contiguous() first (conversion views each expert's bytes in place)",
+            )
     if gated and w13.shape[1] % 2:
-        _fail(ValueError, "w13", w13, f"a gated w13 needs an even number of rows ([w1; w3]), got {w13.shape[1]}",
-              "pass w13 with both halves, or gated=False for a non-gated activation")
+        _fail(
+            ValueError,
+            "w13",
+            w13,
+            f"a gated w13 needs an even number of rows ([w1; w3]), got {w13.shape[1]}",
+            "pass w13 with both halves, or gated=False for a non-gated activation",
+        )
     if w13.device != w2.device:
         raise ValueError(
             f"w13 is on {w13.device} and w2 on {w2.device}: both must be on one device. "
@@ -48,11 +73,15 @@ def check_weights(w13: torch.Tensor, w2: torch.Tensor, *, gated: bool) -> None:
     e13, m13, h13 = w13.shape
     e2, h2, i2 = w2.shape
     if e13 != e2:
-        raise ValueError(f"expert counts differ: w13 {tuple(w13.shape)} has {e13}, w2 {tuple(w2.shape)} has {e2}. "
-                         f"Fix: pass the w13 and w2 of the same layer and rank.")
+        raise ValueError(
+            f"expert counts differ: w13 {tuple(w13.shape)} has {e13}, w2 {tuple(w2.shape)} has {e2}. "
+            f"Fix: pass the w13 and w2 of the same layer and rank."
+        )
     if h13 != h2:
-        raise ValueError(f"hidden sizes differ: w13 {tuple(w13.shape)} has H = {h13} (dim 2), "
-                         f"w2 {tuple(w2.shape)} has H = {h2} (dim 1). Fix: w13 is [E, 2I, H], w2 is [E, H, I].")
+        raise ValueError(
+            f"hidden sizes differ: w13 {tuple(w13.shape)} has H = {h13} (dim 2), "
+            f"w2 {tuple(w2.shape)} has H = {h2} (dim 1). Fix: w13 is [E, 2I, H], w2 is [E, H, I]."
+        )
     expected_rows = 2 * i2 if gated else i2
     if m13 != expected_rows:
         raise ValueError(
@@ -64,12 +93,23 @@ def check_weights(w13: torch.Tensor, w2: torch.Tensor, *, gated: bool) -> None:
     for name, tensor in (("w13", w13), ("w2", w2)):
         rows, cols = tensor.shape[1], tensor.shape[2]
         if rows % SHUFFLE_BLOCK:
-            _fail(ValueError, name, tensor, f"rows per expert ({rows}) must be a multiple of {SHUFFLE_BLOCK} "
-                  "for the epilogue_tile_m=128 row shuffle", "pad the rows (vLLM pads the intermediate size to 128)")
+            _fail(
+                ValueError,
+                name,
+                tensor,
+                f"rows per expert ({rows}) must be a multiple of {SHUFFLE_BLOCK} "
+                "for the epilogue_tile_m=128 row shuffle",
+                "pad the rows (vLLM pads the intermediate size to 128)",
+            )
         if (2 * cols) % BLOCK_K:
-            _fail(ValueError, name, tensor, f"bytes per row ({2 * cols}) must be a multiple of {BLOCK_K} "
-                  f"(block_k), i.e. cols a multiple of {BLOCK_K // 2}",
-                  "pad the hidden / intermediate size to a multiple of 64 elements")
+            _fail(
+                ValueError,
+                name,
+                tensor,
+                f"bytes per row ({2 * cols}) must be a multiple of {BLOCK_K} "
+                f"(block_k), i.e. cols a multiple of {BLOCK_K // 2}",
+                "pad the hidden / intermediate size to a multiple of 64 elements",
+            )
 
 
 def check_disjoint(w13: torch.Tensor, w2: torch.Tensor) -> None:

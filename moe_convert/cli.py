@@ -56,6 +56,7 @@ class _Parser(argparse.ArgumentParser):
 
 # Argument types: argparse reports their ArgumentTypeError as "argument --X: MESSAGE", exit 2.
 
+
 def _bounded_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -63,9 +64,14 @@ def _bounded_int(minimum: int, maximum: int | None = None) -> Callable[[str], in
         except ValueError:
             value = None
         if value is None or value < minimum or (maximum is not None and value > maximum):
-            accepted = f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum}"
+            accepted = (
+                f"an integer >= {minimum}"
+                if maximum is None
+                else f"an integer from {minimum} to {maximum}"
+            )
             raise argparse.ArgumentTypeError(f"{text!r} is not {accepted}")
         return value
+
     return parse
 
 
@@ -77,8 +83,10 @@ def _gib(*, zero_ok: bool) -> Callable[[str], float]:
             value = math.nan
         if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
             raise argparse.ArgumentTypeError(
-                f"{text!r} is not a finite number of GiB {'>= 0' if zero_ok else '> 0'} (e.g. 139.5)")
+                f"{text!r} is not a finite number of GiB {'>= 0' if zero_ok else '> 0'} (e.g. 139.5)"
+            )
         return value
+
     return parse
 
 
@@ -91,12 +99,14 @@ def _strategy_names(text: str) -> list[str]:
     if unknown:
         raise argparse.ArgumentTypeError(
             f"unknown strategy {', '.join(map(repr, unknown))}; valid: all, or a comma-separated "
-            f"list of {', '.join(sorted(STRATEGIES))}")
+            f"list of {', '.join(sorted(STRATEGIES))}"
+        )
     return names
 
 
 def _device(*kinds: str) -> Callable[[str], str]:
     """A torch device string of one of ``kinds`` that this machine has."""
+
     def parse(text: str) -> str:
         try:
             device = torch.device(text)
@@ -108,8 +118,10 @@ def _device(*kinds: str) -> Callable[[str], str]:
             build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA"
             raise argparse.ArgumentTypeError(
                 f"{text!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
-                f"(torch {torch.__version__}, built with {build})")
+                f"(torch {torch.__version__}, built with {build})"
+            )
         return text
+
     return parse
 
 
@@ -124,11 +136,13 @@ def _max_splits(text: str) -> list[int | None]:
         else:
             raise argparse.ArgumentTypeError(
                 f"{item!r} is neither an integer >= 20 (PyTorch's smallest max_split_size_mb) "
-                "nor 'none'; e.g. 20,25,32,64,128,none")
+                "nor 'none'; e.g. 20,25,32,64,128,none"
+            )
     return values
 
 
 # Rules across arguments: raise UsageError.
+
 
 def _model_spec(model: str) -> ModelSpec:
     """The catalog entry named ``model``, or the geometry of the config.json at that path."""
@@ -140,11 +154,22 @@ def _model_spec(model: str) -> ModelSpec:
         except ValueError as error:
             raise UsageError(f"argument --model: {error}") from None
     # Match Hugging Face ids too: "Qwen/Qwen3-30B-A3B" suggests qwen3-30b-a3b.
-    known = {**{spec.hf_id.lower(): name for name, spec in CATALOG.items()}, **{name: name for name in CATALOG}}
-    close = dict.fromkeys(known[key] for key in difflib.get_close_matches(model.lower(), known, n=3, cutoff=0.6))
-    names = f"closest catalog names: {', '.join(close)}" if close else f"catalog names: {', '.join(CATALOG)}"
-    raise UsageError(f"argument --model: {model!r} is no catalog name and no existing file or "
-                     f"folder; {names}, or a path to a Hugging Face config.json")
+    known = {
+        **{spec.hf_id.lower(): name for name, spec in CATALOG.items()},
+        **{name: name for name in CATALOG},
+    }
+    close = dict.fromkeys(
+        known[key] for key in difflib.get_close_matches(model.lower(), known, n=3, cutoff=0.6)
+    )
+    names = (
+        f"closest catalog names: {', '.join(close)}"
+        if close
+        else f"catalog names: {', '.join(CATALOG)}"
+    )
+    raise UsageError(
+        f"argument --model: {model!r} is no catalog name and no existing file or "
+        f"folder; {names}, or a path to a Hugging Face config.json"
+    )
 
 
 def resolve_shape(args: argparse.Namespace) -> LayerShape:
@@ -155,18 +180,24 @@ def resolve_shape(args: argparse.Namespace) -> LayerShape:
     dividing ``--intermediate``, which would make the same numbers mean two shapes). Raises
     ``UsageError`` for any combination that does not describe one shape that can be converted.
     """
-    explicit = [f"--{name}" for name in ("hidden", "intermediate") if getattr(args, name) is not None]
+    explicit = [
+        f"--{name}" for name in ("hidden", "intermediate") if getattr(args, name) is not None
+    ]
     explicit += [] if args.gated else ["--no-gated"]
     if args.model is not None:
         if explicit:
-            raise UsageError(f"{', '.join(explicit)}: for an explicit shape only; --model "
-                             f"{args.model} has its own sizes: give one or the other")
+            raise UsageError(
+                f"{', '.join(explicit)}: for an explicit shape only; --model "
+                f"{args.model} has its own sizes: give one or the other"
+            )
         spec = _model_spec(args.model)
         if not spec.tp_sizes:
             raise UsageError(f"argument --model: {args.model}: {spec.tp_sizes_text}")
         if args.experts is not None and not 1 <= args.experts <= spec.experts:
-            raise UsageError(f"argument --experts: {args.experts}: give 1 to {spec.experts} "
-                             f"({spec.name} has {spec.experts} experts)")
+            raise UsageError(
+                f"argument --experts: {args.experts}: give 1 to {spec.experts} "
+                f"({spec.name} has {spec.experts} experts)"
+            )
         try:
             shape = spec.shape(1 if args.tp is None else args.tp)
         except ValueError as error:
@@ -174,22 +205,34 @@ def resolve_shape(args: argparse.Namespace) -> LayerShape:
         blame, fix = f"argument --tp: tp {shape.tp}: ", f" For {args.model}, {spec.tp_sizes_text}."
     else:
         if args.tp is not None:
-            raise UsageError(f"argument --tp: --tp {args.tp} applies to --model only; with an "
-                             "explicit shape, give the per-rank --intermediate (I / TP) instead")
-        missing = [f"--{name}" for name in ("experts", "hidden", "intermediate") if getattr(args, name) is None]
+            raise UsageError(
+                f"argument --tp: --tp {args.tp} applies to --model only; with an "
+                "explicit shape, give the per-rank --intermediate (I / TP) instead"
+            )
+        missing = [
+            f"--{name}"
+            for name in ("experts", "hidden", "intermediate")
+            if getattr(args, name) is None
+        ]
         if missing:
-            raise UsageError(f"give --model NAME [--tp N], or all of --experts, --hidden, "
-                             f"--intermediate (missing: {', '.join(missing)})")
+            raise UsageError(
+                f"give --model NAME [--tp N], or all of --experts, --hidden, "
+                f"--intermediate (missing: {', '.join(missing)})"
+            )
         if not 1 <= args.experts <= MAX_SIZE:
             raise UsageError(f"argument --experts: {args.experts}: give 1 to {MAX_SIZE}")
-        shape = LayerShape("explicit", 1, args.experts, args.hidden, args.intermediate, 1, args.gated)
+        shape = LayerShape(
+            "explicit", 1, args.experts, args.hidden, args.intermediate, 1, args.gated
+        )
         blame, fix = "", ""
     if args.experts is not None:
         shape = shape.with_experts(args.experts)
     error = shape.conversion_error
     if error is not None:
-        raise UsageError(f"{blame}{shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
-                         f"cannot be converted: {error}{fix}")
+        raise UsageError(
+            f"{blame}{shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
+            f"cannot be converted: {error}{fix}"
+        )
     return shape
 
 
@@ -211,11 +254,17 @@ def _check_fits(shape: LayerShape, device: str, layers: int) -> None:
             f"{shape.label} with {shape.experts} experts needs at least {_bytes(need)} on {device} "
             f"({layers} copies of the {_bytes(shape.layer_bytes)} layer), which has {_bytes(total)}: "
             + (f"give --experts {fits} or fewer" if fits else "give a smaller shape")
-            + (", or a larger --tp" if shape.model != "explicit" else ""))
+            + (", or a larger --tp" if shape.model != "explicit" else "")
+        )
 
 
-def _add_command(sub: argparse._SubParsersAction, name: str, handler: Callable[[argparse.Namespace], int],
-                 help: str, aliases: tuple[str, ...] = ()) -> argparse.ArgumentParser:  # noqa: A002
+def _add_command(
+    sub: argparse._SubParsersAction,
+    name: str,
+    handler: Callable[[argparse.Namespace], int],
+    help: str,
+    aliases: tuple[str, ...] = (),
+) -> argparse.ArgumentParser:  # noqa: A002
     parser = sub.add_parser(name, help=help, description=help, aliases=list(aliases))
     parser.set_defaults(func=handler)
     return parser
@@ -223,19 +272,35 @@ def _add_command(sub: argparse._SubParsersAction, name: str, handler: Callable[[
 
 def _add_work_args(parser: argparse.ArgumentParser) -> None:
     """The shape, the strategies and --quiet: what every command that converts takes."""
-    parser.add_argument("--model", help=f"catalog name ({', '.join(CATALOG)}) or a config.json path")
+    parser.add_argument(
+        "--model", help=f"catalog name ({', '.join(CATALOG)}) or a config.json path"
+    )
     parser.add_argument("--tp", type=int, help="tensor-parallel size, with --model (default 1)")
-    parser.add_argument("--experts", type=int,
-                        help="number of experts (1 to the model's E, to limit a model's)")
-    parser.add_argument("--hidden", type=_bounded_int(1, MAX_SIZE), help="hidden size H (explicit shape)")
-    parser.add_argument("--intermediate", type=_bounded_int(1, MAX_SIZE),
-                        help="intermediate size I per rank (explicit shape; no --tp)")
-    parser.add_argument("--no-gated", dest="gated", action="store_false",
-                        help="non-gated activation (ReLU2), explicit shape: w13 is [E, I, H]")
-    parser.add_argument("--strategy", type=_strategy_names, default="all",
-                        help="NAME[,NAME...] or all (default)")
-    parser.add_argument("--quiet", action="store_true",
-                        help="no progress bar (there is none either when stderr is not a terminal)")
+    parser.add_argument(
+        "--experts", type=int, help="number of experts (1 to the model's E, to limit a model's)"
+    )
+    parser.add_argument(
+        "--hidden", type=_bounded_int(1, MAX_SIZE), help="hidden size H (explicit shape)"
+    )
+    parser.add_argument(
+        "--intermediate",
+        type=_bounded_int(1, MAX_SIZE),
+        help="intermediate size I per rank (explicit shape; no --tp)",
+    )
+    parser.add_argument(
+        "--no-gated",
+        dest="gated",
+        action="store_false",
+        help="non-gated activation (ReLU2), explicit shape: w13 is [E, I, H]",
+    )
+    parser.add_argument(
+        "--strategy", type=_strategy_names, default="all", help="NAME[,NAME...] or all (default)"
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (there is none either when stderr is not a terminal)",
+    )
 
 
 def _progress(steps: int, args: argparse.Namespace, desc: str) -> tqdm:
@@ -249,13 +314,17 @@ def _kernel_note(shape: LayerShape) -> str:
 
 
 def cmd_shapes(args: argparse.Namespace) -> int:
-    print(f"{'model':<18} {'tp':>2}  {'w13 per rank':<20} {'w2 per rank':<20} {'MiB/layer':>9} "
-          f"{'layers':>6} {'GiB/rank':>8}  valid")
+    print(
+        f"{'model':<18} {'tp':>2}  {'w13 per rank':<20} {'w2 per rank':<20} {'MiB/layer':>9} "
+        f"{'layers':>6} {'GiB/rank':>8}  valid"
+    )
     for shape in catalog_shapes():
         status = "yes" if shape.valid else f"no: {shape.invalid_reason}"
-        print(f"{shape.model:<18} {shape.tp:>2}  {str(list(shape.w13_shape)):<20} "
-              f"{str(list(shape.w2_shape)):<20} {shape.layer_bytes / MiB:>9.1f} "
-              f"{shape.moe_layers:>6} {shape.model_bytes / 2**30:>8.2f}  {status}")
+        print(
+            f"{shape.model:<18} {shape.tp:>2}  {str(list(shape.w13_shape)):<20} "
+            f"{str(list(shape.w2_shape)):<20} {shape.layer_bytes / MiB:>9.1f} "
+            f"{shape.moe_layers:>6} {shape.model_bytes / 2**30:>8.2f}  {status}"
+        )
     return 0
 
 
@@ -276,8 +345,11 @@ def cmd_strategies(args: argparse.Namespace) -> int:
         for record in sorted([*STRATEGIES.values(), *UNAVAILABLE.values()], key=lambda r: r.name):
             here = "" if record.name in STRATEGIES else f"  (not here: needs {record.needs})"
             print(f"{record.name:<17} {record.result:<19} {record.origin}{here}")
-            for label, formula in (("peak transient", record.peak), ("traffic", record.traffic),
-                                   ("launches", record.launches)):
+            for label, formula in (
+                ("peak transient", record.peak),
+                ("traffic", record.traffic),
+                ("launches", record.launches),
+            ):
                 print(f"    {label:<15} {formula if formula is not None else 'not stated'}")
     return 0
 
@@ -290,66 +362,100 @@ def cmd_verify(args: argparse.Namespace) -> int:
         oracle = lambda w13, w2: reference.flashinfer_reference(w13, w2, gated=shape.gated)  # noqa: E731
     else:
         oracle_name = "legacy (flashinfer-python is not installed)"
-        oracle = lambda w13, w2: convert(w13.clone(), w2.clone(), strategy="legacy", gated=shape.gated)  # noqa: E731
-    print(f"verify {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)}, "
-          f"gated={shape.gated}, device {args.device}; against {oracle_name}", flush=True)
+        oracle = lambda w13, w2: convert(
+            w13.clone(), w2.clone(), strategy="legacy", gated=shape.gated
+        )  # noqa: E731
+    print(
+        f"verify {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)}, "
+        f"gated={shape.gated}, device {args.device}; against {oracle_name}",
+        flush=True,
+    )
     if not shape.valid:
         print(_kernel_note(shape), flush=True)
     failed = 0
     with _progress(len(args.strategy) + 1, args, "verify") as bar:
         bar.set_postfix_str("reference")
-        w13, w2 = inputs.random_weights(shape.w13_shape, shape.w2_shape, seed=args.seed, device=args.device)
+        w13, w2 = inputs.random_weights(
+            shape.w13_shape, shape.w2_shape, seed=args.seed, device=args.device
+        )
         want13, want2 = oracle(w13, w2)
         bar.update()
         for name in args.strategy:
             bar.set_postfix_str(name)
             in13, in2 = w13.clone(), w2.clone()
             got13, got2 = convert(in13, in2, strategy=name, gated=shape.gated)
-            same = [torch.equal(got.view(torch.uint8), want.view(torch.uint8))
-                    for got, want in ((got13, want13), (got2, want2))]
+            same = [
+                torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+                for got, want in ((got13, want13), (got2, want2))
+            ]
             aliased = got13.data_ptr() == in13.data_ptr() and got2.data_ptr() == in2.data_ptr()
             alias_ok = aliased == STRATEGIES[name].inplace
             ok = all(same) and alias_ok
             failed += not ok
-            bar.write(f"  {name:<16} w13 {'ok' if same[0] else 'MISMATCH'}  w2 {'ok' if same[1] else 'MISMATCH'}"
-                      f"  {'in place' if aliased else 'new tensors'}"
-                      f"{'' if alias_ok else ' (WRONG: contract says otherwise)'}", file=sys.stdout)
+            bar.write(
+                f"  {name:<16} w13 {'ok' if same[0] else 'MISMATCH'}  w2 {'ok' if same[1] else 'MISMATCH'}"
+                f"  {'in place' if aliased else 'new tensors'}"
+                f"{'' if alias_ok else ' (WRONG: contract says otherwise)'}",
+                file=sys.stdout,
+            )
             bar.update()
     print("all byte-identical" if not failed else f"{failed} strategies FAILED")
     return 1 if failed else 0
 
 
-def _measure_record(shape: LayerShape, name: str, device: str, repeats: int,
-                    threads: int | None) -> dict:
+def _measure_record(
+    shape: LayerShape, name: str, device: str, repeats: int, threads: int | None
+) -> dict:
     """Every figure of one strategy on ``shape``: dispatch-level memory everywhere; on cpu/cuda the
     layer's timing against a copy and the whole-model time derived from it (``time_layer``); on cpu
     the allocator-level peak; on cuda the caching allocator's."""
     memory = strategy_memory(shape, name, device=device)
     work = strategy_traffic(shape, name)  # on meta: exact and free on any device
-    record = {"strategy": name, "model": shape.model, "tp": shape.tp, "device": device,
-              "experts": shape.experts, "layer_bytes": shape.layer_bytes,
-              "peak_transient_bytes": memory.peak_bytes, "allocations": memory.allocations,
-              "traffic_bytes": work.traffic_bytes, "launches": work.launches,
-              "traffic_ratio": work.traffic_bytes / (2 * shape.layer_bytes)}
+    record = {
+        "strategy": name,
+        "model": shape.model,
+        "tp": shape.tp,
+        "device": device,
+        "experts": shape.experts,
+        "layer_bytes": shape.layer_bytes,
+        "peak_transient_bytes": memory.peak_bytes,
+        "allocations": memory.allocations,
+        "traffic_bytes": work.traffic_bytes,
+        "launches": work.launches,
+        "traffic_ratio": work.traffic_bytes / (2 * shape.layer_bytes),
+    }
     if torch.device(device).type == "meta":
         return record
     timed = time_layer(shape, name, device=device, repeats=repeats, threads=threads)
-    record.update(seconds_median=timed.seconds, seconds_iqr=timed.strategy_time.iqr,
-                  copy_seconds_median=timed.copy_time.median, copy_ratio=timed.copy_ratio,
-                  gbps=timed.gbps, copy_gbps=timed.copy_gbps, repeats=repeats,
-                  moe_layers=shape.moe_layers, whole_model_seconds=timed.whole_model_seconds,
-                  whole_model_copy_seconds=timed.whole_model_copy_seconds)
+    record.update(
+        seconds_median=timed.seconds,
+        seconds_iqr=timed.strategy_time.iqr,
+        copy_seconds_median=timed.copy_time.median,
+        copy_ratio=timed.copy_ratio,
+        gbps=timed.gbps,
+        copy_gbps=timed.copy_gbps,
+        repeats=repeats,
+        moe_layers=shape.moe_layers,
+        whole_model_seconds=timed.whole_model_seconds,
+        whole_model_copy_seconds=timed.whole_model_copy_seconds,
+    )
     if timed.threads is not None:
         allocator = strategy_allocator_memory(shape, name)
-        record.update(threads=timed.threads, minor_faults=timed.minor_faults,
-                      allocator_peak_bytes=allocator.peak_bytes,
-                      allocator_allocations=allocator.allocations)
+        record.update(
+            threads=timed.threads,
+            minor_faults=timed.minor_faults,
+            allocator_peak_bytes=allocator.peak_bytes,
+            allocator_allocations=allocator.allocations,
+        )
     elif torch.device(device).type == "cuda":
         cuda = strategy_cuda_memory(shape, name)
-        record.update(cuda_peak_allocated_bytes=cuda.peak_allocated_bytes,
-                      cuda_peak_reserved_bytes=cuda.peak_reserved_bytes,
-                      cuda_requested_peak_bytes=cuda.requested_peak_bytes,
-                      cuda_num_alloc_retries=cuda.num_alloc_retries, cuda_num_ooms=cuda.num_ooms)
+        record.update(
+            cuda_peak_allocated_bytes=cuda.peak_allocated_bytes,
+            cuda_peak_reserved_bytes=cuda.peak_reserved_bytes,
+            cuda_requested_peak_bytes=cuda.requested_peak_bytes,
+            cuda_num_alloc_retries=cuda.num_alloc_retries,
+            cuda_num_ooms=cuda.num_ooms,
+        )
     return record
 
 
@@ -379,32 +485,46 @@ def _print_measure_table(records: list[dict]) -> None:
     rows += [[fmt(record[key]) for key, _, fmt in columns] for record in records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     for row in rows:
-        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                        for i, (cell, w) in enumerate(zip(row, widths))))
+        print(
+            "  ".join(
+                cell.ljust(w) if i == 0 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(row, widths))
+            )
+        )
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
     shape = resolve_shape(args)
     kind = torch.device(args.device).type
     if args.threads is not None and kind != "cpu":
-        raise UsageError(f"argument --threads: {args.threads} threads apply to --device cpu only, "
-                         f"not {args.device}")
+        raise UsageError(
+            f"argument --threads: {args.threads} threads apply to --device cpu only, "
+            f"not {args.device}"
+        )
     # the layer, the copy_ destination, and the pristine copy that restores an in-place input
     inplace = any(STRATEGIES[name].inplace for name in args.strategy)
     _check_fits(shape, args.device, 3 if inplace else 2)
     if not args.json:
-        print(f"measure {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
-              f"({_bytes(shape.layer_bytes)} per layer, {shape.moe_layers} MoE layers), "
-              f"device {args.device}")
-        print("peak: dispatch-level peak transient bytes (exact), allocs: new storages; "
-              "traffic: bytes read + written / (2 x layer bytes), launches: data-moving ops")
+        print(
+            f"measure {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
+            f"({_bytes(shape.layer_bytes)} per layer, {shape.moe_layers} MoE layers), "
+            f"device {args.device}"
+        )
+        print(
+            "peak: dispatch-level peak transient bytes (exact), allocs: new storages; "
+            "traffic: bytes read + written / (2 x layer bytes), launches: data-moving ops"
+        )
         if kind == "cpu":
-            print("alloc. peak: the CPU allocator's peak, kernel temporaries included; "
-                  "faults: minor page faults per call")
+            print(
+                "alloc. peak: the CPU allocator's peak, kernel temporaries included; "
+                "faults: minor page faults per call"
+            )
         if kind != "meta":
-            print("x copy: median time / same-size copy_ timed interleaved; GB/s: 2 x layer bytes / "
-                  "median; model: median x MoE layers"
-                  + (f" (of {shape.experts}-expert layers)" if args.experts else ""))
+            print(
+                "x copy: median time / same-size copy_ timed interleaved; GB/s: 2 x layer bytes / "
+                "median; model: median x MoE layers"
+                + (f" (of {shape.experts}-expert layers)" if args.experts else "")
+            )
     if not shape.valid:  # stdout stays JSON lines with --json
         print(_kernel_note(shape), file=sys.stderr if args.json else sys.stdout, flush=True)
     records = []
@@ -424,17 +544,26 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 def _replay_record(result: SleepModeLoad) -> dict:
     """One JSON line; its keys (``max_split_mb`` for ``max_split_size_mb``) are kept for users."""
-    return {"strategy": result.strategy, "shape": result.shape, "max_split_mb": result.max_split_size_mb,
-            "pool": result.pool, "device_bytes": result.device_bytes,
-            "other_weights_bytes": result.other_weights_bytes, "layers": result.layers,
-            "oom": result.oom, "oom_layer": result.oom_layer, "oom_message": result.oom_message,
-            "loaded_reserved_bytes": result.loaded_reserved_bytes,
-            "peak_reserved_bytes": result.peak_reserved_bytes,
-            "peak_allocated_bytes": result.peak_allocated_bytes,
-            "reserved_growth_per_layer_bytes": result.reserved_growth_per_layer_bytes,
-            "final_reserved_bytes": result.final_reserved_bytes,
-            "stranded_segments": result.stranded_segments,
-            "num_alloc_retries": result.num_alloc_retries, "num_ooms": result.num_ooms}
+    return {
+        "strategy": result.strategy,
+        "shape": result.shape,
+        "max_split_mb": result.max_split_size_mb,
+        "pool": result.pool,
+        "device_bytes": result.device_bytes,
+        "other_weights_bytes": result.other_weights_bytes,
+        "layers": result.layers,
+        "oom": result.oom,
+        "oom_layer": result.oom_layer,
+        "oom_message": result.oom_message,
+        "loaded_reserved_bytes": result.loaded_reserved_bytes,
+        "peak_reserved_bytes": result.peak_reserved_bytes,
+        "peak_allocated_bytes": result.peak_allocated_bytes,
+        "reserved_growth_per_layer_bytes": result.reserved_growth_per_layer_bytes,
+        "final_reserved_bytes": result.final_reserved_bytes,
+        "stranded_segments": result.stranded_segments,
+        "num_alloc_retries": result.num_alloc_retries,
+        "num_ooms": result.num_ooms,
+    }
 
 
 def _print_replay_tables(results: list[SleepModeLoad], max_splits: list[int | None]) -> None:
@@ -442,11 +571,18 @@ def _print_replay_tables(results: list[SleepModeLoad], max_splits: list[int | No
     by_key = {(r.strategy, r.max_split_size_mb): r for r in results}
     strategies = list(dict.fromkeys(r.strategy for r in results))
     tables = (
-        ("peak reserved, or the layer whose conversion ran out of memory",
-         lambda r: f"OOM layer {r.oom_layer}" if r.oom else _bytes(r.peak_reserved_bytes)),
-        ("reserved growth per layer (steady state, median)",
-         lambda r: "-" if r.reserved_growth_per_layer_bytes is None
-         else _bytes(r.reserved_growth_per_layer_bytes)),
+        (
+            "peak reserved, or the layer whose conversion ran out of memory",
+            lambda r: f"OOM layer {r.oom_layer}" if r.oom else _bytes(r.peak_reserved_bytes),
+        ),
+        (
+            "reserved growth per layer (steady state, median)",
+            lambda r: (
+                "-"
+                if r.reserved_growth_per_layer_bytes is None
+                else _bytes(r.reserved_growth_per_layer_bytes)
+            ),
+        ),
     )
     for title, cell in tables:
         rows = [["max_split_size_mb"] + columns]
@@ -454,8 +590,12 @@ def _print_replay_tables(results: list[SleepModeLoad], max_splits: list[int | No
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         print(f"\n{title}")
         for row in rows:
-            print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                            for i, (c, w) in enumerate(zip(row, widths))))
+            print(
+                "  ".join(
+                    c.ljust(w) if i == 0 else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(row, widths))
+                )
+            )
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -468,8 +608,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
             for max_split in max_splits:
                 bar.set_postfix_str(f"{name}, max_split_size_mb {max_split}")
                 try:
-                    results.append(replay_load(shape, name, max_split_size_mb=max_split, pool=args.pool,
-                                               device_bytes=device_bytes, other_weights_bytes=other_bytes))
+                    results.append(
+                        replay_load(
+                            shape,
+                            name,
+                            max_split_size_mb=max_split,
+                            pool=args.pool,
+                            device_bytes=device_bytes,
+                            other_weights_bytes=other_bytes,
+                        )
+                    )
                 except WeightsDoNotFit as error:  # at the load, before any conversion is replayed
                     raise UsageError(f"argument --device-gib: {error}") from None
                 bar.update()
@@ -477,9 +625,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         for result in results:
             print(json.dumps(_replay_record(result)))
         return 0
-    print(f"replay {shape.label}: {shape.moe_layers} MoE layers x {_bytes(shape.layer_bytes)} "
-          f"+ {_bytes(other_bytes)} other weights = {_bytes(results[0].loaded_reserved_bytes)} "
-          f"reserved once loaded; device {_bytes(device_bytes)}; pool {args.pool}")
+    print(
+        f"replay {shape.label}: {shape.moe_layers} MoE layers x {_bytes(shape.layer_bytes)} "
+        f"+ {_bytes(other_bytes)} other weights = {_bytes(results[0].loaded_reserved_bytes)} "
+        f"reserved once loaded; device {_bytes(device_bytes)}; pool {args.pool}"
+    )
     _print_replay_tables(results, max_splits)
     return 0
 
@@ -488,10 +638,14 @@ def cmd_engines(args: argparse.Namespace) -> int:
     failed = 0
     for check in (check_engine(engine, device=args.device) for engine in ENGINES):
         engine = check.engine
-        print(f"{engine.strategy:<17} {engine.distribution} {check.version}\n"
-              f"  calls {engine.module}.{engine.function} (transcribed as {engine.transcription!r})")
+        print(
+            f"{engine.strategy:<17} {engine.distribution} {check.version}\n"
+            f"  calls {engine.module}.{engine.function} (transcribed as {engine.transcription!r})"
+        )
         if check.identical is not None:
-            print(f"  {'byte-identical' if check.identical else 'DIFFERS or FAILED'}: {check.detail}")
+            print(
+                f"  {'byte-identical' if check.identical else 'DIFFERS or FAILED'}: {check.detail}"
+            )
         failed += check.identical is False
     return 1 if failed else 0
 
@@ -502,51 +656,106 @@ def main(argv: list[str] | None = None) -> int:
 
     _add_command(sub, "shapes", cmd_shapes, "print the model-shape catalog")
 
-    p = _add_command(sub, "strategies", cmd_strategies,
-                     "every strategy: in place or not, origin, peak/traffic/launch formulas")
-    p.add_argument("--markdown", action="store_true",
-                   help="print the legend and table of docs/library.md")
-    p.add_argument("--update", metavar="FILE",
-                   help="rewrite the table between the markers of FILE (docs/library.md)")
+    p = _add_command(
+        sub,
+        "strategies",
+        cmd_strategies,
+        "every strategy: in place or not, origin, peak/traffic/launch formulas",
+    )
+    p.add_argument(
+        "--markdown", action="store_true", help="print the legend and table of docs/library.md"
+    )
+    p.add_argument(
+        "--update",
+        metavar="FILE",
+        help="rewrite the table between the markers of FILE (docs/library.md)",
+    )
 
-    p = _add_command(sub, "verify", cmd_verify,
-                     "check every strategy byte for byte against FlashInfer's helpers")
+    p = _add_command(
+        sub, "verify", cmd_verify, "check every strategy byte for byte against FlashInfer's helpers"
+    )
     _add_work_args(p)
-    p.add_argument("--device", type=_device("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
+    p.add_argument(
+        "--device", type=_device("cpu", "cuda"), default="cpu", help="cpu (default) or cuda"
+    )
     p.add_argument("--seed", type=_bounded_int(0, 2**63 - 1), default=0)
 
-    p = _add_command(sub, "measure", cmd_measure,
-                     "peak transient memory, time against a same-size copy_, whole-model time")
+    p = _add_command(
+        sub,
+        "measure",
+        cmd_measure,
+        "peak transient memory, time against a same-size copy_, whole-model time",
+    )
     _add_work_args(p)
-    p.add_argument("--device", type=_device("meta", "cpu", "cuda"), default="meta",
-                   help="meta (memory only, full size for free), cpu or cuda")
-    p.add_argument("--repeats", type=_bounded_int(1), default=5, help="timed calls per strategy (default 5)")
-    p.add_argument("--threads", type=_bounded_int(1), help="CPU threads (default: all cores; 1 is "
-                   "steadier on a shared machine, where a descheduled OpenMP thread stalls the others)")
+    p.add_argument(
+        "--device",
+        type=_device("meta", "cpu", "cuda"),
+        default="meta",
+        help="meta (memory only, full size for free), cpu or cuda",
+    )
+    p.add_argument(
+        "--repeats", type=_bounded_int(1), default=5, help="timed calls per strategy (default 5)"
+    )
+    p.add_argument(
+        "--threads",
+        type=_bounded_int(1),
+        help="CPU threads (default: all cores; 1 is "
+        "steadier on a shared machine, where a descheduled OpenMP thread stalls the others)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per strategy per line")
 
-    p = _add_command(sub, "replay", cmd_replay,
-                     "replay the sleep-mode load (every layer loaded, then each converted) through a "
-                     "model of the CUDA caching allocator: OOM layer, peak reserved, reserved growth "
-                     "per layer", aliases=("simulate",))
+    p = _add_command(
+        sub,
+        "replay",
+        cmd_replay,
+        "replay the sleep-mode load (every layer loaded, then each converted) through a "
+        "model of the CUDA caching allocator: OOM layer, peak reserved, reserved growth "
+        "per layer",
+        aliases=("simulate",),
+    )
     _add_work_args(p)
-    p.add_argument("--max-split-mb", type=_max_splits, default="20",
-                   help="max_split_size_mb values, comma-separated, 'none' = unlimited "
-                        "(default 20: what vLLM sets while loading)")
-    p.add_argument("--device-gib", type=_gib(zero_ok=False), required=True,
-                   help="GiB the device lends to PyTorch during the load (vLLM PR #45589's reproduction on a 141 GB GPU: 139.5)")
-    p.add_argument("--other-weights-gib", type=_gib(zero_ok=True), default=0.0,
-                   help="the model's non-MoE weights per rank, GiB (default 0; Qwen3-235B TP4: 3.86)")
-    p.add_argument("--pool", choices=POOLS, default="sleep",
-                   help="sleep: vLLM's sleep-mode pool, the first failed raw allocation is an OOM "
-                        "(default); default: PyTorch's default pools, cached segments released on failure")
-    p.add_argument("--json", action="store_true",
-                   help="one JSON object per strategy x max-split value per line")
+    p.add_argument(
+        "--max-split-mb",
+        type=_max_splits,
+        default="20",
+        help="max_split_size_mb values, comma-separated, 'none' = unlimited "
+        "(default 20: what vLLM sets while loading)",
+    )
+    p.add_argument(
+        "--device-gib",
+        type=_gib(zero_ok=False),
+        required=True,
+        help="GiB the device lends to PyTorch during the load (vLLM PR #45589's reproduction on a 141 GB GPU: 139.5)",
+    )
+    p.add_argument(
+        "--other-weights-gib",
+        type=_gib(zero_ok=True),
+        default=0.0,
+        help="the model's non-MoE weights per rank, GiB (default 0; Qwen3-235B TP4: 3.86)",
+    )
+    p.add_argument(
+        "--pool",
+        choices=POOLS,
+        default="sleep",
+        help="sleep: vLLM's sleep-mode pool, the first failed raw allocation is an OOM "
+        "(default); default: PyTorch's default pools, cached segments released on failure",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per strategy x max-split value per line",
+    )
 
-    p = _add_command(sub, "engines", cmd_engines,
-                     "the installed engines' converters: versions, the function each adapter calls, "
-                     "byte-identical to FlashInfer's helpers or not (exit 1 if not)")
-    p.add_argument("--device", type=_device("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
+    p = _add_command(
+        sub,
+        "engines",
+        cmd_engines,
+        "the installed engines' converters: versions, the function each adapter calls, "
+        "byte-identical to FlashInfer's helpers or not (exit 1 if not)",
+    )
+    p.add_argument(
+        "--device", type=_device("cpu", "cuda"), default="cpu", help="cpu (default) or cuda"
+    )
 
     args = parser.parse_args(argv)
     try:

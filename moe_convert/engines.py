@@ -35,8 +35,15 @@ from .inputs import random_weights
 from .reference import flashinfer_reference
 from .registry import STRATEGIES, convert, register
 
-__all__ = ["CHECK_EXPERTS", "CHECK_HIDDEN", "CHECK_INTERMEDIATE", "ENGINES", "Engine", "EngineCheck",
-           "check_engine"]
+__all__ = [
+    "CHECK_EXPERTS",
+    "CHECK_HIDDEN",
+    "CHECK_INTERMEDIATE",
+    "ENGINES",
+    "Engine",
+    "EngineCheck",
+    "check_engine",
+]
 
 
 @dataclass(frozen=True)
@@ -110,9 +117,11 @@ def _vllm_converts_in_place(version: str) -> bool:
 
 # Where vLLM is not installed its record (documented, not registered) is the newest form read.
 @register(
-    VLLM.strategy, origin="vLLM as installed (figures of 0.33.0)",
+    VLLM.strategy,
+    origin="vLLM as installed (figures of 0.33.0)",
     inplace=_vllm_converts_in_place(VLLM.version) if VLLM.installed else True,
-    needs="vllm, flashinfer-python", available=VLLM.installed,
+    needs="vllm, flashinfer-python",
+    available=VLLM.installed,
     peak=Formula("max(S13 + 2 X13, S2)", "max(S13, S2)"),
     traffic=Formula("4 (T13 + T2) + E (5 X13 + X2)", "4 (T13 + T2) + E (X13 + X2)"),
     launches=Formula("6 E", "4 E"),
@@ -143,8 +152,11 @@ def _vllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tenso
 
 
 @register(
-    SGLANG.strategy, inplace=True, origin="SGLang as installed",
-    needs="sglang, flashinfer-python", available=SGLANG.installed,
+    SGLANG.strategy,
+    inplace=True,
+    origin="SGLang as installed",
+    needs="sglang, flashinfer-python",
+    available=SGLANG.installed,
     peak=Formula("max(T13, 3 max(S13, S2))", "3 max(S13, S2)"),
     traffic=Formula("12 T13 + 8 T2 + E (X13 + X2)", "8 (T13 + T2) + E (X13 + X2)"),
     launches=Formula("8 E + 2", "8 E"),
@@ -204,26 +216,38 @@ def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> Engin
     if not engine.installed:
         return EngineCheck(engine, engine.version, None, f"{engine.distribution} is not installed")
     if not FLASHINFER_AVAILABLE:
-        return EngineCheck(engine, engine.version, False,
-                           "flashinfer-python is not installed, and the engine's converter imports it")
+        return EngineCheck(
+            engine,
+            engine.version,
+            False,
+            "flashinfer-python is not installed, and the engine's converter imports it",
+        )
     results = []
     for gated in (True, False):
         rows13 = 2 * CHECK_INTERMEDIATE if gated else CHECK_INTERMEDIATE
-        w13, w2 = random_weights((CHECK_EXPERTS, rows13, CHECK_HIDDEN),
-                                 (CHECK_EXPERTS, CHECK_HIDDEN, CHECK_INTERMEDIATE), device=device)
+        w13, w2 = random_weights(
+            (CHECK_EXPERTS, rows13, CHECK_HIDDEN),
+            (CHECK_EXPERTS, CHECK_HIDDEN, CHECK_INTERMEDIATE),
+            device=device,
+        )
         want = flashinfer_reference(w13, w2, gated=gated)
         try:
             in13, in2 = w13.clone(), w2.clone()
             got = convert(in13, in2, strategy=engine.strategy, gated=gated)
         except Exception as error:  # reported, with the engine's own message, as a failed check
-            return EngineCheck(engine, engine.version, False,
-                               f"gated={gated}: {type(error).__name__}: {error}")
+            return EngineCheck(
+                engine, engine.version, False, f"gated={gated}: {type(error).__name__}: {error}"
+            )
         same = [torch.equal(g.view(torch.uint8), w.view(torch.uint8)) for g, w in zip(got, want)]
         aliased = got[0].data_ptr() == in13.data_ptr() and got[1].data_ptr() == in2.data_ptr()
         results.append((gated, same, aliased == STRATEGIES[engine.strategy].inplace))
-    detail = "; ".join(f"gated={gated}: w13 {'ok' if same[0] else 'MISMATCH'}, "
-                       f"w2 {'ok' if same[1] else 'MISMATCH'}"
-                       f"{'' if contract else ', in place or not AGAINST its registration'}"
-                       for gated, same, contract in results)
+    detail = "; ".join(
+        f"gated={gated}: w13 {'ok' if same[0] else 'MISMATCH'}, "
+        f"w2 {'ok' if same[1] else 'MISMATCH'}"
+        f"{'' if contract else ', in place or not AGAINST its registration'}"
+        for gated, same, contract in results
+    )
     identical = all(all(same) and contract for _, same, contract in results)
-    return EngineCheck(engine, engine.version, identical, f"{detail} (against FlashInfer's helpers)")
+    return EngineCheck(
+        engine, engine.version, identical, f"{detail} (against FlashInfer's helpers)"
+    )

@@ -25,8 +25,11 @@ _PERMUTE_CACHES: dict[torch.device, dict] = {}
 
 
 @register(
-    "flashinfer", inplace=False, origin="FlashInfer's `prepare_trtllm_bf16_weights`",
-    needs="flashinfer-python", available=AVAILABLE,
+    "flashinfer",
+    inplace=False,
+    origin="FlashInfer's `prepare_trtllm_bf16_weights`",
+    needs="flashinfer-python",
+    available=AVAILABLE,
     peak=Formula("3 T13 + 2 T2", "2 T13 + 2 T2"),
     traffic=Formula("8 T13 + 6 T2 + E (X13 + X2)", "6 T13 + 6 T2 + E (X13 + X2)"),
     launches=Formula("4 E + 3", "4 E + 2"),
@@ -59,4 +62,3 @@ def flashinfer_prepare(
         permute_cache=_PERMUTE_CACHES.setdefault(w13.device, {}),
     )
     return prepared["gemm1_weights"], prepared["gemm2_weights"]
-

@@ -44,8 +44,12 @@ LEGEND: dict[str, Symbol] = {
     "MiB": Symbol("2^20 bytes", lambda s: 2**20),
 }
 
-_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-              ast.FloorDiv: operator.floordiv}
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+}
 _FUNCTIONS = {"max": max, "cdiv": lambda a, b: -(-a // b)}
 # A space between a term's end (a digit, a letter, ")") and a term's start multiplies.
 _JUXTAPOSED = re.compile(r"(?<=[\w)])\s+(?=[\w(])")
@@ -75,14 +79,20 @@ def _compile(text: str) -> Callable[[dict[str, int]], int]:
             return lambda values, number=node.value: number
         if isinstance(node, ast.Name) and node.id in LEGEND:
             return lambda values, letter=node.id: values[letter]
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id in _FUNCTIONS and node.args and not node.keywords):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _FUNCTIONS
+            and node.args
+            and not node.keywords
+        ):
             function, args = _FUNCTIONS[node.func.id], [build(arg) for arg in node.args]
             return lambda values: function(*(arg(values) for arg in args))
         raise ValueError(
             f"formula {text!r}: {ast.unparse(node)!r} is not allowed; use integers, the letters "
             f"{', '.join(LEGEND)}, + - * // (a space multiplies), parentheses, "
-            f"{'(), '.join(_FUNCTIONS)}()")
+            f"{'(), '.join(_FUNCTIONS)}()"
+        )
 
     return build(tree)
 

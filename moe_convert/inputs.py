@@ -43,15 +43,19 @@ def random_weights(
     return bits(w13_shape), bits(w2_shape)
 
 
-def layer_weights(shape: LayerShape, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+def layer_weights(
+    shape: LayerShape, device: torch.device | str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Fresh bf16 ``w13 [E, M13, H]`` and ``w2 [E, H, I]`` of ``shape`` on ``device``.
 
     ``meta``: ``torch.empty`` (sizes, no memory). Elsewhere: ``random_weights`` (seed 0).
     """
     device = torch.device(device)
     if device.type == "meta":
-        return (torch.empty(shape.w13_shape, dtype=torch.bfloat16, device=device),
-                torch.empty(shape.w2_shape, dtype=torch.bfloat16, device=device))
+        return (
+            torch.empty(shape.w13_shape, dtype=torch.bfloat16, device=device),
+            torch.empty(shape.w2_shape, dtype=torch.bfloat16, device=device),
+        )
     return random_weights(shape.w13_shape, shape.w2_shape, device=device)
 
 

@@ -269,7 +269,8 @@ def cuda_memory(fn: Callable[[], object]) -> CudaMemoryMeasurement:
     return CudaMemoryMeasurement(
         peak_allocated_bytes=torch.cuda.max_memory_allocated(device) - base_allocated,
         peak_reserved_bytes=torch.cuda.max_memory_reserved(device) - base_reserved,
-        requested_peak_bytes=after["requested_bytes.all.peak"] - before["requested_bytes.all.current"],
+        requested_peak_bytes=after["requested_bytes.all.peak"]
+        - before["requested_bytes.all.current"],
         num_alloc_retries=delta("num_alloc_retries"),
         num_ooms=delta("num_ooms"),
         allocations=delta("allocation.all.allocated"),

@@ -20,8 +20,16 @@ import torch
 from .checks import check_disjoint, check_weights
 from .formulas import LEGEND, Formula
 
-__all__ = ["STRATEGIES", "UNAVAILABLE", "Strategy", "StrategyFunction", "convert", "register",
-           "strategies_markdown", "update_markdown"]
+__all__ = [
+    "STRATEGIES",
+    "UNAVAILABLE",
+    "Strategy",
+    "StrategyFunction",
+    "convert",
+    "register",
+    "strategies_markdown",
+    "update_markdown",
+]
 
 #: ``(w13, w2, gated) -> (w13_out, w2_out)``, inputs already checked by ``check_weights``.
 StrategyFunction = Callable[[torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor]]
@@ -64,8 +72,15 @@ UNAVAILABLE: dict[str, Strategy] = {}
 
 
 def register(
-    name: str, *, inplace: bool, origin: str, needs: str = "", available: bool = True,
-    peak: Formula | None = None, traffic: Formula | None = None, launches: Formula | None = None,
+    name: str,
+    *,
+    inplace: bool,
+    origin: str,
+    needs: str = "",
+    available: bool = True,
+    peak: Formula | None = None,
+    traffic: Formula | None = None,
+    launches: Formula | None = None,
     cpu_allocator_extra: Formula = ZERO,
 ) -> Callable[[StrategyFunction], StrategyFunction]:
     """Decorator: register the function as strategy ``name`` with its facts (see ``Strategy``).
@@ -76,8 +91,9 @@ def register(
     """
 
     def decorate(function: StrategyFunction) -> StrategyFunction:
-        record = Strategy(name, function, inplace, origin, needs, peak, traffic, launches,
-                          cpu_allocator_extra)
+        record = Strategy(
+            name, function, inplace, origin, needs, peak, traffic, launches, cpu_allocator_extra
+        )
         (STRATEGIES if available else UNAVAILABLE)[name] = record
         (UNAVAILABLE if available else STRATEGIES).pop(name, None)
         return function
@@ -118,8 +134,10 @@ def _code(formula: Formula | None) -> str:
 
 
 #: The lines around the generated table in a markdown file (docs/library.md).
-MARKDOWN_BEGIN = ("<!-- strategies table: generated from the registry by "
-                  "`python -m moe_convert strategies --update docs/library.md`; do not edit -->")
+MARKDOWN_BEGIN = (
+    "<!-- strategies table: generated from the registry by "
+    "`python -m moe_convert strategies --update docs/library.md`; do not edit -->"
+)
 MARKDOWN_END = "<!-- end of the strategies table -->"
 
 
@@ -135,8 +153,10 @@ def strategies_markdown() -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in records:
-        lines.append(f"| `{r.name}` | {r.origin} | {r.needs or '-'} | {r.result} | {_code(r.peak)} "
-                     f"| {_code(r.traffic)} | {_code(r.launches)} |")
+        lines.append(
+            f"| `{r.name}` | {r.origin} | {r.needs or '-'} | {r.result} | {_code(r.peak)} "
+            f"| {_code(r.traffic)} | {_code(r.launches)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -145,6 +165,8 @@ def update_markdown(text: str) -> str:
     replaced by ``strategies_markdown()``. Raises ``ValueError`` when the markers are missing."""
     begin, end = text.find(MARKDOWN_BEGIN), text.find(MARKDOWN_END)
     if begin < 0 or end < begin:
-        raise ValueError(f"no strategies table: the file needs the line {MARKDOWN_BEGIN!r}, "
-                         f"then the line {MARKDOWN_END!r}")
+        raise ValueError(
+            f"no strategies table: the file needs the line {MARKDOWN_BEGIN!r}, "
+            f"then the line {MARKDOWN_END!r}"
+        )
     return text[:begin] + MARKDOWN_BEGIN + "\n" + strategies_markdown() + text[end:]

@@ -118,8 +118,10 @@ def load_steps(shape: LayerShape, strategy: str) -> list[LoadStep]:
     trace = layer_trace(shape, strategy)
     steps: list[LoadStep] = []
     for layer in range(shape.moe_layers):
-        steps += [("alloc", ("w13", layer), shape.w13_bytes, False),
-                  ("alloc", ("w2", layer), shape.w2_bytes, False)]
+        steps += [
+            ("alloc", ("w13", layer), shape.w13_bytes, False),
+            ("alloc", ("w2", layer), shape.w2_bytes, False),
+        ]
     for layer in range(shape.moe_layers):
         steps += [(event.kind, (layer, event.block), event.nbytes, False) for event in trace.events]
         if not STRATEGIES[strategy].inplace:
@@ -171,8 +173,10 @@ def replay_load(
     try:
         if other_weights_bytes:
             allocator.malloc(other_weights_bytes)
-        params = [(allocator.malloc(shape.w13_bytes), allocator.malloc(shape.w2_bytes))
-                  for _ in range(shape.moe_layers)]
+        params = [
+            (allocator.malloc(shape.w13_bytes), allocator.malloc(shape.w2_bytes))
+            for _ in range(shape.moe_layers)
+        ]
     except OutOfMemory as error:
         raise WeightsDoNotFit(
             f"device_bytes ({device_bytes}) cannot hold the weights: {shape.moe_layers} layers x "

@@ -61,12 +61,23 @@ class ModelSpec:
         ``LayerShape.conversion_error``.
         """
         if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-            raise ValueError(f"{self.name}: tp must be a positive integer, got {tp!r}; {self.tp_sizes_text}")
+            raise ValueError(
+                f"{self.name}: tp must be a positive integer, got {tp!r}; {self.tp_sizes_text}"
+            )
         if self.intermediate % tp:
-            raise ValueError(f"{self.name}: tp {tp} does not divide moe_intermediate_size "
-                             f"{self.intermediate}; {self.tp_sizes_text}")
-        return LayerShape(self.name, tp, self.experts, self.hidden, self.intermediate // tp,
-                          self.moe_layers, self.gated)
+            raise ValueError(
+                f"{self.name}: tp {tp} does not divide moe_intermediate_size "
+                f"{self.intermediate}; {self.tp_sizes_text}"
+            )
+        return LayerShape(
+            self.name,
+            tp,
+            self.experts,
+            self.hidden,
+            self.intermediate // tp,
+            self.moe_layers,
+            self.gated,
+        )
 
     @property
     def tp_sizes(self) -> tuple[int, ...]:
@@ -81,8 +92,10 @@ class ModelSpec:
         if not valid:
             return f"no TP converts it: {self.shape(1).conversion_error}"
         kernel = [tp for tp in valid if self.shape(tp).valid]
-        return (f"valid TPs: {', '.join(map(str, valid))} (the SM100 kernel runs "
-                f"{', '.join(map(str, kernel)) or 'none'} without padding)")
+        return (
+            f"valid TPs: {', '.join(map(str, valid))} (the SM100 kernel runs "
+            f"{', '.join(map(str, kernel)) or 'none'} without padding)"
+        )
 
 
 CATALOG: dict[str, ModelSpec] = {
@@ -186,8 +199,10 @@ class LayerShape:
 
         Checked on ``meta`` tensors: free at any size.
         """
-        w13, w2 = (torch.empty(dims, dtype=torch.bfloat16, device="meta")
-                   for dims in (self.w13_shape, self.w2_shape))
+        w13, w2 = (
+            torch.empty(dims, dtype=torch.bfloat16, device="meta")
+            for dims in (self.w13_shape, self.w2_shape)
+        )
         try:
             check_weights(w13, w2, gated=self.gated)
         except ValueError as error:
@@ -196,8 +211,15 @@ class LayerShape:
 
     def with_experts(self, experts: int) -> LayerShape:
         """The same per-expert geometry with fewer (or more) experts."""
-        return LayerShape(self.model, self.tp, experts, self.hidden, self.intermediate,
-                          self.moe_layers, self.gated)
+        return LayerShape(
+            self.model,
+            self.tp,
+            experts,
+            self.hidden,
+            self.intermediate,
+            self.moe_layers,
+            self.gated,
+        )
 
 
 def _catalog_spec(model: str) -> ModelSpec:
@@ -257,8 +279,10 @@ class _Config:
         except UnicodeDecodeError:
             raise ValueError(f"{path}: not valid JSON (not UTF-8 text)") from None
         if not isinstance(self.data, dict):
-            raise ValueError(f"{path}: expected a JSON object of model settings, "
-                             f"got a JSON {type(self.data).__name__}")
+            raise ValueError(
+                f"{path}: expected a JSON object of model settings, "
+                f"got a JSON {type(self.data).__name__}"
+            )
 
     def has(self, key: str) -> bool:
         """``key`` is present and not ``null`` (Hugging Face writes unset options as ``null``)."""
@@ -275,8 +299,9 @@ class _Config:
             kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise ValueError(f"{self.path}: `{key}` must be {kind}, got {json.dumps(value)}")
         if value > MAX_SIZE:
-            raise ValueError(f"{self.path}: `{key}` is {value}, more than any model's; "
-                             f"accepted up to {MAX_SIZE}")
+            raise ValueError(
+                f"{self.path}: `{key}` is {value}, more than any model's; accepted up to {MAX_SIZE}"
+            )
         return value
 
 
@@ -297,8 +322,9 @@ def spec_from_hf_config(path: str | Path) -> ModelSpec:
     experts = config.integer(expert_key)
     hidden = config.integer("hidden_size")
     # Mixtral has no moe_intermediate_size: its only MLP size is the experts'
-    intermediate = config.integer("moe_intermediate_size" if config.has("moe_intermediate_size")
-                              else "intermediate_size")
+    intermediate = config.integer(
+        "moe_intermediate_size" if config.has("moe_intermediate_size") else "intermediate_size"
+    )
     layers = config.integer("num_hidden_layers")
     if config.has("first_k_dense_replace"):  # DeepSeek: dense first layers, then every freq-th
         first = config.integer("first_k_dense_replace", minimum=0)
@@ -308,17 +334,29 @@ def spec_from_hf_config(path: str | Path) -> ModelSpec:
         step = config.integer("decoder_sparse_step", default=1)
         dense = config.data.get("mlp_only_layers") or []  # null: none, as in transformers
         if not isinstance(dense, list) or not all(isinstance(i, int) for i in dense):
-            raise ValueError(f"{path}: `mlp_only_layers` must be a list of layer indices, "
-                             f"got {json.dumps(dense)}")
+            raise ValueError(
+                f"{path}: `mlp_only_layers` must be a list of layer indices, "
+                f"got {json.dumps(dense)}"
+            )
         moe_layers = sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
     if moe_layers == 0:
-        raise ValueError(f"{path}: no MoE layer among its {layers} layers (check "
-                         "first_k_dense_replace / moe_layer_freq or decoder_sparse_step / mlp_only_layers)")
+        raise ValueError(
+            f"{path}: no MoE layer among its {layers} layers (check "
+            "first_k_dense_replace / moe_layer_freq or decoder_sparse_step / mlp_only_layers)"
+        )
     act = config.data.get("hidden_act", "silu")
     name = config.data.get("_name_or_path")
     name = name if isinstance(name, str) and name else path.parent.name
-    return ModelSpec(name.lower(), str(path), layers, moe_layers, experts, hidden, intermediate,
-                     gated=act in ("silu", "swiglu"))
+    return ModelSpec(
+        name.lower(),
+        str(path),
+        layers,
+        moe_layers,
+        experts,
+        hidden,
+        intermediate,
+        gated=act in ("silu", "swiglu"),
+    )
 
 
 def shape_from_hf_config(path: str | Path, tp: int) -> LayerShape:

@@ -26,16 +26,34 @@ import torch
 
 from .allocator import K_MIN_LARGE_ALLOC
 from .formulas import Formula
-from .layout import (BLOCK_K, block_layout_copies, block_layout_shape, block_layout_view,
-                     swap_w13_to_w31, to_block_layout, w13_row_index, w2_row_index)
+from .layout import (
+    BLOCK_K,
+    block_layout_copies,
+    block_layout_shape,
+    block_layout_view,
+    swap_w13_to_w31,
+    to_block_layout,
+    w13_row_index,
+    w2_row_index,
+)
 from .registry import register
 
-__all__ = ["legacy", "preallocated", "inplace", "batched", "strided_copy", "strided_inplace",
-           "sglang", "trtllm"]
+__all__ = [
+    "legacy",
+    "preallocated",
+    "inplace",
+    "batched",
+    "strided_copy",
+    "strided_inplace",
+    "sglang",
+    "trtllm",
+]
 
 
 @register(
-    "legacy", inplace=False, origin="vLLM before PR #45589",
+    "legacy",
+    inplace=False,
+    origin="vLLM before PR #45589",
     peak=Formula("3 T13 + 2 T2", "2 T13 + 2 T2"),
     traffic=Formula("10 T13 + 8 T2 + E (X13 + X2)", "8 T13 + 8 T2 + E (X13 + X2)"),
     launches=Formula("6 E + 3", "6 E + 2"),
@@ -83,7 +101,9 @@ def _index_select_expert(out: torch.Tensor, expert_u8: torch.Tensor, index: torc
 
 
 @register(
-    "preallocated", inplace=False, origin="vLLM PR #45589 (0.29.0, 0.30.0)",
+    "preallocated",
+    inplace=False,
+    origin="vLLM PR #45589 (0.29.0, 0.30.0)",
     peak=Formula("T13 + T2 + 2 X13", "T13 + T2"),
     traffic=Formula("2 (T13 + T2) + E (5 X13 + X2)", "2 (T13 + T2) + E (X13 + X2)"),
     launches=Formula("4 E", "2 E"),
@@ -117,7 +137,9 @@ def preallocated(
 
 
 @register(
-    "inplace", inplace=True, origin="vLLM PR #54699 (0.31.0 to 0.33.0)",
+    "inplace",
+    inplace=True,
+    origin="vLLM PR #54699 (0.31.0 to 0.33.0)",
     peak=Formula("max(S13, S2)"),
     traffic=Formula("4 (T13 + T2) + E (X13 + X2)"),
     launches=Formula("4 E"),
@@ -151,7 +173,9 @@ def inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
 
 
 @register(
-    "batched", inplace=True, origin="NeMo-RL PR #3296",
+    "batched",
+    inplace=True,
+    origin="NeMo-RL PR #3296",
     peak=Formula("T13"),
     traffic=Formula("4 (T13 + T2) + X13 + X2"),
     launches=Formula("4"),
@@ -193,7 +217,9 @@ def _strided_copy_into(rows: torch.Tensor, blocks_u8: torch.Tensor, interleave: 
 
 
 @register(
-    "strided_copy", inplace=False, origin="ours",
+    "strided_copy",
+    inplace=False,
+    origin="ours",
     peak=Formula("T13 + T2"),
     traffic=Formula("2 (T13 + T2)"),
     launches=Formula("3", "2"),
@@ -225,7 +251,9 @@ def strided_copy(
 # its own segment, rounded to 2 MiB, which the next layer's scratch of the same size reuses, and
 # it reserves less than 20 MiB.
 @register(
-    "strided_inplace", inplace=True, origin="ours",
+    "strided_inplace",
+    inplace=True,
+    origin="ours",
     peak=Formula("max(S13, S2, 10 MiB)"),
     traffic=Formula("4 (T13 + T2)"),
     launches=Formula("5 E", "4 E"),
@@ -250,7 +278,9 @@ def strided_inplace(
     the scratch and one back per half of a gated w13 (one when not gated), then the same for w2.
     """
     expert_bytes = max(w13[0].nbytes, w2[0].nbytes)
-    scratch = torch.empty(max(expert_bytes, K_MIN_LARGE_ALLOC), dtype=torch.uint8, device=w13.device)
+    scratch = torch.empty(
+        max(expert_bytes, K_MIN_LARGE_ALLOC), dtype=torch.uint8, device=w13.device
+    )
     for weight, interleave in ((w13, gated), (w2, False)):
         _, rows, cols = weight.shape
         expert_scratch = scratch[: weight[0].nbytes]
@@ -258,7 +288,9 @@ def strided_inplace(
         for expert in weight:
             expert_u8 = expert.view(torch.uint8)
             expert_scratch.copy_(expert_u8.view(-1))
-            _strided_copy_into(scratch_rows, expert_u8.view(block_layout_shape(weight)[1:]), interleave)
+            _strided_copy_into(
+                scratch_rows, expert_u8.view(block_layout_shape(weight)[1:]), interleave
+            )
     return block_layout_view(w13), block_layout_view(w2)
 
 
@@ -278,7 +310,9 @@ def _sglang_block_layout(param: torch.Tensor, index: torch.Tensor) -> None:
 
 
 @register(
-    "sglang", inplace=True, origin="SGLang 0.5.23, transcribed",
+    "sglang",
+    inplace=True,
+    origin="SGLang 0.5.23, transcribed",
     peak=Formula("3 max(S13, S2)"),  # two or more experts (one: 2 max(S13, S2))
     traffic=Formula("8 (T13 + T2) + E (X13 + X2)"),
     launches=Formula("8 E"),
@@ -329,7 +363,9 @@ def _trtllm_prepare_expert(expert: torch.Tensor, index: torch.Tensor) -> torch.T
 
 
 @register(
-    "trtllm", inplace=False, origin="TensorRT-LLM (main, a98a9061d72f), transcribed",
+    "trtllm",
+    inplace=False,
+    origin="TensorRT-LLM (main, a98a9061d72f), transcribed",
     peak=Formula("T13 + max(T13, 2 T2)"),
     traffic=Formula("6 (T13 + T2) + E (X13 + X2)"),
     launches=Formula("4 E + 2"),

@@ -28,8 +28,15 @@ from .shapes import LayerShape
 from .registry import STRATEGIES, convert
 from .wholemodel import whole_model_seconds
 
-__all__ = ["LayerTiming", "Timing", "calibration_copy", "cpu_threads", "time_call", "time_layer",
-           "time_once"]
+__all__ = [
+    "LayerTiming",
+    "Timing",
+    "calibration_copy",
+    "cpu_threads",
+    "time_call",
+    "time_layer",
+    "time_once",
+]
 
 
 @dataclass(frozen=True)
@@ -179,8 +186,10 @@ class LayerTiming:
         Paired call by call, so load that comes and goes within the measurement moves both
         sides of a pair alike and cancels, where a ratio of the two medians would not pair them.
         """
-        return statistics.median(strategy / copy for strategy, copy in
-                                 zip(self.strategy_time.samples, self.copy_time.samples))
+        return statistics.median(
+            strategy / copy
+            for strategy, copy in zip(self.strategy_time.samples, self.copy_time.samples)
+        )
 
     @property
     def bytes_moved(self) -> int:

@@ -35,15 +35,31 @@ from torch.utils._pytree import tree_leaves
 from .inputs import strategy_call
 from .shapes import LayerShape
 
-__all__ = ["OpTraffic", "TrafficCounter", "TrafficMeasurement", "measure_traffic", "strategy_traffic"]
+__all__ = [
+    "OpTraffic",
+    "TrafficCounter",
+    "TrafficMeasurement",
+    "measure_traffic",
+    "strategy_traffic",
+]
 
 #: Ops that select part of an input with an index tensor: they read what they select, not all of it.
 _GATHERS = frozenset({"index", "index_select", "gather", "take", "_unsafe_index"})
 #: Ops whose mutated ``self`` is only written, never read.
 _OVERWRITES = frozenset({"copy_", "fill_", "zero_"})
 #: Ops that allocate or describe a tensor without touching its bytes.
-_NO_DATA = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-                      "resize_", "set_", "lift_fresh"})
+_NO_DATA = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "resize_",
+        "set_",
+        "lift_fresh",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -69,8 +85,11 @@ def _nbytes(tensor: torch.Tensor) -> int:
 
 
 def _storage_keys(tree: Any) -> set[int]:
-    return {leaf.untyped_storage()._cdata for leaf in tree_leaves(tree)
-            if isinstance(leaf, torch.Tensor)}
+    return {
+        leaf.untyped_storage()._cdata
+        for leaf in tree_leaves(tree)
+        if isinstance(leaf, torch.Tensor)
+    }
 
 
 class TrafficCounter(TorchDispatchMode):
@@ -101,8 +120,11 @@ class TrafficCounter(TorchDispatchMode):
             if not mutated or not (argument.kwarg_only or name in _OVERWRITES):
                 read_args += tensors
         inputs = _storage_keys((args, kwargs))
-        new_outputs = [leaf for leaf in tree_leaves(out) if isinstance(leaf, torch.Tensor)
-                       and leaf.untyped_storage()._cdata not in inputs]
+        new_outputs = [
+            leaf
+            for leaf in tree_leaves(out)
+            if isinstance(leaf, torch.Tensor) and leaf.untyped_storage()._cdata not in inputs
+        ]
         written = sum(map(_nbytes, written_args)) + sum(map(_nbytes, new_outputs))
         if written == 0:  # a view, or an op on empty tensors: nothing moved
             return out

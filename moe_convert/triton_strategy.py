@@ -60,8 +60,16 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def block_layout_kernel(src, dst, rows, row_words, nblocks,
-                            INTERLEAVE: tl.constexpr, ROWS: tl.constexpr, WORDS: tl.constexpr):
+    def block_layout_kernel(
+        src,
+        dst,
+        rows,
+        row_words,
+        nblocks,
+        INTERLEAVE: tl.constexpr,
+        ROWS: tl.constexpr,
+        WORDS: tl.constexpr,
+    ):
         # src words [E, rows, row_words]; dst words [E, nblocks, rows, WORDS]
         pid = tl.program_id(0).to(tl.int64)
         row_tiles = rows // ROWS
@@ -117,13 +125,22 @@ def _triton_block_layout(src: torch.Tensor, interleave: bool, *, out: torch.Tens
     experts, rows, cols = src.shape
     row_bytes = cols * src.element_size()
     nblocks = row_bytes // BLOCK_K
-    word = next(dtype for dtype in _WORD_DTYPES
-                if (src.data_ptr() | out.data_ptr()) % dtype.itemsize == 0)
+    word = next(
+        dtype for dtype in _WORD_DTYPES if (src.data_ptr() | out.data_ptr()) % dtype.itemsize == 0
+    )
     grid = (experts * nblocks * (rows // _tile_rows(rows)),)
     launch = functools.partial(
-        _kernel()[grid], src.view(word), out.view(word), rows, row_bytes // word.itemsize, nblocks,
-        INTERLEAVE=interleave, ROWS=_tile_rows(rows), WORDS=BLOCK_K // word.itemsize,
-        num_warps=_NUM_WARPS)
+        _kernel()[grid],
+        src.view(word),
+        out.view(word),
+        rows,
+        row_bytes // word.itemsize,
+        nblocks,
+        INTERLEAVE=interleave,
+        ROWS=_tile_rows(rows),
+        WORDS=BLOCK_K // word.itemsize,
+        num_warps=_NUM_WARPS,
+    )
     if not _INTERPRETED:
         launch()
         return
@@ -152,12 +169,18 @@ _NEEDS = "Triton, on a CUDA GPU (or `TRITON_INTERPRET=1`)"
 
 
 @register(
-    "triton", inplace=False, origin="ours", needs=_NEEDS, available=AVAILABLE,
+    "triton",
+    inplace=False,
+    origin="ours",
+    needs=_NEEDS,
+    available=AVAILABLE,
     peak=Formula("T13 + T2"),
     traffic=Formula("2 (T13 + T2)"),
     launches=Formula("2"),
 )
-def triton_copy(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def triton_copy(
+    w13: torch.Tensor, w2: torch.Tensor, gated: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Ours, out of place: one Triton launch per weight from the checkpoint bytes into new outputs.
 
     The shuffle, the gated interleave and the w3/w1 swap are the kernel's index arithmetic (no
@@ -180,13 +203,19 @@ _SCRATCH_BYTES = max(16 * 2**20, K_MIN_LARGE_ALLOC)
 
 
 @register(
-    "triton_inplace", inplace=True, origin="ours", needs=_NEEDS, available=AVAILABLE,
+    "triton_inplace",
+    inplace=True,
+    origin="ours",
+    needs=_NEEDS,
+    available=AVAILABLE,
     peak=Formula("max(S13, S2, 16 MiB)"),
     traffic=Formula("4 (T13 + T2)"),
     # a copy and a kernel per group of max(1, 16 MiB // S) experts, per weight
     launches=Formula("2 (cdiv(E, max(1, 16 MiB // S13)) + cdiv(E, max(1, 16 MiB // S2)))"),
 )
-def triton_inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def triton_inplace(
+    w13: torch.Tensor, w2: torch.Tensor, gated: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Ours, in place: groups of experts copied into one scratch, then relaid back by Triton.
 
     Per group of ``g = max(1, 16 MiB // S)`` experts of a weight (S one expert's bytes): one
@@ -198,12 +227,15 @@ def triton_inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[to
     transient: the scratch, no index tensors. Traffic: every byte copied into the scratch, then
     read back and written.
     """
-    scratch = torch.empty(max(w13[0].nbytes, w2[0].nbytes, _SCRATCH_BYTES), dtype=torch.uint8,
-                          device=w13.device)
+    scratch = torch.empty(
+        max(w13[0].nbytes, w2[0].nbytes, _SCRATCH_BYTES), dtype=torch.uint8, device=w13.device
+    )
     for weight, interleave in ((w13, gated), (w2, False)):
         group = max(1, _SCRATCH_BYTES // weight[0].nbytes)
         # every view made up front: on a GPU the loop is bound by the host's time per launch
-        staged = scratch[: group * weight[0].nbytes].view(weight.dtype).view(group, *weight.shape[1:])
+        staged = (
+            scratch[: group * weight[0].nbytes].view(weight.dtype).view(group, *weight.shape[1:])
+        )
         blocks = weight.view(torch.uint8).view(block_layout_shape(weight))
         for experts, out in zip(weight.split(group), blocks.split(group)):
             stage = staged[: len(experts)]

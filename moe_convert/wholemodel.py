@@ -188,8 +188,10 @@ def run_load(
         with torch.cuda.use_mem_pool(pool, device=device):
             try:
                 weights = [
-                    (torch.empty(shape.w13_shape, dtype=torch.bfloat16, device=device),
-                     torch.empty(shape.w2_shape, dtype=torch.bfloat16, device=device))
+                    (
+                        torch.empty(shape.w13_shape, dtype=torch.bfloat16, device=device),
+                        torch.empty(shape.w2_shape, dtype=torch.bfloat16, device=device),
+                    )
                     for _ in range(layers)
                 ]
             except torch.OutOfMemoryError as exc:

@@ -69,11 +69,14 @@ CPU_REFERENCE = "strided_copy"
 #: Step 5's experiments, to choose the Triton strategies' constants: (shape, strategy, settings
 #: of ``moe_convert.triton_strategy`` constants), each timed like a strategy, the constants
 #: restored after.
-TRITON_SWEEPS = (
-    [(LOAD_SHAPE, "triton_inplace", {"_SCRATCH_BYTES": mib * 2**20}) for mib in (16, 32, 64, 128)]
-    + [(label, "triton", {"_MAX_TILE_ROWS": rows, "_NUM_WARPS": warps})
-       for label in (LOAD_SHAPE, "qwen3-30b-a3b/tp2") for rows in (64, 128, 256) for warps in (4, 8)]
-)
+TRITON_SWEEPS = [
+    (LOAD_SHAPE, "triton_inplace", {"_SCRATCH_BYTES": mib * 2**20}) for mib in (16, 32, 64, 128)
+] + [
+    (label, "triton", {"_MAX_TILE_ROWS": rows, "_NUM_WARPS": warps})
+    for label in (LOAD_SHAPE, "qwen3-30b-a3b/tp2")
+    for rows in (64, 128, 256)
+    for warps in (4, 8)
+]
 #: Step 5: timed calls per strategy (each paired with a timed copy), after one untimed round.
 TIMING_REPEATS = 10
 WALL_BUDGET_S = 360
@@ -92,8 +95,12 @@ class Step:
 STEPS = (
     Step("exact", "byte-exactness on CUDA against the CPU result", 45),
     Step("memory", "CUDA memory against the dispatch-level formulas", 25),
-    Step("allocator", "allocator model against the caching allocator", 30,
-         (("PYTORCH_ALLOC_CONF", f"max_split_size_mb:{MAX_SPLIT_MB}"),)),
+    Step(
+        "allocator",
+        "allocator model against the caching allocator",
+        30,
+        (("PYTORCH_ALLOC_CONF", f"max_split_size_mb:{MAX_SPLIT_MB}"),),
+    ),
     Step("sleep", "sleep-mode load (MemPool) with a capped device", 30),
     Step("timing", "timing with CUDA events against a device copy", 70),
     Step("asv", "asv run --quick on the box's own python", 150),
@@ -108,7 +115,9 @@ def _record(rows: list[dict], row: dict) -> None:
     """Append ``row`` and save the rows so far: a step stopped by its time box still reports them."""
     rows.append(row)
     if _RESULT_FILE is not None:
-        _RESULT_FILE.write_text(json.dumps({"ok": False, "partial": True, "rows": rows}, default=str))
+        _RESULT_FILE.write_text(
+            json.dumps({"ok": False, "partial": True, "rows": rows}, default=str)
+        )
 
 
 def _shape(label: str):
@@ -127,6 +136,7 @@ def _cuda_device():
 
 # -- step 1 ------------------------------------------------------------------------------------
 
+
 def step_exact(dry_run: bool) -> dict:
     import torch
 
@@ -143,8 +153,15 @@ def step_exact(dry_run: bool) -> dict:
         cpu_s = time.perf_counter() - start
         print(f"[exact] {label}: CPU reference ({CPU_REFERENCE}) in {cpu_s:.1f} s", flush=True)
         if dry_run:
-            _record(rows, {"shape": label, "strategy": f"{CPU_REFERENCE} (cpu)", "cpu_reference_s": cpu_s,
-                         "exact": None})
+            _record(
+                rows,
+                {
+                    "shape": label,
+                    "strategy": f"{CPU_REFERENCE} (cpu)",
+                    "cpu_reference_s": cpu_s,
+                    "exact": None,
+                },
+            )
             continue
         device = _cuda_device()
         ref13, ref2 = ref13.to(device), ref2.to(device)
@@ -152,18 +169,38 @@ def step_exact(dry_run: bool) -> dict:
         del w13, w2
         for name in STRATEGIES:
             try:
-                in13, in2 = ((pristine13.clone(), pristine2.clone()) if STRATEGIES[name].inplace
-                             else (pristine13, pristine2))
+                in13, in2 = (
+                    (pristine13.clone(), pristine2.clone())
+                    if STRATEGIES[name].inplace
+                    else (pristine13, pristine2)
+                )
                 out13, out2 = convert(in13, in2, strategy=name, gated=shape.gated)
                 torch.cuda.synchronize(device)
-                bad = int((out13.view(torch.uint8) != ref13.view(torch.uint8)).sum()
-                          + (out2.view(torch.uint8) != ref2.view(torch.uint8)).sum())
-                _record(rows, {"shape": label, "strategy": name, "exact": bad == 0,
-                             "bytes_differing": bad, "cpu_reference_s": cpu_s})
+                bad = int(
+                    (out13.view(torch.uint8) != ref13.view(torch.uint8)).sum()
+                    + (out2.view(torch.uint8) != ref2.view(torch.uint8)).sum()
+                )
+                _record(
+                    rows,
+                    {
+                        "shape": label,
+                        "strategy": name,
+                        "exact": bad == 0,
+                        "bytes_differing": bad,
+                        "cpu_reference_s": cpu_s,
+                    },
+                )
                 del in13, in2, out13, out2
             except Exception as error:  # one strategy's failure must not hide the others'
-                _record(rows, {"shape": label, "strategy": name, "exact": False,
-                             "error": f"{type(error).__name__}: {error}"})
+                _record(
+                    rows,
+                    {
+                        "shape": label,
+                        "strategy": name,
+                        "exact": False,
+                        "error": f"{type(error).__name__}: {error}",
+                    },
+                )
             print(f"[exact] {label} {name}: {rows[-1].get('exact')}", flush=True)
         del ref13, ref2, pristine13, pristine2
         torch.cuda.empty_cache()
@@ -173,13 +210,15 @@ def step_exact(dry_run: bool) -> dict:
 
 # -- step 2 ------------------------------------------------------------------------------------
 
+
 def _model_transient_reserved(shape, strategy: str, max_split_size_mb: int | None) -> int:
     """Peak reserved above the loaded weights for one conversion, per the allocator model."""
     from moe_convert.replay import replay_load
 
     one = dataclasses.replace(shape, moe_layers=1)
-    return replay_load(one, strategy, max_split_size_mb=max_split_size_mb, pool="default",
-                       device_bytes=None).transient_reserved_bytes
+    return replay_load(
+        one, strategy, max_split_size_mb=max_split_size_mb, pool="default", device_bytes=None
+    ).transient_reserved_bytes
 
 
 def step_memory(dry_run: bool) -> dict:
@@ -190,17 +229,22 @@ def step_memory(dry_run: bool) -> dict:
     for label in CHECK_SHAPES:
         shape = _shape(label)
         for name in STRATEGIES:
-            row = {"shape": label, "strategy": name,
-                   "dispatch_peak_bytes": strategy_memory(shape, name, device="meta").peak_bytes,
-                   "model_reserved_bytes": _model_transient_reserved(shape, name, None)}
+            row = {
+                "shape": label,
+                "strategy": name,
+                "dispatch_peak_bytes": strategy_memory(shape, name, device="meta").peak_bytes,
+                "model_reserved_bytes": _model_transient_reserved(shape, name, None),
+            }
             if not dry_run:
                 try:
                     cuda = strategy_cuda_memory(shape, name)
                     row.update(dataclasses.asdict(cuda))
-                    row["requested_minus_dispatch"] = (cuda.requested_peak_bytes
-                                                       - row["dispatch_peak_bytes"])
-                    row["reserved_minus_model"] = (cuda.peak_reserved_bytes
-                                                   - row["model_reserved_bytes"])
+                    row["requested_minus_dispatch"] = (
+                        cuda.requested_peak_bytes - row["dispatch_peak_bytes"]
+                    )
+                    row["reserved_minus_model"] = (
+                        cuda.peak_reserved_bytes - row["model_reserved_bytes"]
+                    )
                 except Exception as error:
                     row["error"] = f"{type(error).__name__}: {error}"
             _record(rows, row)
@@ -210,6 +254,7 @@ def step_memory(dry_run: bool) -> dict:
 
 
 # -- step 3 ------------------------------------------------------------------------------------
+
 
 def step_allocator(dry_run: bool) -> dict:
     from moe_convert import STRATEGIES
@@ -221,8 +266,11 @@ def step_allocator(dry_run: bool) -> dict:
         import torch
 
         device = _cuda_device()
-        setting = torch._C._accelerator_getAllocatorSettings() if hasattr(
-            torch._C, "_accelerator_getAllocatorSettings") else os.environ.get("PYTORCH_ALLOC_CONF")
+        setting = (
+            torch._C._accelerator_getAllocatorSettings()
+            if hasattr(torch._C, "_accelerator_getAllocatorSettings")
+            else os.environ.get("PYTORCH_ALLOC_CONF")
+        )
         print(f"[allocator] allocator settings: {setting}", flush=True)
     rows = []
     for name in STRATEGIES:
@@ -248,28 +296,42 @@ def step_allocator(dry_run: bool) -> dict:
                 tensors.pop(key, None)
             real = None if dry_run else torch.cuda.memory_reserved(device)
             if real is not None and first_difference is None and real != model.reserved_bytes:
-                first_difference = {"step": index, "kind": kind, "key": str(key), "nbytes": nbytes,
-                                    "model_reserved": model.reserved_bytes, "real_reserved": real}
+                first_difference = {
+                    "step": index,
+                    "kind": kind,
+                    "key": str(key),
+                    "nbytes": nbytes,
+                    "model_reserved": model.reserved_bytes,
+                    "real_reserved": real,
+                }
             if layer_done:
                 model_after_layer.append(model.reserved_bytes)
                 real_after_layer.append(real)
         tensors.clear()
         if not dry_run:
             torch.cuda.empty_cache()
-        row = {"strategy": name, "layers": ALLOCATOR_LAYERS, "steps": len(steps),
-               "model_reserved_after_layer": model_after_layer,
-               "real_reserved_after_layer": None if dry_run else real_after_layer,
-               "match": None if dry_run else first_difference is None,
-               "first_difference": first_difference}
+        row = {
+            "strategy": name,
+            "layers": ALLOCATOR_LAYERS,
+            "steps": len(steps),
+            "model_reserved_after_layer": model_after_layer,
+            "real_reserved_after_layer": None if dry_run else real_after_layer,
+            "match": None if dry_run else first_difference is None,
+            "first_difference": first_difference,
+        }
         _record(rows, row)
-        print(f"[allocator] {name}: {len(steps)} steps, match {row['match']}, "
-              f"model after last layer {model_after_layer[-1] / 2**30:.3f} GiB, "
-              f"first difference {first_difference}", flush=True)
+        print(
+            f"[allocator] {name}: {len(steps)} steps, match {row['match']}, "
+            f"model after last layer {model_after_layer[-1] / 2**30:.3f} GiB, "
+            f"first difference {first_difference}",
+            flush=True,
+        )
     ok = all(row["match"] in (True, None) for row in rows)
     return {"ok": ok, "shape": LOAD_SHAPE, "max_split_mb": MAX_SPLIT_MB, "rows": rows}
 
 
 # -- step 4 ------------------------------------------------------------------------------------
+
 
 def step_sleep(dry_run: bool) -> dict:
     from moe_convert import STRATEGIES
@@ -289,24 +351,36 @@ def step_sleep(dry_run: bool) -> dict:
     rows = []
     for name in STRATEGIES:
         row = {"strategy": name, "layers": SLEEP_LAYERS, "device_bytes": device_bytes}
-        replayed = {pool: replay_load(shape, name, max_split_size_mb=MAX_SPLIT_MB, pool=pool,
-                                      device_bytes=device_bytes) for pool in POOLS}
+        replayed = {
+            pool: replay_load(
+                shape, name, max_split_size_mb=MAX_SPLIT_MB, pool=pool, device_bytes=device_bytes
+            )
+            for pool in POOLS
+        }
         for pool, load in replayed.items():
             row[f"predicted_{pool}_oom_layer"] = load.oom_layer
             row[f"predicted_{pool}_peak_reserved_bytes"] = load.peak_reserved_bytes
         if not dry_run:
             try:
                 ran = run_load(shape, name, layers=SLEEP_LAYERS, max_split_size_mb=MAX_SPLIT_MB)
-                row.update({"oom_layer": ran.oom_layer, "oom_message": ran.oom_message,
-                            "peak_reserved_bytes": ran.peak_reserved_bytes,
-                            "peak_allocated_bytes": ran.peak_allocated_bytes,
-                            "loaded_reserved_bytes": ran.loaded_reserved_bytes})
+                row.update(
+                    {
+                        "oom_layer": ran.oom_layer,
+                        "oom_message": ran.oom_message,
+                        "peak_reserved_bytes": ran.peak_reserved_bytes,
+                        "peak_allocated_bytes": ran.peak_allocated_bytes,
+                        "loaded_reserved_bytes": ran.loaded_reserved_bytes,
+                    }
+                )
                 # every field both sides know, replayed vs run: {field: [replayed, run]}
                 for pool, load in replayed.items():
-                    row[f"differences_{pool}"] = {field: list(pair) for field, pair
-                                                  in load.differences(ran).items()}
+                    row[f"differences_{pool}"] = {
+                        field: list(pair) for field, pair in load.differences(ran).items()
+                    }
                 row["matches_prediction"] = ran.oom_layer in (
-                    row["predicted_sleep_oom_layer"], row["predicted_default_oom_layer"])
+                    row["predicted_sleep_oom_layer"],
+                    row["predicted_default_oom_layer"],
+                )
             except Exception as error:
                 row["error"] = f"{type(error).__name__}: {error}"
         _record(rows, row)
@@ -317,6 +391,7 @@ def step_sleep(dry_run: bool) -> dict:
 
 # -- step 5 ------------------------------------------------------------------------------------
 
+
 def _time_strategy(shape, name: str, device) -> dict:
     """One timing row: ``timing.time_layer`` (CUDA events, paired with a device copy), the
     asv suite's measurement; every time figure derives from it."""
@@ -325,13 +400,21 @@ def _time_strategy(shape, name: str, device) -> dict:
     from moe_convert.timing import time_layer
 
     timed = time_layer(shape, name, device=device, repeats=TIMING_REPEATS, warmup=1)
-    return {"shape": shape.label, "strategy": name, "inplace": STRATEGIES[name].inplace,
-            "peak_bytes": strategy_memory(shape, name, device="meta").peak_bytes,
-            "seconds": timed.seconds, "copy_seconds": timed.copy_time.median,
-            "copy_ratio": timed.copy_ratio, "gbps": timed.gbps,
-            "copy_gbps": timed.copy_gbps, "whole_model_seconds": timed.whole_model_seconds,
-            "moe_layers": shape.moe_layers, "samples": timed.strategy_time.samples,
-            "copy_samples": timed.copy_time.samples}
+    return {
+        "shape": shape.label,
+        "strategy": name,
+        "inplace": STRATEGIES[name].inplace,
+        "peak_bytes": strategy_memory(shape, name, device="meta").peak_bytes,
+        "seconds": timed.seconds,
+        "copy_seconds": timed.copy_time.median,
+        "copy_ratio": timed.copy_ratio,
+        "gbps": timed.gbps,
+        "copy_gbps": timed.copy_gbps,
+        "whole_model_seconds": timed.whole_model_seconds,
+        "moe_layers": shape.moe_layers,
+        "samples": timed.strategy_time.samples,
+        "copy_samples": timed.copy_time.samples,
+    }
 
 
 def step_timing(dry_run: bool) -> dict:
@@ -339,8 +422,11 @@ def step_timing(dry_run: bool) -> dict:
     from moe_convert import STRATEGIES
 
     if dry_run:
-        return {"ok": True, "rows": [], "plan": [f"{label} x {name}" for label in SHAPES
-                                                for name in STRATEGIES]}
+        return {
+            "ok": True,
+            "rows": [],
+            "plan": [f"{label} x {name}" for label in SHAPES for name in STRATEGIES],
+        }
     import torch
 
     device = _cuda_device()
@@ -351,12 +437,22 @@ def step_timing(dry_run: bool) -> dict:
             try:
                 row = _time_strategy(shape, name, device)
             except Exception as error:
-                row = {"shape": label, "strategy": name, "error": f"{type(error).__name__}: {error}"}
+                row = {
+                    "shape": label,
+                    "strategy": name,
+                    "error": f"{type(error).__name__}: {error}",
+                }
             torch.cuda.empty_cache()
             _record(rows, row)
-            print(f"[timing] {label} {name}: "
-                  + (row.get("error") or f"{row['seconds'] * 1e3:.3f} ms, "
-                     f"x{row['copy_ratio']:.2f} copy, {row['gbps']:.0f} GB/s"), flush=True)
+            print(
+                f"[timing] {label} {name}: "
+                + (
+                    row.get("error")
+                    or f"{row['seconds'] * 1e3:.3f} ms, "
+                    f"x{row['copy_ratio']:.2f} copy, {row['gbps']:.0f} GB/s"
+                ),
+                flush=True,
+            )
     for label, name, settings in TRITON_SWEEPS if "triton" in STRATEGIES else ():
         from moe_convert import triton_strategy
 
@@ -371,12 +467,16 @@ def step_timing(dry_run: bool) -> dict:
             for key, value in chosen.items():
                 setattr(triton_strategy, key, value)
         sweep.append({"settings": settings, **row})
-        print(f"[timing] sweep {label} {name} {settings}: "
-              + (row.get("error") or f"x{row['copy_ratio']:.3f} copy"), flush=True)
+        print(
+            f"[timing] sweep {label} {name} {settings}: "
+            + (row.get("error") or f"x{row['copy_ratio']:.3f} copy"),
+            flush=True,
+        )
     return {"ok": all("error" not in row for row in rows), "rows": rows, "sweep": sweep}
 
 
 # -- step 6 ------------------------------------------------------------------------------------
+
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     print("[asv] $ " + " ".join(cmd), flush=True)
@@ -388,31 +488,62 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 #: reprs). Each runs in a fresh interpreter (``spawn``: a forked child cannot use CUDA once its
 #: parent has touched it, and importing the suite asks torch whether CUDA is there), a few
 #: seconds each; ``LayerTime.setup_cache`` times the whole grid once first (step 5's work).
-ASV_BENCHMARKS = (r"LayerTime\.track_layer_seconds\('("
-                  + "|".join(label.replace(".", r"\.") for label in CHECK_SHAPES) + ")'")
+ASV_BENCHMARKS = (
+    r"LayerTime\.track_layer_seconds\('("
+    + "|".join(label.replace(".", r"\.") for label in CHECK_SHAPES)
+    + ")'"
+)
 
 
 def step_asv(dry_run: bool, out: Path) -> dict:
     try:
         import asv  # noqa: F401
     except ImportError as error:
-        return {"ok": False, "error": f"asv is not importable ({error}): run scripts/gpu-wheels "
-                "here and carry .whl/"}
+        return {
+            "ok": False,
+            "error": f"asv is not importable ({error}): run scripts/gpu-wheels "
+            "here and carry .whl/",
+        }
     if dry_run:
         return {"ok": True, "asv": "importable", "benchmarks": ASV_BENCHMARKS}
-    commit = shutil.which("git") and _run(["git", "rev-parse", "HEAD"], capture_output=True).stdout.strip()
+    commit = (
+        shutil.which("git")
+        and _run(["git", "rev-parse", "HEAD"], capture_output=True).stdout.strip()
+    )
     if not commit:
         return {"ok": False, "error": "not a git checkout: asv needs the commit (clone the tree)"}
     if _run(["git", "rev-parse", "--verify", "-q", "main"], capture_output=True).returncode:
-        return {"ok": False, "error": "no branch main here: asv.conf.json's branches need it (in a "
-                "scratch clone: git branch main HEAD)"}
-    machine = _run([sys.executable, "-m", "moe_bench", "machine", "--profile", "full"],
-                   capture_output=True).stdout.strip() or "gpu-check"
+        return {
+            "ok": False,
+            "error": "no branch main here: asv.conf.json's branches need it (in a "
+            "scratch clone: git branch main HEAD)",
+        }
+    machine = (
+        _run(
+            [sys.executable, "-m", "moe_bench", "machine", "--profile", "full"], capture_output=True
+        ).stdout.strip()
+        or "gpu-check"
+    )
     # asv drops PYTHONPATH from the benchmarks' environment unless given as ASV_PYTHONPATH
     env = dict(os.environ, ASV_PYTHONPATH=os.environ.get("PYTHONPATH", ""))
-    bench = [sys.executable, "-m", "asv", "run", "-E", f"existing:{sys.executable}", "--quick",
-             "--launch-method", "spawn", "--show-stderr", "--machine", machine,
-             "--set-commit-hash", commit, "-b", ASV_BENCHMARKS]
+    bench = [
+        sys.executable,
+        "-m",
+        "asv",
+        "run",
+        "-E",
+        f"existing:{sys.executable}",
+        "--quick",
+        "--launch-method",
+        "spawn",
+        "--show-stderr",
+        "--machine",
+        machine,
+        "--set-commit-hash",
+        commit,
+        "-b",
+        ASV_BENCHMARKS,
+    ]
     # leave time to publish and zip inside the step's box
     budget = next(step.budget_s for step in STEPS if step.name == "asv") - 20
     try:
@@ -429,23 +560,39 @@ def step_asv(dry_run: bool, out: Path) -> dict:
                 if path.is_file():
                     zipped.write(path, path.relative_to(ROOT))
                     files += 1
-    return {"ok": returncode == 0, "returncode": returncode, "machine": machine,
-            "commit": commit, "archive": archive.name, "archived_files": files}
+    return {
+        "ok": returncode == 0,
+        "returncode": returncode,
+        "machine": machine,
+        "commit": commit,
+        "archive": archive.name,
+        "archived_files": files,
+    }
 
 
-STEP_FUNCTIONS = {"exact": step_exact, "memory": step_memory, "allocator": step_allocator,
-                  "sleep": step_sleep, "timing": step_timing}
+STEP_FUNCTIONS = {
+    "exact": step_exact,
+    "memory": step_memory,
+    "allocator": step_allocator,
+    "sleep": step_sleep,
+    "timing": step_timing,
+}
 
 
 # -- the orchestrator --------------------------------------------------------------------------
 
+
 def plan_lines(dry_run: bool) -> list[str]:
-    lines = [f"gpu-check plan ({'dry run: CUDA parts skipped' if dry_run else 'full'}), "
-             f"wall budget {WALL_BUDGET_S} s:"]
+    lines = [
+        f"gpu-check plan ({'dry run: CUDA parts skipped' if dry_run else 'full'}), "
+        f"wall budget {WALL_BUDGET_S} s:"
+    ]
     for number, step in enumerate(STEPS, 1):
         env = " ".join(f"{k}={v}" for k, v in step.env)
-        lines.append(f"  {number}. {step.name:<9} {step.budget_s:>4} s  {step.title}"
-                     + (f"  [{env}]" if env else ""))
+        lines.append(
+            f"  {number}. {step.name:<9} {step.budget_s:>4} s  {step.title}"
+            + (f"  [{env}]" if env else "")
+        )
     lines.append(f"  total      {sum(step.budget_s for step in STEPS):>4} s")
     return lines
 
@@ -454,8 +601,15 @@ def run_step(step: Step, out: Path, scratch: Path, dry_run: bool, timeout_s: flo
     """Run one step in a fresh interpreter under ``timeout_s``; its findings, or why none."""
     result_file = scratch / f"{step.name}.json"
     env = dict(os.environ, **dict(step.env), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--step", step.name,
-           "--result", str(result_file), str(out)] + (["--dry-run"] if dry_run else [])
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--step",
+        step.name,
+        "--result",
+        str(result_file),
+        str(out),
+    ] + (["--dry-run"] if dry_run else [])
     start = time.perf_counter()
     try:
         process = subprocess.run(cmd, cwd=ROOT, env=env, timeout=timeout_s)
@@ -466,8 +620,14 @@ def run_step(step: Step, out: Path, scratch: Path, dry_run: bool, timeout_s: flo
     findings = json.loads(result_file.read_text()) if result_file.exists() else {}
     if status == "passed" and not findings.get("ok", False):
         status = "failed"
-    return {"step": step.name, "title": step.title, "status": status, "seconds": seconds,
-            "budget_s": step.budget_s, **findings}
+    return {
+        "step": step.name,
+        "title": step.title,
+        "status": status,
+        "seconds": seconds,
+        "budget_s": step.budget_s,
+        **findings,
+    }
 
 
 def _differing(row: dict) -> str:
@@ -507,34 +667,47 @@ def target_lines(rows: list[dict]) -> list[str]:
                 continue
             best = min(group, key=lambda r: r["copy_ratio"])
             verdict = "met" if best["copy_ratio"] <= target else "NOT met"
-            lines.append(f"- {label}, best {'in place' if inplace else 'out of place'}: "
-                         f"`{best['strategy']}` x{best['copy_ratio']:.3f} copy (target <= {target}: "
-                         f"{verdict}), {best['seconds'] * 1e3:.3f} ms/layer, peak "
-                         f"{_mib(best['peak_bytes'])}, whole model {best['whole_model_seconds'] * 1e3:.1f} ms")
+            lines.append(
+                f"- {label}, best {'in place' if inplace else 'out of place'}: "
+                f"`{best['strategy']}` x{best['copy_ratio']:.3f} copy (target <= {target}: "
+                f"{verdict}), {best['seconds'] * 1e3:.3f} ms/layer, peak "
+                f"{_mib(best['peak_bytes'])}, whole model {best['whole_model_seconds'] * 1e3:.1f} ms"
+            )
     qwen = [r for r in timed if r["shape"] == LOAD_SHAPE]
     if qwen:
         best = min(qwen, key=lambda r: r["whole_model_seconds"])
         verdict = "met" if best["whole_model_seconds"] <= TARGET_WHOLE_MODEL_S else "NOT met"
-        lines.append(f"- whole {LOAD_SHAPE} rank ({best['moe_layers']} layers): `{best['strategy']}` "
-                     f"{best['whole_model_seconds'] * 1e3:.1f} ms (target <= "
-                     f"{TARGET_WHOLE_MODEL_S * 1e3:.0f} ms: {verdict})")
+        lines.append(
+            f"- whole {LOAD_SHAPE} rank ({best['moe_layers']} layers): `{best['strategy']}` "
+            f"{best['whole_model_seconds'] * 1e3:.1f} ms (target <= "
+            f"{TARGET_WHOLE_MODEL_S * 1e3:.0f} ms: {verdict})"
+        )
     return lines
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:
     """Markdown table lines."""
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
-        "| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+        "| " + " | ".join(str(cell) for cell in row) + " |" for row in rows
+    ]
 
 
 def report_markdown(summary: dict) -> str:
-    lines = [f"# gpu-check {summary['started']}", "",
-             f"{summary['device']}; torch {summary['torch']}, triton {summary['triton']}, "
-             f"commit {summary['commit']}; {'dry run' if summary['dry_run'] else 'full run'}; "
-             f"{summary['seconds']:.0f} s wall.", ""]
-    lines += _table(["step", "status", "seconds (budget)"], [
-        [f"{s['step']}: {s['title']}", s["status"], f"{s['seconds']:.0f} ({s['budget_s']})"]
-        for s in summary["steps"]])
+    lines = [
+        f"# gpu-check {summary['started']}",
+        "",
+        f"{summary['device']}; torch {summary['torch']}, triton {summary['triton']}, "
+        f"commit {summary['commit']}; {'dry run' if summary['dry_run'] else 'full run'}; "
+        f"{summary['seconds']:.0f} s wall.",
+        "",
+    ]
+    lines += _table(
+        ["step", "status", "seconds (budget)"],
+        [
+            [f"{s['step']}: {s['title']}", s["status"], f"{s['seconds']:.0f} ({s['budget_s']})"]
+            for s in summary["steps"]
+        ],
+    )
     steps = {step["step"]: step for step in summary["steps"]}
 
     def rows_of(name: str) -> list[dict]:
@@ -542,53 +715,152 @@ def report_markdown(summary: dict) -> str:
 
     if rows_of("exact"):
         lines += ["", f"## 1. Byte-exactness (CUDA vs CPU {CPU_REFERENCE})", ""]
-        lines += _table(["shape", "strategy", "exact", "bytes differing"], [
-            [r["shape"], r["strategy"], r.get("exact"), r.get("bytes_differing", r.get("error", ""))]
-            for r in rows_of("exact")])
+        lines += _table(
+            ["shape", "strategy", "exact", "bytes differing"],
+            [
+                [
+                    r["shape"],
+                    r["strategy"],
+                    r.get("exact"),
+                    r.get("bytes_differing", r.get("error", "")),
+                ]
+                for r in rows_of("exact")
+            ],
+        )
     if rows_of("memory"):
-        lines += ["", "## 2. CUDA memory vs dispatch-level peak", "",
-                  "requested = unrounded caching-allocator requests (should equal the dispatch "
-                  "peak); allocated rounds each block up to 512 B; reserved counts whole segments "
-                  "(2 MiB small-pool, 20 MiB for 1-10 MiB requests, 2 MiB rounding above), "
-                  "compared with the allocator model replaying the same call.", ""]
-        lines += _table(["shape", "strategy", "dispatch", "requested", "allocated", "reserved",
-                         "model reserved", "retries"], [
-            [r["shape"], r["strategy"], _mib(r["dispatch_peak_bytes"]),
-             _mib(r.get("requested_peak_bytes")), _mib(r.get("peak_allocated_bytes")),
-             _mib(r.get("peak_reserved_bytes")), _mib(r["model_reserved_bytes"]),
-             r.get("num_alloc_retries", r.get("error", "n/a"))] for r in rows_of("memory")])
+        lines += [
+            "",
+            "## 2. CUDA memory vs dispatch-level peak",
+            "",
+            "requested = unrounded caching-allocator requests (should equal the dispatch "
+            "peak); allocated rounds each block up to 512 B; reserved counts whole segments "
+            "(2 MiB small-pool, 20 MiB for 1-10 MiB requests, 2 MiB rounding above), "
+            "compared with the allocator model replaying the same call.",
+            "",
+        ]
+        lines += _table(
+            [
+                "shape",
+                "strategy",
+                "dispatch",
+                "requested",
+                "allocated",
+                "reserved",
+                "model reserved",
+                "retries",
+            ],
+            [
+                [
+                    r["shape"],
+                    r["strategy"],
+                    _mib(r["dispatch_peak_bytes"]),
+                    _mib(r.get("requested_peak_bytes")),
+                    _mib(r.get("peak_allocated_bytes")),
+                    _mib(r.get("peak_reserved_bytes")),
+                    _mib(r["model_reserved_bytes"]),
+                    r.get("num_alloc_retries", r.get("error", "n/a")),
+                ]
+                for r in rows_of("memory")
+            ],
+        )
     if rows_of("allocator"):
-        lines += ["", f"## 3. Allocator model vs caching allocator ({LOAD_SHAPE}, "
-                  f"{ALLOCATOR_LAYERS} layers, max_split_size_mb:{MAX_SPLIT_MB})", ""]
-        lines += _table(["strategy", "steps", "match", "model reserved after last layer", "real",
-                         "first difference"], [
-            [r["strategy"], r["steps"], r["match"], _gib(r["model_reserved_after_layer"][-1]),
-             _gib((r.get("real_reserved_after_layer") or [None])[-1]), r["first_difference"] or ""]
-            for r in rows_of("allocator")])
+        lines += [
+            "",
+            f"## 3. Allocator model vs caching allocator ({LOAD_SHAPE}, "
+            f"{ALLOCATOR_LAYERS} layers, max_split_size_mb:{MAX_SPLIT_MB})",
+            "",
+        ]
+        lines += _table(
+            [
+                "strategy",
+                "steps",
+                "match",
+                "model reserved after last layer",
+                "real",
+                "first difference",
+            ],
+            [
+                [
+                    r["strategy"],
+                    r["steps"],
+                    r["match"],
+                    _gib(r["model_reserved_after_layer"][-1]),
+                    _gib((r.get("real_reserved_after_layer") or [None])[-1]),
+                    r["first_difference"] or "",
+                ]
+                for r in rows_of("allocator")
+            ],
+        )
     if rows_of("sleep"):
-        lines += ["", f"## 4. Sleep-mode load ({LOAD_SHAPE}, {SLEEP_LAYERS} layers, device capped "
-                  f"at {_gib(SLEEP_DEVICE_BYTES)})", ""]
-        lines += _table(["strategy", "OOM layer", "predicted (sleep pool)", "predicted (default pool)",
-                         "peak reserved", "predicted peak (sleep)", "fields differing (default)"], [
-            [r["strategy"], r.get("oom_layer", r.get("error", "n/a")), r["predicted_sleep_oom_layer"],
-             r["predicted_default_oom_layer"], _gib(r.get("peak_reserved_bytes")),
-             _gib(r["predicted_sleep_peak_reserved_bytes"]), _differing(r)] for r in rows_of("sleep")])
+        lines += [
+            "",
+            f"## 4. Sleep-mode load ({LOAD_SHAPE}, {SLEEP_LAYERS} layers, device capped "
+            f"at {_gib(SLEEP_DEVICE_BYTES)})",
+            "",
+        ]
+        lines += _table(
+            [
+                "strategy",
+                "OOM layer",
+                "predicted (sleep pool)",
+                "predicted (default pool)",
+                "peak reserved",
+                "predicted peak (sleep)",
+                "fields differing (default)",
+            ],
+            [
+                [
+                    r["strategy"],
+                    r.get("oom_layer", r.get("error", "n/a")),
+                    r["predicted_sleep_oom_layer"],
+                    r["predicted_default_oom_layer"],
+                    _gib(r.get("peak_reserved_bytes")),
+                    _gib(r["predicted_sleep_peak_reserved_bytes"]),
+                    _differing(r),
+                ]
+                for r in rows_of("sleep")
+            ],
+        )
     if rows_of("timing"):
-        lines += ["", f"## 5. Timing (CUDA events, {TIMING_REPEATS} calls each paired with a "
-                  "same-size device copy; x copy: median of the paired ratios)", ""]
-        lines += _table(["shape", "strategy", "ms / layer", "x copy", "GB/s", "copy GB/s",
-                         "whole model (s)"], [
-            [r["shape"], r["strategy"], r["error"], "", "", "", ""] if "error" in r else
-            [r["shape"], r["strategy"], f"{r['seconds'] * 1e3:.3f}", f"{r['copy_ratio']:.2f}",
-             f"{r['gbps']:.0f}", f"{r['copy_gbps']:.0f}", f"{r['whole_model_seconds']:.4f}"]
-            for r in rows_of("timing")])
+        lines += [
+            "",
+            f"## 5. Timing (CUDA events, {TIMING_REPEATS} calls each paired with a "
+            "same-size device copy; x copy: median of the paired ratios)",
+            "",
+        ]
+        lines += _table(
+            ["shape", "strategy", "ms / layer", "x copy", "GB/s", "copy GB/s", "whole model (s)"],
+            [
+                [r["shape"], r["strategy"], r["error"], "", "", "", ""]
+                if "error" in r
+                else [
+                    r["shape"],
+                    r["strategy"],
+                    f"{r['seconds'] * 1e3:.3f}",
+                    f"{r['copy_ratio']:.2f}",
+                    f"{r['gbps']:.0f}",
+                    f"{r['copy_gbps']:.0f}",
+                    f"{r['whole_model_seconds']:.4f}",
+                ]
+                for r in rows_of("timing")
+            ],
+        )
         sweep = steps["timing"].get("sweep") or []
         if sweep:
             lines += ["", "Triton constants tried (the chosen ones are in the table above):", ""]
-            lines += _table(["shape", "strategy", "settings", "ms / layer", "x copy"], [
-                [r["shape"], r["strategy"], r["settings"], r.get("error", "") or
-                 f"{r['seconds'] * 1e3:.3f}", "" if "error" in r else f"{r['copy_ratio']:.3f}"]
-                for r in sweep])
+            lines += _table(
+                ["shape", "strategy", "settings", "ms / layer", "x copy"],
+                [
+                    [
+                        r["shape"],
+                        r["strategy"],
+                        r["settings"],
+                        r.get("error", "") or f"{r['seconds'] * 1e3:.3f}",
+                        "" if "error" in r else f"{r['copy_ratio']:.3f}",
+                    ]
+                    for r in sweep
+                ],
+            )
         lines += ["", "## Targets (issue 11)", ""] + target_lines(rows_of("timing"))
     if "asv" in steps:
         lines += ["", "## 6. asv", "", str({k: v for k, v in steps["asv"].items() if k != "title"})]
@@ -600,25 +872,42 @@ def _environment() -> dict:
 
     try:
         import triton
+
         triton_version = triton.__version__
     except ImportError:
         triton_version = "not installed"
-    device = (torch.cuda.get_device_name() if torch.cuda.is_available()
-              else f"no CUDA device ({platform.processor() or platform.machine()})")
+    device = (
+        torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else f"no CUDA device ({platform.processor() or platform.machine()})"
+    )
     commit = os.environ.get("GPU_CHECK_COMMIT", "unknown")
     if shutil.which("git"):
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                                capture_output=True).stdout.strip() or commit
-    return {"device": device, "torch": torch.__version__, "triton": triton_version,
-            "commit": commit, "python": platform.python_version()}
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True, capture_output=True
+            ).stdout.strip()
+            or commit
+        )
+    return {
+        "device": device,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "commit": commit,
+        "python": platform.python_version(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/gpu-check", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="scripts/gpu-check",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("out", type=Path, help="folder for gpu-check.md, gpu-check.json, asv.zip")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the plan, run only what needs no CUDA")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan, run only what needs no CUDA"
+    )
     parser.add_argument("--step", choices=[step.name for step in STEPS], help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -640,16 +929,31 @@ def main(argv: list[str] | None = None) -> int:
         for step in STEPS:
             left = WALL_BUDGET_S - (time.perf_counter() - start)
             if left < 5:
-                results.append({"step": step.name, "title": step.title, "seconds": 0.0,
-                                "budget_s": step.budget_s, "status": "not run: out of time"})
+                results.append(
+                    {
+                        "step": step.name,
+                        "title": step.title,
+                        "seconds": 0.0,
+                        "budget_s": step.budget_s,
+                        "status": "not run: out of time",
+                    }
+                )
                 continue
             print(f"== step {step.name} (budget {step.budget_s} s, {left:.0f} s left)", flush=True)
-            results.append(run_step(step, args.out, Path(scratch), args.dry_run,
-                                    min(step.budget_s, left)))
-            print(f"== step {step.name}: {results[-1]['status']} in "
-                  f"{results[-1]['seconds']:.1f} s", flush=True)
-    summary = {"started": started, "dry_run": args.dry_run,
-               "seconds": time.perf_counter() - start, **_environment(), "steps": results}
+            results.append(
+                run_step(step, args.out, Path(scratch), args.dry_run, min(step.budget_s, left))
+            )
+            print(
+                f"== step {step.name}: {results[-1]['status']} in {results[-1]['seconds']:.1f} s",
+                flush=True,
+            )
+    summary = {
+        "started": started,
+        "dry_run": args.dry_run,
+        "seconds": time.perf_counter() - start,
+        **_environment(),
+        "steps": results,
+    }
     (args.out / "gpu-check.json").write_text(json.dumps(summary, indent=1, default=str))
     (args.out / "gpu-check.md").write_text(report_markdown(summary))
     print(report_markdown(summary), flush=True)

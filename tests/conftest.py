@@ -21,7 +21,12 @@ if not torch.cuda.is_available() and importlib.util.find_spec("triton") is not N
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 __all__ = [
-    "FULL_SIZE", "missing", "requires", "requires_chromium", "requires_cuda", "requires_flashinfer",
+    "FULL_SIZE",
+    "missing",
+    "requires",
+    "requires_chromium",
+    "requires_cuda",
+    "requires_flashinfer",
     "requires_sm100",
 ]
 
@@ -44,7 +49,11 @@ def missing(need: str) -> str | None:
         return None
     if need == "cuda":
         if not torch.cuda.is_available():
-            build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "built without CUDA"
+            build = (
+                f"built for CUDA {torch.version.cuda}"
+                if torch.version.cuda
+                else "built without CUDA"
+            )
             return f"no CUDA device (torch {torch.__version__}, {build})"
         return None
     if need == "sm100":
@@ -52,12 +61,16 @@ def missing(need: str) -> str | None:
         if reason is None:
             major, minor = torch.cuda.get_device_capability(0)
             if major != SM100_MAJOR:
-                reason = (f"{torch.cuda.get_device_name(0)} is SM{major}{minor}, not SM100 "
-                          "(B200/GB200/B300): the TRTLLM BF16 MoE kernel is SM100-only")
+                reason = (
+                    f"{torch.cuda.get_device_name(0)} is SM{major}{minor}, not SM100 "
+                    "(B200/GB200/B300): the TRTLLM BF16 MoE kernel is SM100-only"
+                )
         return reason or missing("flashinfer")
     if need == "chromium":
         if shutil.which("chromium") is None:
-            return "Debian's chromium is not on PATH (scripts/test installs it with apt-get as root)"
+            return (
+                "Debian's chromium is not on PATH (scripts/test installs it with apt-get as root)"
+            )
         return None
     raise ValueError(f"unknown need {need!r}; known: 'flashinfer', 'cuda', 'sm100', 'chromium'")
 

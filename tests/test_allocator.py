@@ -13,10 +13,14 @@ from moe_convert.allocator import (
 )
 
 
-def allocator(max_split_mb: int | None = None, *, capacity_mb: int | None = None,
-              pool: str = "sleep") -> Allocator:
-    return Allocator(capacity_bytes=None if capacity_mb is None else capacity_mb * MiB,
-                     max_split_size=None if max_split_mb is None else max_split_mb * MiB, pool=pool)
+def allocator(
+    max_split_mb: int | None = None, *, capacity_mb: int | None = None, pool: str = "sleep"
+) -> Allocator:
+    return Allocator(
+        capacity_bytes=None if capacity_mb is None else capacity_mb * MiB,
+        max_split_size=None if max_split_mb is None else max_split_mb * MiB,
+        pool=pool,
+    )
 
 
 def segment_sizes_mb(alloc: Allocator) -> list[float]:
@@ -25,7 +29,13 @@ def segment_sizes_mb(alloc: Allocator) -> list[float]:
 
 def test_round_size_to_512_bytes():
     assert [round_size(n) for n in (1, 511, 512, 513, 1024, 6 * MiB + 1)] == [
-        512, 512, 512, 1024, 1024, 6 * MiB + 512]
+        512,
+        512,
+        512,
+        1024,
+        1024,
+        6 * MiB + 512,
+    ]
 
 
 def test_segment_sizes_2_mib_20_mib_or_rounded_to_2_mib():
@@ -42,8 +52,9 @@ def test_segment_sizes_2_mib_20_mib_or_rounded_to_2_mib():
     assert [s.small for s in alloc.stats().segments] == [True, False, False, False]
 
 
-@pytest.mark.parametrize("max_split_mb, reserved_mb, stranded",
-                         [(20, 40, 1), (25, 20, 0), (None, 20, 0)])
+@pytest.mark.parametrize(
+    "max_split_mb, reserved_mb, stranded", [(20, 40, 1), (25, 20, 0), (None, 20, 0)]
+)
 def test_worked_example(max_split_mb, reserved_mb, stranded):
     """6, 6, 6 MiB allocated and freed, then 6 MiB: the merged 20 MiB block is oversize at 20."""
     alloc = allocator(max_split_mb)

@@ -36,18 +36,32 @@ SMALL_QWEN = dataclasses.replace(layer_shape("qwen3-235b-a22b", 4).with_experts(
 
 # (kind, key, bytes): the notes' worked example, then one step per rule (see test_allocator.py).
 RULE_STEPS = [
-    ("alloc", 0, 6 * MiB), ("alloc", 1, 6 * MiB), ("alloc", 2, 6 * MiB),
-    ("free", 0, 0), ("free", 1, 0), ("free", 2, 0),
+    ("alloc", 0, 6 * MiB),
+    ("alloc", 1, 6 * MiB),
+    ("alloc", 2, 6 * MiB),
+    ("free", 0, 0),
+    ("free", 1, 0),
+    ("free", 2, 0),
     ("alloc", 3, 6 * MiB),  # the merged 20 MiB block is oversize: a second segment, 40 MiB
-    ("alloc", 4, 100), ("alloc", 5, 1 * MiB),  # small pool: one 2 MiB segment, split
-    ("alloc", 6, 64 * MiB), ("free", 6, 0),
-    ("alloc", 7, 48 * MiB), ("free", 7, 0),  # 64 < 48 + 20: served whole
+    ("alloc", 4, 100),
+    ("alloc", 5, 1 * MiB),  # small pool: one 2 MiB segment, split
+    ("alloc", 6, 64 * MiB),
+    ("free", 6, 0),
+    ("alloc", 7, 48 * MiB),
+    ("free", 7, 0),  # 64 < 48 + 20: served whole
     ("alloc", 8, 40 * MiB),  # 64 >= 40 + 20: refused, a new segment
-    ("alloc", 9, 3 * MiB), ("alloc", 10, 11 * MiB),  # the 14 MiB remainder, split 3 + 11
+    ("alloc", 9, 3 * MiB),
+    ("alloc", 10, 11 * MiB),  # the 14 MiB remainder, split 3 + 11
     ("alloc", 11, 12 * MiB),  # nothing below 20 MiB is free: a 12 MiB segment
-    ("free", 9, 0), ("free", 10, 0), ("free", 3, 0),  # a second stranded 20 MiB segment
-    ("alloc", 12, 25 * MiB), ("free", 12, 0), ("alloc", 13, 26 * MiB),  # a 26 MiB segment reused
-    ("free", 5, 0), ("free", 4, 0), ("alloc", 14, 700_000),  # the small segment reused
+    ("free", 9, 0),
+    ("free", 10, 0),
+    ("free", 3, 0),  # a second stranded 20 MiB segment
+    ("alloc", 12, 25 * MiB),
+    ("free", 12, 0),
+    ("alloc", 13, 26 * MiB),  # a 26 MiB segment reused
+    ("free", 5, 0),
+    ("free", 4, 0),
+    ("alloc", 14, 700_000),  # the small segment reused
 ]
 
 
@@ -56,8 +70,10 @@ def legacy_load_steps() -> list[tuple[str, object, int]]:
     trace = layer_trace(SMALL_QWEN, "legacy")
     steps = []
     for layer in range(SMALL_QWEN.moe_layers):
-        steps += [("alloc", ("w13", layer), SMALL_QWEN.w13_bytes),
-                  ("alloc", ("w2", layer), SMALL_QWEN.w2_bytes)]
+        steps += [
+            ("alloc", ("w13", layer), SMALL_QWEN.w13_bytes),
+            ("alloc", ("w2", layer), SMALL_QWEN.w2_bytes),
+        ]
     for layer in range(SMALL_QWEN.moe_layers):
         steps += [(event.kind, (layer, event.block), event.nbytes) for event in trace.events]
         steps += [("free", ("w13", layer), 0), ("free", ("w2", layer), 0)]
@@ -71,8 +87,10 @@ def max_split_size_mb(value: int) -> Iterator[None]:
     getter = getattr(torch._C, "_accelerator_getAllocatorSettings", None)
     setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
     if getter is None or setter is None:
-        pytest.skip(f"torch {torch.__version__} cannot change allocator settings at run time "
-                    "(no torch._C._accelerator_setAllocatorSettings)")
+        pytest.skip(
+            f"torch {torch.__version__} cannot change allocator settings at run time "
+            "(no torch._C._accelerator_setAllocatorSettings)"
+        )
     previous = getter()
     setter(f"expandable_segments:False,max_split_size_mb:{value}")  # MemPool needs them off
     try:
@@ -83,8 +101,9 @@ def max_split_size_mb(value: int) -> Iterator[None]:
 
 def pool_bytes(pool: torch.cuda.MemPool) -> tuple[int, int]:
     """(reserved, allocated) bytes of ``pool``'s own segments."""
-    segments = [s for s in pool.snapshot()
-                if tuple(s.get("segment_pool_id", pool.id)) == tuple(pool.id)]
+    segments = [
+        s for s in pool.snapshot() if tuple(s.get("segment_pool_id", pool.id)) == tuple(pool.id)
+    ]
     return sum(s["total_size"] for s in segments), sum(s["allocated_size"] for s in segments)
 
 
@@ -103,8 +122,9 @@ def fresh_pool() -> Iterator[tuple[torch.cuda.MemPool, dict]]:
             yield pool, figures
             torch.cuda.synchronize()
             after = torch.cuda.memory_stats()
-            figures["peak_reserved"] = (after["reserved_bytes.all.peak"]
-                                        - before["reserved_bytes.all.current"])
+            figures["peak_reserved"] = (
+                after["reserved_bytes.all.peak"] - before["reserved_bytes.all.current"]
+            )
             for key in ("num_alloc_retries", "num_ooms"):
                 figures[key] = after[key] - before[key]
         finally:
@@ -142,11 +162,21 @@ def test_replay_matches_a_real_sleep_mode_style_load(strategy):
     """The sleep-mode load run on CUDA (``run_load``: the real conversion, layer after layer in a
     MemPool) against the same load replayed (``replay_load``, whose trace is recorded on
     ``meta``), field by field: a kernel that allocates for itself would show here."""
-    want = replay_load(SMALL_QWEN, strategy, max_split_size_mb=MAX_SPLIT_MB, pool="sleep",
-                       device_bytes=None)
+    want = replay_load(
+        SMALL_QWEN, strategy, max_split_size_mb=MAX_SPLIT_MB, pool="sleep", device_bytes=None
+    )
     got = run_load(SMALL_QWEN, strategy, max_split_size_mb=MAX_SPLIT_MB)
-    compared = ("layers", "max_split_size_mb", "oom_layer", "loaded_reserved_bytes",
-                "reserved_after_layer", "peak_reserved_bytes", "final_reserved_bytes",
-                "num_alloc_retries", "num_ooms")
+    compared = (
+        "layers",
+        "max_split_size_mb",
+        "oom_layer",
+        "loaded_reserved_bytes",
+        "reserved_after_layer",
+        "peak_reserved_bytes",
+        "final_reserved_bytes",
+        "num_alloc_retries",
+        "num_ooms",
+    )
     assert {field: getattr(got, field) for field in compared} == {
-        field: getattr(want, field) for field in compared}
+        field: getattr(want, field) for field in compared
+    }

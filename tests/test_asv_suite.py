@@ -25,14 +25,31 @@ sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed 
 
 from benchmarks import bench_allocator, bench_convert, common  # noqa: E402
 
-GRID_CLASSES = [bench_convert.LayerTime, bench_convert.PeakMemory, bench_convert.Traffic,
-                bench_convert.CudaMemory, bench_allocator.SleepModeReplay]
+GRID_CLASSES = [
+    bench_convert.LayerTime,
+    bench_convert.PeakMemory,
+    bench_convert.Traffic,
+    bench_convert.CudaMemory,
+    bench_allocator.SleepModeReplay,
+]
 
 #: The strategy axis, on every machine: asv keys each benchmark's results history by its
 #: parameter list, so a name may be added at the end of its group but never moved or dropped.
-STRATEGY_AXIS = ("legacy", "preallocated", "inplace", "batched", "strided_copy", "strided_inplace",
-                 "sglang", "trtllm", "flashinfer", "triton", "triton_inplace", "vllm",
-                 "sglang-installed")
+STRATEGY_AXIS = (
+    "legacy",
+    "preallocated",
+    "inplace",
+    "batched",
+    "strided_copy",
+    "strided_inplace",
+    "sglang",
+    "trtllm",
+    "flashinfer",
+    "triton",
+    "triton_inplace",
+    "vllm",
+    "sglang-installed",
+)
 
 
 def test_every_registered_strategy_and_shape_is_benchmarked():
@@ -48,7 +65,9 @@ def test_every_registered_strategy_and_shape_is_benchmarked():
 
 def test_optional_strategies_are_the_records_that_need_something():
     records = {**moe_convert.STRATEGIES, **UNAVAILABLE}
-    assert {name for name, record in records.items() if record.needs} == set(common.OPTIONAL_STRATEGIES)
+    assert {name for name, record in records.items() if record.needs} == set(
+        common.OPTIONAL_STRATEGIES
+    )
     assert set(records) == set(common.STRATEGY_AXIS)
     assert common.STRATEGY_AXIS == STRATEGY_AXIS
 
@@ -57,8 +76,11 @@ def test_optional_strategies_are_the_records_that_need_something():
 def test_strategy_axis_is_the_same_whatever_is_installed(monkeypatch, installed):
     # as if the optional strategies' packages (and a GPU) were missing, or all there
     records = {**moe_convert.STRATEGIES, **UNAVAILABLE}
-    registered = {name: record for name, record in records.items()
-                  if installed == "everything" or not record.needs}
+    registered = {
+        name: record
+        for name, record in records.items()
+        if installed == "everything" or not record.needs
+    }
     monkeypatch.setattr(moe_convert, "STRATEGIES", registered)
     try:
         assert importlib.reload(common).STRATEGY_AXIS == STRATEGY_AXIS
@@ -93,12 +115,16 @@ def test_layer_time_derives_every_time_figure_from_one_measurement(monkeypatch):
         assert bench.track_copy_ratio(*cell) == measured.copy_ratio
         full = common.full_shape("qwen3-30b-a3b/tp2")  # 8 of 128 experts timed, 48 layers
         assert bench.track_whole_model_seconds(*cell) == (
-            pytest.approx(measured.seconds * full.experts / common.CPU_PROFILE_EXPERTS * 48))
+            pytest.approx(measured.seconds * full.experts / common.CPU_PROFILE_EXPERTS * 48)
+        )
         with pytest.raises(NotImplementedError):  # n/a where the strategy is not registered
             bench.setup(timings, "qwen3-30b-a3b/tp2", "no-such-strategy")
         with pytest.raises(RuntimeError, match="boom"):  # a strategy that raised fails its cell
-            bench.setup({("qwen3-30b-a3b/tp2", "strided_copy"): "RuntimeError: boom"},
-                        "qwen3-30b-a3b/tp2", "strided_copy")
+            bench.setup(
+                {("qwen3-30b-a3b/tp2", "strided_copy"): "RuntimeError: boom"},
+                "qwen3-30b-a3b/tp2",
+                "strided_copy",
+            )
     finally:
         common.profile.cache_clear()
 
@@ -122,12 +148,19 @@ def test_sleep_mode_replay_reads_both_figures_from_one_replay_per_cell(monkeypat
     label, bench = "qwen3-30b-a3b/tp2", bench_allocator.SleepModeReplay()
     loads = _grid_cache(monkeypatch, bench, label, ("inplace", "strided_inplace"))
     for strategy in ("inplace", "strided_inplace"):
-        want = replay_load(common.full_shape(label), strategy, max_split_size_mb=20, pool="sleep",
-                           device_bytes=None)
+        want = replay_load(
+            common.full_shape(label),
+            strategy,
+            max_split_size_mb=20,
+            pool="sleep",
+            device_bytes=None,
+        )
         bench.setup(loads, label, strategy)
         assert bench.track_peak_reserved_bytes(loads, label, strategy) == want.peak_reserved_bytes
-        assert (bench.track_reserved_growth_per_layer_bytes(loads, label, strategy)
-                == want.reserved_growth_per_layer_bytes)
+        assert (
+            bench.track_reserved_growth_per_layer_bytes(loads, label, strategy)
+            == want.reserved_growth_per_layer_bytes
+        )
 
 
 def test_traffic_reads_its_three_figures_from_one_count_per_cell(monkeypatch):
@@ -139,7 +172,9 @@ def test_traffic_reads_its_three_figures_from_one_count_per_cell(monkeypatch):
         bench.setup(counts, label, strategy)
         assert bench.track_traffic_bytes(counts, label, strategy) == want.traffic_bytes
         assert bench.track_launches(counts, label, strategy) == want.launches
-        assert bench.track_traffic_ratio(counts, label, strategy) == want.traffic_bytes / (2 * full.layer_bytes)
+        assert bench.track_traffic_ratio(counts, label, strategy) == want.traffic_bytes / (
+            2 * full.layer_bytes
+        )
         assert counts[label, strategy].ops == ()  # totals only: every cell's process loads them
 
 
@@ -159,10 +194,20 @@ def test_cpu_profile_keeps_expert_geometry(monkeypatch):
 
 
 def _asv(tmp_path: Path, *args: str, config: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ASV_PYTHONPATH": str(ROOT), "HOME": str(tmp_path),
-           "MOE_BENCH_PROFILE": "cpu"}
-    return subprocess.run([sys.executable, "-m", "asv", "--config", str(config), *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "ASV_PYTHONPATH": str(ROOT),
+        "HOME": str(tmp_path),
+        "MOE_BENCH_PROFILE": "cpu",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "asv", "--config", str(config), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -170,9 +215,13 @@ def scratch_config(tmp_path_factory) -> tuple[Path, Path]:
     """asv.conf.json with results, html and environments in a temporary folder."""
     tmp = tmp_path_factory.mktemp("asv")
     conf = load_json(str(ROOT / "asv.conf.json"), js_comments=True)
-    conf.update(repo=str(ROOT), benchmark_dir=str(ROOT / "benchmarks"),
-                results_dir=str(tmp / "results"), html_dir=str(tmp / "html"),
-                env_dir=str(tmp / "env"))
+    conf.update(
+        repo=str(ROOT),
+        benchmark_dir=str(ROOT / "benchmarks"),
+        results_dir=str(tmp / "results"),
+        html_dir=str(tmp / "html"),
+        env_dir=str(tmp / "env"),
+    )
     path = tmp / "asv.conf.json"
     path.write_text(json.dumps(conf))
     return tmp, path
@@ -189,25 +238,53 @@ def test_quick_run_of_a_subset_is_read_back(scratch_config):
     tmp, config = scratch_config
     recorded = subprocess.run(
         [sys.executable, "-m", "moe_bench", "machine", "--profile", "cpu", "--name", "ci-box"],
-        env={**os.environ, "HOME": str(tmp)}, capture_output=True, text=True, check=True)
+        env={**os.environ, "HOME": str(tmp)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert recorded.stdout.strip() == "ci-box"
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True, check=True).stdout.strip()
-    subset = (r"Profile.*qwen3-30b-a3b/tp2"
-              r"|(PeakMemory|Traffic).*qwen3-30b-a3b/tp2.*strided_copy")
-    done = _asv(tmp, "run", "--quick", "-E", f"existing:{sys.executable}",
-                "--set-commit-hash", commit, "--machine", "ci-box",
-                "--launch-method", "forkserver", "--show-stderr", "-b", subset, config=config)
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subset = (
+        r"Profile.*qwen3-30b-a3b/tp2"
+        r"|(PeakMemory|Traffic).*qwen3-30b-a3b/tp2.*strided_copy"
+    )
+    done = _asv(
+        tmp,
+        "run",
+        "--quick",
+        "-E",
+        f"existing:{sys.executable}",
+        "--set-commit-hash",
+        commit,
+        "--machine",
+        "ci-box",
+        "--launch-method",
+        "forkserver",
+        "--show-stderr",
+        "-b",
+        subset,
+        config=config,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
     frame = load_results(tmp / "results").dropna(subset=["value"]).fillna({"strategy": ""})
     assert set(frame["profile"]) == {"cpu"}
-    got = {(row.benchmark.split(".")[1], row.strategy): (row.value, row.unit)
-           for row in frame.itertuples()}
+    got = {
+        (row.benchmark.split(".")[1], row.strategy): (row.value, row.unit)
+        for row in frame.itertuples()
+    }
     shape = common.full_shape("qwen3-30b-a3b/tp2")
     assert got[("PeakMemory", "strided_copy")] == (shape.w13_bytes + shape.w2_bytes, "bytes")
-    got.update({(row.benchmark.split(".")[2], row.strategy): (row.value, row.unit)
-                for row in frame.itertuples() if ".Traffic." in row.benchmark})
+    got.update(
+        {
+            (row.benchmark.split(".")[2], row.strategy): (row.value, row.unit)
+            for row in frame.itertuples()
+            if ".Traffic." in row.benchmark
+        }
+    )
     assert got[("track_traffic_bytes", "strided_copy")] == (2 * shape.layer_bytes, "bytes")
     assert got[("track_launches", "strided_copy")] == (3, "launches")
     assert got[("track_traffic_ratio", "strided_copy")] == (1.0, "ratio")

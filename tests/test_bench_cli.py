@@ -8,13 +8,16 @@ import pytest
 from moe_bench import cli, machine, profiles
 
 
-@pytest.mark.parametrize("device, environ, expected", [
-    ("cuda", {}, "full"),
-    ("cpu", {}, "cpu"),
-    ("cuda", {"MOE_BENCH_PROFILE": "cpu"}, "cpu"),
-    ("cpu", {"MOE_BENCH_PROFILE": "full"}, "full"),
-    ("cpu", {"MOE_BENCH_PROFILE": ""}, "cpu"),  # empty is unset, as in the scripts' ${VAR:-...}
-])
+@pytest.mark.parametrize(
+    "device, environ, expected",
+    [
+        ("cuda", {}, "full"),
+        ("cpu", {}, "cpu"),
+        ("cuda", {"MOE_BENCH_PROFILE": "cpu"}, "cpu"),
+        ("cpu", {"MOE_BENCH_PROFILE": "full"}, "full"),
+        ("cpu", {"MOE_BENCH_PROFILE": ""}, "cpu"),  # empty is unset, as in the scripts' ${VAR:-...}
+    ],
+)
 def test_profile_from_env(device, environ, expected):
     assert profiles.profile_from_env(device, environ) == expected
 
@@ -39,13 +42,16 @@ def recorded(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("argv, environ, out", [
-    ([], {}, "h200"),
-    (["--profile", "cpu"], {}, "h200-cpu-profile"),
-    ([], {"MOE_BENCH_PROFILE": "cpu"}, "h200-cpu-profile"),
-    (["--profile", "full"], {"MOE_BENCH_PROFILE": "cpu"}, "h200"),  # the flag wins
-    (["--name", "box", "--shell"], {}, "machine=box\ndevice=cuda\nprofile=full"),
-])
+@pytest.mark.parametrize(
+    "argv, environ, out",
+    [
+        ([], {}, "h200"),
+        (["--profile", "cpu"], {}, "h200-cpu-profile"),
+        ([], {"MOE_BENCH_PROFILE": "cpu"}, "h200-cpu-profile"),
+        (["--profile", "full"], {"MOE_BENCH_PROFILE": "cpu"}, "h200"),  # the flag wins
+        (["--name", "box", "--shell"], {}, "machine=box\ndevice=cuda\nprofile=full"),
+    ],
+)
 def test_machine_prints_the_name_recorded(recorded, monkeypatch, capsys, argv, environ, out):
     for key, value in environ.items():
         monkeypatch.setenv(key, value)

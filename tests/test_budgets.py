@@ -26,7 +26,8 @@ PEAK_ENTRIES = [entry for entry in BUDGETS["budgets"] if entry["benchmark"] == P
 
 def test_budgets_json_limits_are_their_formulas():
     assert budgets.stale_entries(BUDGETS) == [], (
-        "budgets.json is stale: run `python -m benchmarks.budgets --write`")
+        "budgets.json is stale: run `python -m benchmarks.budgets --write`"
+    )
 
 
 @pytest.mark.parametrize("entry", PEAK_ENTRIES, ids=lambda e: f"{e['shape']}-{e['strategy']}")
@@ -34,15 +35,25 @@ def test_every_peak_budget_names_a_formula_its_strategy_meets(entry):
     assert "formula" in entry, "a peak budget names its formula; the bytes are derived from it"
     registered = STRATEGIES[entry["strategy"]].peak.evaluate(common.full_shape(entry["shape"]))
     assert registered <= entry["max"], (
-        f"{entry['strategy']}'s registered peak ({registered}) is over its budget {entry['formula']}")
+        f"{entry['strategy']}'s registered peak ({registered}) is over its budget {entry['formula']}"
+    )
 
 
 def test_write_derives_the_limits_and_check_names_a_stale_one(tmp_path, capsys):
-    stale = {"about": "test", "budgets": [
-        {**PEAK_ENTRIES[0], "max": 1},
-        {"benchmark": "bench_convert.WholeModel.track_whole_model_seconds", "shape": "deepseek-v3/tp8",
-         "strategy": "strided_copy", "machine": "gb200", "max": 0.123, "why": "measured"},
-    ]}
+    stale = {
+        "about": "test",
+        "budgets": [
+            {**PEAK_ENTRIES[0], "max": 1},
+            {
+                "benchmark": "bench_convert.WholeModel.track_whole_model_seconds",
+                "shape": "deepseek-v3/tp8",
+                "strategy": "strided_copy",
+                "machine": "gb200",
+                "max": 0.123,
+                "why": "measured",
+            },
+        ],
+    }
     path = tmp_path / "budgets.json"
     path.write_text(json.dumps(stale, indent=1) + "\n")
     assert budgets.main(["--budgets", str(path)]) == 1
@@ -56,10 +67,13 @@ def test_write_derives_the_limits_and_check_names_a_stale_one(tmp_path, capsys):
     assert budgets.main(["--budgets", str(path)]) == 0
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"formula": "T13 ** 2"}, "'T13 ** 2' is not allowed"),
-    ({"shape": "no-such-model/tp1"}, "unknown model 'no-such-model'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"formula": "T13 ** 2"}, "'T13 ** 2' is not allowed"),
+        ({"shape": "no-such-model/tp1"}, "unknown model 'no-such-model'"),
+    ],
+)
 def test_a_bad_formula_or_shape_is_an_error_naming_it(tmp_path, capsys, change, message):
     path = tmp_path / "budgets.json"
     path.write_text(json.dumps({"budgets": [{**PEAK_ENTRIES[0], **change}]}))

@@ -16,71 +16,129 @@ from moe_convert import cli
 BAD = [
     # --model
     (["measure", "--model", "nosuch"], ["'nosuch'", "or a path to a Hugging Face config.json"]),
-    (["measure", "--model", "QWEN3-235B-A22B"], ["'QWEN3-235B-A22B'", "closest catalog names: qwen3-235b-a22b"]),
+    (
+        ["measure", "--model", "QWEN3-235B-A22B"],
+        ["'QWEN3-235B-A22B'", "closest catalog names: qwen3-235b-a22b"],
+    ),
     (["verify", "--model", "qwen3-235b"], ["'qwen3-235b'", "qwen3-235b-a22b"]),
     (["measure", "--model", "no/such/config.json"], ["'no/such/config.json'", "no existing file"]),
-    (["measure", "--model", "Qwen/Qwen3-30B-A3B"], ["'Qwen/Qwen3-30B-A3B'", "closest catalog names: qwen3-30b-a3b"]),
+    (
+        ["measure", "--model", "Qwen/Qwen3-30B-A3B"],
+        ["'Qwen/Qwen3-30B-A3B'", "closest catalog names: qwen3-30b-a3b"],
+    ),
     (["measure", "--model", "qwen3-30b-a3b", "--hidden", "4096"], ["--hidden", "qwen3-30b-a3b"]),
     (["measure", "--model", "qwen3-30b-a3b", "--no-gated"], ["--no-gated"]),
     # --tp
-    (["measure", "--model", "qwen3-235b-a22b", "--tp", "5"],
-     ["tp 5", "valid TPs: 1, 2, 3, 4, 6, 8, 12, 24", "runs 1, 2, 3, 4, 6, 12 without padding"]),
+    (
+        ["measure", "--model", "qwen3-235b-a22b", "--tp", "5"],
+        ["tp 5", "valid TPs: 1, 2, 3, 4, 6, 8, 12, 24", "runs 1, 2, 3, 4, 6, 12 without padding"],
+    ),
     (["measure", "--model", "qwen3-235b-a22b", "--tp", "0"], ["got 0", "valid TPs: 1, 2, 3"]),
     (["measure", "--model", "qwen3-235b-a22b", "--tp", "-1"], ["got -1", "valid TPs"]),
     (["measure", "--model", "qwen3-235b-a22b", "--tp", "four"], ["'four'"]),
     (["measure", "--model", "deepseek-v2-lite", "--tp", "3"], ["tp 3", "valid TPs: 1, 2, 11, 22"]),
-    (["verify", "--model", "qwen3-30b-a3b", "--tp", "8"],
-     ["qwen3-30b-a3b/tp8", "bytes per row (192)", "valid TPs: 1, 2, 3, 4, 6, 12"]),
+    (
+        ["verify", "--model", "qwen3-30b-a3b", "--tp", "8"],
+        ["qwen3-30b-a3b/tp8", "bytes per row (192)", "valid TPs: 1, 2, 3, 4, 6, 12"],
+    ),
     (["replay", "--model", "qwen3-30b-a3b", "--tp", "24", "--device-gib", "80"], ["tp 24"]),
-    (["measure", "--experts", "4", "--hidden", "4096", "--intermediate", "384", "--tp", "4"],
-     ["--tp 4", "--intermediate"]),
+    (
+        ["measure", "--experts", "4", "--hidden", "4096", "--intermediate", "384", "--tp", "4"],
+        ["--tp 4", "--intermediate"],
+    ),
     # --experts
     (["verify", "--model", "qwen3-30b-a3b", "--experts", "0"], ["experts: 0", "1 to 128"]),
     (["measure", "--model", "qwen3-235b-a22b", "--experts", "1000"], ["1000", "1 to 128"]),
     (["measure", "--model", "qwen3-235b-a22b", "--experts", "-3"], ["-3", "1 to 128"]),
-    (["measure", "--experts", "0", "--hidden", "128", "--intermediate", "64"], ["experts: 0", "1 to 1048576"]),
-    (["measure", "--experts", "2", "--hidden", "100000000000000000000", "--intermediate", "64"],
-     ["'100000000000000000000'", "1 to 1048576"]),
+    (
+        ["measure", "--experts", "0", "--hidden", "128", "--intermediate", "64"],
+        ["experts: 0", "1 to 1048576"],
+    ),
+    (
+        ["measure", "--experts", "2", "--hidden", "100000000000000000000", "--intermediate", "64"],
+        ["'100000000000000000000'", "1 to 1048576"],
+    ),
     (["measure", "--experts", "1048577", "--hidden", "128", "--intermediate", "64"], ["1048577"]),
-    (["measure", "--experts", "1048576", "--hidden", "4096", "--intermediate", "1536", "--device", "cpu"],
-     ["1048576 experts", "needs at least", "give --experts"]),
-    (["verify", "--experts", "1048576", "--hidden", "4096", "--intermediate", "1536"],
-     ["1048576 experts", "3 copies"]),
+    (
+        [
+            "measure",
+            "--experts",
+            "1048576",
+            "--hidden",
+            "4096",
+            "--intermediate",
+            "1536",
+            "--device",
+            "cpu",
+        ],
+        ["1048576 experts", "needs at least", "give --experts"],
+    ),
+    (
+        ["verify", "--experts", "1048576", "--hidden", "4096", "--intermediate", "1536"],
+        ["1048576 experts", "3 copies"],
+    ),
     (["measure", "--experts", "two", "--hidden", "128", "--intermediate", "64"], ["'two'"]),
     # explicit shapes
     (["measure", "--hidden", "4096", "--intermediate", "384"], ["missing: --experts"]),
     (["measure"], ["--model NAME"]),
-    (["measure", "--experts", "2", "--hidden", "100", "--intermediate", "384"],
-     ["w13 [2, 768, 100]", "multiple of 64"]),
+    (
+        ["measure", "--experts", "2", "--hidden", "100", "--intermediate", "384"],
+        ["w13 [2, 768, 100]", "multiple of 64"],
+    ),
     (["verify", "--experts", "2", "--hidden", "128", "--intermediate", "80"], ["w2 [2, 128, 80]"]),
     (["measure", "--experts", "2", "--hidden", "0", "--intermediate", "64"], ["--hidden", "'0'"]),
-    (["measure", "--experts", "2", "--hidden", "128", "--intermediate", "-64"], ["--intermediate", "'-64'"]),
+    (
+        ["measure", "--experts", "2", "--hidden", "128", "--intermediate", "-64"],
+        ["--intermediate", "'-64'"],
+    ),
     # --device
     (["measure", "--model", "qwen3-30b-a3b", "--device", "tpu"], ["'tpu'", "meta, cpu, cuda"]),
     (["measure", "--model", "qwen3-30b-a3b", "--device", "bogus"], ["'bogus'"]),
     (["measure", "--model", "qwen3-30b-a3b", "--device", "cuda:x"], ["'cuda:x'"]),
     (["verify", "--model", "qwen3-30b-a3b", "--device", "meta"], ["'meta'", "cpu, cuda"]),
-    (["verify", "--model", "qwen3-30b-a3b", "--device", f"cuda:{torch.cuda.device_count()}"],
-     [f"'cuda:{torch.cuda.device_count()}'", "CUDA device"]),
+    (
+        ["verify", "--model", "qwen3-30b-a3b", "--device", f"cuda:{torch.cuda.device_count()}"],
+        [f"'cuda:{torch.cuda.device_count()}'", "CUDA device"],
+    ),
     # measure's own
     (["measure", "--model", "qwen3-30b-a3b", "--threads", "0"], ["--threads", "'0'"]),
     (["measure", "--model", "qwen3-30b-a3b", "--threads", "2"], ["--threads", "2", "--device cpu"]),
     (["measure", "--model", "qwen3-30b-a3b", "--repeats", "0"], ["--repeats", "'0'"]),
-    (["measure", "--model", "qwen3-30b-a3b", "--strategy", ""], ["unknown strategy ''", "strided_copy"]),
+    (
+        ["measure", "--model", "qwen3-30b-a3b", "--strategy", ""],
+        ["unknown strategy ''", "strided_copy"],
+    ),
     (["measure", "--model", "qwen3-30b-a3b", "--strategy", "nope"], ["'nope'", "valid: all"]),
-    (["verify", "--model", "qwen3-30b-a3b", "--strategy", "inplace,,batched"], ["unknown strategy ''"]),
+    (
+        ["verify", "--model", "qwen3-30b-a3b", "--strategy", "inplace,,batched"],
+        ["unknown strategy ''"],
+    ),
     (["verify", "--model", "qwen3-30b-a3b", "--seed", "-1"], ["--seed", "'-1'"]),
     # replay's own
     (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "nan"], ["--device-gib", "'nan'"]),
     (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "inf"], ["'inf'"]),
     (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "0"], ["'0'", "> 0"]),
     (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "-80"], ["'-80'"]),
-    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--other-weights-gib", "nan"],
-     ["--other-weights-gib", "'nan'"]),
-    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--other-weights-gib", "-1"], ["'-1'"]),
-    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "1"], ["1073741824", "cannot hold the weights"]),
-    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--max-split-mb", "5"], ["'5'", ">= 20"]),
-    (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--max-split-mb", "20,big"], ["'big'"]),
+    (
+        ["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--other-weights-gib", "nan"],
+        ["--other-weights-gib", "'nan'"],
+    ),
+    (
+        ["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--other-weights-gib", "-1"],
+        ["'-1'"],
+    ),
+    (
+        ["replay", "--model", "qwen3-30b-a3b", "--device-gib", "1"],
+        ["1073741824", "cannot hold the weights"],
+    ),
+    (
+        ["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--max-split-mb", "5"],
+        ["'5'", ">= 20"],
+    ),
+    (
+        ["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--max-split-mb", "20,big"],
+        ["'big'"],
+    ),
     (["replay", "--model", "qwen3-30b-a3b", "--device-gib", "80", "--pool", "nope"], ["'nope'"]),
     (["replay", "--model", "qwen3-30b-a3b"], ["--device-gib"]),
     # the command itself
@@ -89,7 +147,12 @@ BAD = [
     (["shapes", "--tp", "4"], ["--tp 4"]),
 ]
 
-QWEN_LIKE = {"hidden_size": 256, "moe_intermediate_size": 256, "num_experts": 4, "num_hidden_layers": 2}
+QWEN_LIKE = {
+    "hidden_size": 256,
+    "moe_intermediate_size": 256,
+    "num_experts": 4,
+    "num_hidden_layers": 2,
+}
 DEEPSEEK_LIKE = dict(QWEN_LIKE, n_routed_experts=4, num_experts=None, first_k_dense_replace=1)
 
 # (config.json text, texts the error line must hold besides the file's path)
@@ -97,28 +160,48 @@ BAD_CONFIGS = [
     ('{"hidden_size": 25', ["not valid JSON"]),
     ("[1, 2]", ["got a JSON list"]),
     ("", ["not valid JSON"]),
-    (json.dumps(dict(QWEN_LIKE, hidden_size="256")), ['`hidden_size` must be a positive integer, got "256"']),
+    (
+        json.dumps(dict(QWEN_LIKE, hidden_size="256")),
+        ['`hidden_size` must be a positive integer, got "256"'],
+    ),
     (json.dumps(dict(QWEN_LIKE, hidden_size=256.0)), ["`hidden_size`", "got 256.0"]),
-    (json.dumps(dict(QWEN_LIKE, moe_intermediate_size=-5)),
-     ["`moe_intermediate_size` must be a positive integer, got -5"]),
+    (
+        json.dumps(dict(QWEN_LIKE, moe_intermediate_size=-5)),
+        ["`moe_intermediate_size` must be a positive integer, got -5"],
+    ),
     (json.dumps(dict(QWEN_LIKE, num_experts=True)), ["`num_experts`", "got true"]),
     (json.dumps(dict(QWEN_LIKE, num_hidden_layers=0)), ["`num_hidden_layers`", "got 0"]),
-    (json.dumps(dict(QWEN_LIKE, moe_intermediate_size=10**20)), ["`moe_intermediate_size` is 100000000000000000000", "up to 1048576"]),
-    (json.dumps({k: v for k, v in QWEN_LIKE.items() if k != "num_hidden_layers"}), ["`num_hidden_layers` is missing"]),
-    (json.dumps({"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32}),
-     ["not an MoE model"]),
+    (
+        json.dumps(dict(QWEN_LIKE, moe_intermediate_size=10**20)),
+        ["`moe_intermediate_size` is 100000000000000000000", "up to 1048576"],
+    ),
+    (
+        json.dumps({k: v for k, v in QWEN_LIKE.items() if k != "num_hidden_layers"}),
+        ["`num_hidden_layers` is missing"],
+    ),
+    (
+        json.dumps({"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32}),
+        ["not an MoE model"],
+    ),
     (json.dumps(dict(DEEPSEEK_LIKE, moe_layer_freq=0)), ["`moe_layer_freq`", "got 0"]),
-    (json.dumps(dict(DEEPSEEK_LIKE, first_k_dense_replace=-1)), ["`first_k_dense_replace`", "got -1"]),
+    (
+        json.dumps(dict(DEEPSEEK_LIKE, first_k_dense_replace=-1)),
+        ["`first_k_dense_replace`", "got -1"],
+    ),
     (json.dumps(dict(DEEPSEEK_LIKE, first_k_dense_replace=2)), ["no MoE layer"]),
     (json.dumps(dict(QWEN_LIKE, decoder_sparse_step=0)), ["`decoder_sparse_step`", "got 0"]),
     (json.dumps(dict(QWEN_LIKE, mlp_only_layers="all")), ["`mlp_only_layers`", '"all"']),
-    (json.dumps(dict(QWEN_LIKE, hidden_size=100)), ["no TP converts it", "(4, 512, 100)", "multiple of 64"]),
+    (
+        json.dumps(dict(QWEN_LIKE, hidden_size=100)),
+        ["no TP converts it", "(4, 512, 100)", "multiple of 64"],
+    ),
 ]
 
 
 @pytest.fixture
 def no_work(monkeypatch):
     """Fail any test that starts converting, timing or measuring before its error."""
+
     def started(*args, **kwargs):
         raise AssertionError("work started before the arguments were checked")
 
@@ -147,7 +230,9 @@ def test_bad_invocation(argv, needles, capsys, no_work):
         assert needle in line
 
 
-@pytest.mark.parametrize("text, needles", BAD_CONFIGS, ids=[f"config{i}" for i in range(len(BAD_CONFIGS))])
+@pytest.mark.parametrize(
+    "text, needles", BAD_CONFIGS, ids=[f"config{i}" for i in range(len(BAD_CONFIGS))]
+)
 def test_bad_config_json(text, needles, tmp_path, capsys, no_work):
     path = tmp_path / "config.json"
     path.write_text(text)
@@ -172,13 +257,18 @@ def test_at_least_40_bad_invocations():
 
 
 def test_real_entry_point_prints_one_line():
-    done = subprocess.run([sys.executable, "-m", "moe_convert", "measure", "--model", "nosuch"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "moe_convert", "measure", "--model", "nosuch"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [
         "python -m moe_convert measure: error: argument --model: 'nosuch' is no catalog name and "
         "no existing file or folder; catalog names: qwen3-235b-a22b, qwen3-30b-a3b, deepseek-v3, "
-        "deepseek-v2, deepseek-v2-lite, mixtral-8x7b, or a path to a Hugging Face config.json"]
+        "deepseek-v2, deepseek-v2-lite, mixtral-8x7b, or a path to a Hugging Face config.json"
+    ]
 
 
 def test_a_bug_still_shows_its_traceback(monkeypatch):
@@ -192,8 +282,11 @@ def test_a_bug_still_shows_its_traceback(monkeypatch):
 
 def test_a_reader_that_leaves_early_gets_no_traceback():
     # `python -m moe_convert strategies | head -1`: the pipe closes before the listing ends
-    listing = subprocess.Popen([sys.executable, "-m", "moe_convert", "strategies"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    listing = subprocess.Popen(
+        [sys.executable, "-m", "moe_convert", "strategies"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     listing.stdout.readline()
     listing.stdout.close()
     stderr = listing.stderr.read().decode()

@@ -12,8 +12,14 @@ from moe_convert import STRATEGIES, layer_shape
 from moe_convert.cli import main
 
 BASE_KEYS = {"strategy", "model", "tp", "device", "experts", "peak_transient_bytes", "allocations"}
-TIME_KEYS = {"seconds_median", "seconds_iqr", "copy_seconds_median", "copy_ratio", "gbps",
-             "whole_model_seconds"}
+TIME_KEYS = {
+    "seconds_median",
+    "seconds_iqr",
+    "copy_seconds_median",
+    "copy_ratio",
+    "gbps",
+    "whole_model_seconds",
+}
 CPU_KEYS = {"minor_faults", "allocator_peak_bytes"}
 
 
@@ -23,24 +29,61 @@ def _json_lines(capsys, argv: list[str]) -> list[dict]:
 
 
 def test_measure_json_on_meta_at_full_size(capsys):
-    records = _json_lines(capsys, ["measure", "--model", "qwen3-235b-a22b", "--tp", "4",
-                                   "--strategy", "all", "--device", "meta", "--json"])
+    records = _json_lines(
+        capsys,
+        [
+            "measure",
+            "--model",
+            "qwen3-235b-a22b",
+            "--tp",
+            "4",
+            "--strategy",
+            "all",
+            "--device",
+            "meta",
+            "--json",
+        ],
+    )
     assert [r["strategy"] for r in records] == sorted(STRATEGIES)
     shape = layer_shape("qwen3-235b-a22b", 4)
     for record in records:
         assert BASE_KEYS <= record.keys() and not TIME_KEYS & record.keys()
         assert (record["model"], record["tp"], record["device"], record["experts"]) == (
-            "qwen3-235b-a22b", 4, "meta", 128)
-        assert isinstance(record["peak_transient_bytes"], int) and isinstance(record["allocations"], int)
+            "qwen3-235b-a22b",
+            4,
+            "meta",
+            128,
+        )
+        assert isinstance(record["peak_transient_bytes"], int) and isinstance(
+            record["allocations"], int
+        )
     by_name = {r["strategy"]: r for r in records}
     assert by_name["strided_copy"]["peak_transient_bytes"] == shape.w13_bytes + shape.w2_bytes
-    assert by_name["strided_inplace"]["peak_transient_bytes"] == max(shape.w13_expert_bytes, 10 * 2**20)
+    assert by_name["strided_inplace"]["peak_transient_bytes"] == max(
+        shape.w13_expert_bytes, 10 * 2**20
+    )
 
 
 def test_measure_json_on_cpu_has_time_and_allocator_figures(capsys):
-    records = _json_lines(capsys, ["measure", "--experts", "2", "--hidden", "256", "--intermediate",
-                                   "128", "--strategy", "strided_copy,inplace", "--device", "cpu",
-                                   "--repeats", "2", "--json"])
+    records = _json_lines(
+        capsys,
+        [
+            "measure",
+            "--experts",
+            "2",
+            "--hidden",
+            "256",
+            "--intermediate",
+            "128",
+            "--strategy",
+            "strided_copy,inplace",
+            "--device",
+            "cpu",
+            "--repeats",
+            "2",
+            "--json",
+        ],
+    )
     assert [r["strategy"] for r in records] == ["strided_copy", "inplace"]
     for record in records:
         assert BASE_KEYS | TIME_KEYS | CPU_KEYS <= record.keys()
@@ -79,13 +122,24 @@ class _Terminal(io.StringIO):
         return True
 
 
-@pytest.mark.parametrize("terminal, quiet, shown", [(True, False, True), (True, True, False),
-                                                    (False, False, False)])
+@pytest.mark.parametrize(
+    "terminal, quiet, shown", [(True, False, True), (True, True, False), (False, False, False)]
+)
 def test_progress_bar_only_on_a_terminal_without_quiet(monkeypatch, capsys, terminal, quiet, shown):
     stderr = _Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", stderr)
-    argv = ["measure", "--experts", "2", "--hidden", "256", "--intermediate", "128",
-            "--strategy", "strided_copy,inplace", "--json"] + (["--quiet"] if quiet else [])
+    argv = [
+        "measure",
+        "--experts",
+        "2",
+        "--hidden",
+        "256",
+        "--intermediate",
+        "128",
+        "--strategy",
+        "strided_copy,inplace",
+        "--json",
+    ] + (["--quiet"] if quiet else [])
     assert main(argv) == 0
     assert ("measure on meta:   0%|" in stderr.getvalue()) == shown  # the bar, at its start
     assert len(capsys.readouterr().out.splitlines()) == 2  # the JSON lines, bar or not

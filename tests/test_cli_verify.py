@@ -37,8 +37,13 @@ def flip_one_byte(w13, w2, gated):
 
 
 def test_shapes_command_prints_catalog():
-    done = subprocess.run([sys.executable, "-m", "moe_convert", "shapes"],
-                          capture_output=True, text=True, check=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "moe_convert", "shapes"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     out = done.stdout
     for model in ("qwen3-235b-a22b", "qwen3-30b-a3b", "deepseek-v3", "deepseek-v2-lite"):
         assert model in out
@@ -76,8 +81,14 @@ def test_verify_without_flashinfer_says_it_uses_legacy(capsys, monkeypatch):
 
 
 def test_verify_config_json_model(tmp_path, capsys):
-    config = {"_name_or_path": "tiny-moe", "hidden_size": 256, "moe_intermediate_size": 256,
-              "num_experts": 4, "num_hidden_layers": 2, "hidden_act": "silu"}
+    config = {
+        "_name_or_path": "tiny-moe",
+        "hidden_size": 256,
+        "moe_intermediate_size": 256,
+        "num_experts": 4,
+        "num_hidden_layers": 2,
+        "hidden_act": "silu",
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     argv = ["verify", "--model", str(tmp_path), "--tp", "2", "--strategy", "strided_inplace"]
     assert cli.main(argv) == 0
@@ -102,6 +113,20 @@ def test_verify_fails_when_inplace_contract_is_broken(broken_strategy, capsys):
 
 
 def test_verify_notes_a_shape_the_kernel_cannot_take(capsys):
-    assert cli.main(["verify", "--model", "qwen3-235b-a22b", "--tp", "8", "--experts", "1",
-                     "--strategy", "strided_copy"]) == 0
+    assert (
+        cli.main(
+            [
+                "verify",
+                "--model",
+                "qwen3-235b-a22b",
+                "--tp",
+                "8",
+                "--experts",
+                "1",
+                "--strategy",
+                "strided_copy",
+            ]
+        )
+        == 0
+    )
     assert "note: the SM100 kernel cannot take this shape: I/TP = 192" in capsys.readouterr().out

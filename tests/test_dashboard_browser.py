@@ -20,12 +20,24 @@ from conftest import requires_chromium
 from fixtures.asv_fixture import publish
 
 from moe_bench import dashboard
-from moe_bench.dashboard import TACHYON_BYTES, OfflineError, external_references, make_offline, serve
+from moe_bench.dashboard import (
+    TACHYON_BYTES,
+    OfflineError,
+    external_references,
+    make_offline,
+    serve,
+)
 
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "dashboard"
 COMMITS = ["14ad08f8", "9562b6c0", "7128b89f", "c2fb4ee0"]  # the fixture's, oldest first
@@ -130,7 +142,10 @@ def test_published_pages_reference_no_external_host(published):
     assert all(b["less_is_better"] for b in index["benchmarks"].values())
     # The UI's bytes formatting replaced by binary units, once.
     (script,) = (html_dir / "assets").glob("index-*.js")
-    assert TACHYON_BYTES not in script.read_text() and script.read_text().count('["GiB",1073741824]') == 1
+    assert (
+        TACHYON_BYTES not in script.read_text()
+        and script.read_text().count('["GiB",1073741824]') == 1
+    )
 
 
 def test_make_offline_refuses_unknown_benchmarks_and_another_ui(tmp_path, html_dir, monkeypatch):
@@ -139,7 +154,9 @@ def test_make_offline_refuses_unknown_benchmarks_and_another_ui(tmp_path, html_d
     index = json.loads((copy / "index.json").read_text())
     index["benchmarks"]["bench_misc.Widgets.track_widgets"] = {"unit": "widgets"}
     (copy / "index.json").write_text(json.dumps(index))
-    with pytest.raises(OfflineError, match="not in the metrics table.*bench_misc.Widgets.track_widgets"):
+    with pytest.raises(
+        OfflineError, match="not in the metrics table.*bench_misc.Widgets.track_widgets"
+    ):
         make_offline(copy)
     del index["benchmarks"]["bench_misc.Widgets.track_widgets"]
     (copy / "index.json").write_text(json.dumps(index))
@@ -153,9 +170,14 @@ def test_make_offline_refuses_unknown_benchmarks_and_another_ui(tmp_path, html_d
 def test_external_references_finds_cdn_links_only(tmp_path):
     (tmp_path / "index.html").write_text(
         '<script src="https://code.jquery.com/jquery-3.3.1.min.js"></script>'
-        '<a href="http://127.0.0.1:8080/">local</a><svg xmlns="http://www.w3.org/2000/svg"/>')
-    (tmp_path / "index.json").write_text('{"project_url": "https://example.org/"}')  # data, not loaded
-    assert external_references(tmp_path) == ["index.html: https://code.jquery.com/jquery-3.3.1.min.js"]
+        '<a href="http://127.0.0.1:8080/">local</a><svg xmlns="http://www.w3.org/2000/svg"/>'
+    )
+    (tmp_path / "index.json").write_text(
+        '{"project_url": "https://example.org/"}'
+    )  # data, not loaded
+    assert external_references(tmp_path) == [
+        "index.html: https://code.jquery.com/jquery-3.3.1.min.js"
+    ]
     with pytest.raises(OfflineError, match="has no index.json: run `asv publish` first"):
         make_offline(tmp_path / "not-published")
 
@@ -181,14 +203,21 @@ def test_index_lists_the_benchmarks(browser, url):
 @requires_chromium
 @pytest.mark.parametrize(
     ("name", "unit_text", "legacy_qwen"),
-    [("bench_convert.LayerTime.track_layer_seconds", "ms", "120.000ms"),
-     # 3 x 805306368 + 2 x 402653184 = 3 GiB: binary units, as the CLI and the reports print it
-     ("bench_convert.PeakMemory.track_peak_transient_bytes", "GiB", "3.00GiB")],
+    [
+        ("bench_convert.LayerTime.track_layer_seconds", "ms", "120.000ms"),
+        # 3 x 805306368 + 2 x 402653184 = 3 GiB: binary units, as the CLI and the reports print it
+        ("bench_convert.PeakMemory.track_peak_transient_bytes", "GiB", "3.00GiB"),
+    ],
     ids=["time", "bytes"],
 )
 def test_graph_renders_with_data_points(browser, url, name, unit_text, legacy_qwen):
-    seen = visit(browser, url, f"#view=explore&bench={name}",
-                 f"graph-{name.rsplit('.', 1)[1]}.png", ready=".uplot canvas")
+    seen = visit(
+        browser,
+        url,
+        f"#view=explore&bench={name}",
+        f"graph-{name.rsplit('.', 1)[1]}.png",
+        ready=".uplot canvas",
+    )
     # The graph file it fetched: 4 commits x 8 parameter series (flashinfer's null: n/a).
     (graph,) = [g for u, g in seen.graphs.items() if u.endswith(f"/{name}.json")]
     points = [p for p in graph if p[1][2] is not None]  # strided_copy of qwen3 (3rd column)

@@ -23,20 +23,26 @@ from moe_convert.reference import flashinfer_reference
 
 
 def requires_engine(engine: Engine) -> pytest.MarkDecorator:
-    return pytest.mark.skipif(not engine.installed, reason=f"{engine.distribution} is not installed "
-                              "(CI does not install the engines; see docs/engines.md)")
+    return pytest.mark.skipif(
+        not engine.installed,
+        reason=f"{engine.distribution} is not installed "
+        "(CI does not install the engines; see docs/engines.md)",
+    )
 
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.strategy)
 def test_adapter_registered_exactly_where_its_engine_is_installed(engine):
     assert (engine.strategy in STRATEGIES) == engine.installed
     assert engine.transcription in STRATEGIES and engine.transcription != engine.strategy
-    assert engine.version != "not installed" if engine.installed else engine.version == "not installed"
+    assert (
+        engine.version != "not installed" if engine.installed else engine.version == "not installed"
+    )
 
 
 @pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("engine", [pytest.param(e, marks=requires_engine(e)) for e in ENGINES],
-                         ids=lambda e: e.strategy)
+@pytest.mark.parametrize(
+    "engine", [pytest.param(e, marks=requires_engine(e)) for e in ENGINES], ids=lambda e: e.strategy
+)
 def test_adapter_calls_the_installed_function_and_matches_flashinfer(engine, gated, monkeypatch):
     owner, name = engine.resolve()
     original, calls = getattr(owner, name), []
@@ -74,8 +80,10 @@ def test_vllm_adapter_raises_when_vllm_does_not_import(monkeypatch):
 
 
 def test_vllm_is_in_place_from_0_31_on():
-    assert [engines._vllm_converts_in_place(v) for v in ("0.29.0", "0.30.0", "0.31.0", "0.33.1.dev4+gabc", "1.0.0")] == [
-        False, False, True, True, True]
+    assert [
+        engines._vllm_converts_in_place(v)
+        for v in ("0.29.0", "0.30.0", "0.31.0", "0.33.1.dev4+gabc", "1.0.0")
+    ] == [False, False, True, True, True]
 
 
 def test_check_engine_of_an_absent_engine_says_so():
@@ -94,7 +102,9 @@ def fake_engines(monkeypatch):
         return tuple(w.view(w.shape[0], 2 * w.shape[2] // 128, w.shape[1], 64) for w in (w13, w2))
 
     register("_wrong", inplace=True, origin="test probe")(wrong)
-    right = Engine("strided_inplace", "torch", "moe_convert.strategies", "strided_inplace", "inplace")
+    right = Engine(
+        "strided_inplace", "torch", "moe_convert.strategies", "strided_inplace", "inplace"
+    )
     bad = Engine("_wrong", "torch", "tests", "wrong", "inplace")
     monkeypatch.setattr(cli, "ENGINES", (right,))
     yield right, bad
@@ -110,7 +120,9 @@ def test_engines_command_passes_when_every_installed_engine_agrees(fake_engines,
 
 
 @requires_flashinfer
-def test_engines_command_fails_when_an_installed_engine_disagrees(fake_engines, monkeypatch, capsys):
+def test_engines_command_fails_when_an_installed_engine_disagrees(
+    fake_engines, monkeypatch, capsys
+):
     right, bad = fake_engines
     monkeypatch.setattr(cli, "ENGINES", (right, bad))
     assert cli.main(["engines"]) == 1
@@ -144,5 +156,7 @@ def test_vllm_asv_configuration_has_a_release_matrix_apart_from_the_nightly():
     assert len(vllm.matrix["req"]["vllm"]) >= 2  # releases side by side
     assert "torch" not in vllm.matrix["req"]  # each release brings its own pins
     for key in ("env_dir", "results_dir", "html_dir"):
-        assert getattr(vllm, key) != getattr(nightly, key), key  # never mixed into the nightly history
+        assert getattr(vllm, key) != getattr(nightly, key), (
+            key
+        )  # never mixed into the nightly history
     assert vllm.benchmark_dir == nightly.benchmark_dir

@@ -27,8 +27,12 @@ EXPERTS = "bench_convert.Profile.track_timed_experts"
 UNITS = {PEAK: "bytes", RATIO: "ratio", TIME: "seconds", EXPERTS: "experts"}
 BASE, HEAD = "a" * 40, "b" * 40
 # values in (shape, strategy) order; NaN = skipped (n/a), None = failed
-GOOD = {PEAK: [1000.0, math.nan, 5000.0, math.nan], RATIO: [1.2, math.nan, 1.1, math.nan],
-        TIME: [0.010, math.nan, 0.050, math.nan], EXPERTS: [8.0, 8.0, 8.0, 8.0]}
+GOOD = {
+    PEAK: [1000.0, math.nan, 5000.0, math.nan],
+    RATIO: [1.2, math.nan, 1.1, math.nan],
+    TIME: [0.010, math.nan, 0.050, math.nan],
+    EXPERTS: [8.0, 8.0, 8.0, 8.0],
+}
 PAIRED = Path(__file__).parent / "fixtures" / "paired.json"
 
 
@@ -37,26 +41,49 @@ def _write(path, data):
     path.write_text(json.dumps(data))
 
 
-def write_results(root, commit, values, *, machine="cpu-box", date=1_700_000_000_000,
-                  versions=None, units=None):
+def write_results(
+    root, commit, values, *, machine="cpu-box", date=1_700_000_000_000, versions=None, units=None
+):
     """One asv result file for ``commit`` with ``values[benchmark]``, plus benchmarks.json and
     machine.json, as ``asv run`` writes them (``units`` adds or overrides benchmarks' units)."""
     params = [[repr(s) for s in SHAPES], [repr(s) for s in STRATEGIES]]
-    _write(root / "benchmarks.json", {
-        **{name: {"name": name, "param_names": ["shape", "strategy"], "params": params,
-                  "unit": unit, "version": "1", "type": "track"}
-           for name, unit in {**UNITS, **(units or {})}.items()},
-        "version": 2,
-    })
+    _write(
+        root / "benchmarks.json",
+        {
+            **{
+                name: {
+                    "name": name,
+                    "param_names": ["shape", "strategy"],
+                    "params": params,
+                    "unit": unit,
+                    "version": "1",
+                    "type": "track",
+                }
+                for name, unit in {**UNITS, **(units or {})}.items()
+            },
+            "version": 2,
+        },
+    )
     _write(root / machine / "machine.json", {"machine": machine, "profile": "cpu", "version": 1})
-    _write(root / machine / f"{commit[:8]}-existing-py.json", {
-        "commit_hash": commit, "env_name": "existing-py", "date": date, "python": "3.11",
-        "params": {"machine": machine, "python": "3.11"}, "requirements": {}, "env_vars": {},
-        "result_columns": ["result", "params", "version"],
-        "results": {name: [vals, params, (versions or {}).get(name, "1")]
-                    for name, vals in values.items()},
-        "durations": {}, "version": 2,
-    })
+    _write(
+        root / machine / f"{commit[:8]}-existing-py.json",
+        {
+            "commit_hash": commit,
+            "env_name": "existing-py",
+            "date": date,
+            "python": "3.11",
+            "params": {"machine": machine, "python": "3.11"},
+            "requirements": {},
+            "env_vars": {},
+            "result_columns": ["result", "params", "version"],
+            "results": {
+                name: [vals, params, (versions or {}).get(name, "1")]
+                for name, vals in values.items()
+            },
+            "durations": {},
+            "version": 2,
+        },
+    )
 
 
 def scaled(benchmark, factor):
@@ -70,8 +97,17 @@ def run_compare(tmp_path, head_values, capsys, *, args=(), base_values=GOOD, **k
     """Compare ``base_values`` (commit BASE) with ``head_values`` (HEAD, written with ``kwargs``)."""
     write_results(tmp_path, BASE, base_values)
     write_results(tmp_path, HEAD, head_values, date=1_700_000_100_000, **kwargs)
-    code = cli.main(["compare", str(tmp_path), BASE[:8], HEAD[:8], "--markdown",
-                         str(tmp_path / "comment.md"), *args])
+    code = cli.main(
+        [
+            "compare",
+            str(tmp_path),
+            BASE[:8],
+            HEAD[:8],
+            "--markdown",
+            str(tmp_path / "comment.md"),
+            *args,
+        ]
+    )
     return code, capsys.readouterr()
 
 
@@ -81,8 +117,11 @@ def comment(tmp_path) -> str:
 
 def table_row(text: str, *cells: str) -> str:
     """The one markdown table row of ``text`` holding every one of ``cells``."""
-    (line,) = [line for line in text.splitlines()
-               if line.startswith("| ") and all(c in line for c in cells)]
+    (line,) = [
+        line
+        for line in text.splitlines()
+        if line.startswith("| ") and all(c in line for c in cells)
+    ]
     return line
 
 
@@ -91,10 +130,18 @@ def test_load_results_table(tmp_path):
     frame = load_results(tmp_path)
     assert list(frame.columns) == COLUMNS
     assert len(frame) == len(GOOD) * 4
-    row = frame[(frame.benchmark == PEAK) & (frame["shape"] == "qwen3-30b-a3b/tp2")
-                & (frame.strategy == "strided_copy")].iloc[0]
-    assert (row.value, row.unit, row.failed, row.version, row.profile) == (1000.0, "bytes", False,
-                                                                           "1", "cpu")
+    row = frame[
+        (frame.benchmark == PEAK)
+        & (frame["shape"] == "qwen3-30b-a3b/tp2")
+        & (frame.strategy == "strided_copy")
+    ].iloc[0]
+    assert (row.value, row.unit, row.failed, row.version, row.profile) == (
+        1000.0,
+        "bytes",
+        False,
+        "1",
+        "cpu",
+    )
     assert row.commit == BASE and row.date == pd.Timestamp(1_700_000_000_000, unit="ms", tz="UTC")
     failed = frame[(frame.benchmark == PEAK) & frame.failed]
     assert failed[["shape", "strategy"]].values.tolist() == [["deepseek-v3/tp4", "strided_copy"]]
@@ -110,21 +157,41 @@ def test_load_results_unparametrised_benchmark(tmp_path):
     data["results"][EXPERTS] = [[7.0], [], "1"]
     path.write_text(json.dumps(data))
     bench = json.loads((tmp_path / "benchmarks.json").read_text())
-    bench[EXPERTS] = {"name": EXPERTS, "param_names": [], "params": [], "unit": "experts",
-                      "version": "1"}
+    bench[EXPERTS] = {
+        "name": EXPERTS,
+        "param_names": [],
+        "params": [],
+        "unit": "experts",
+        "version": "1",
+    }
     (tmp_path / "benchmarks.json").write_text(json.dumps(bench))
     row = load_results(tmp_path).query(f"benchmark == '{EXPERTS}'")
-    assert row[["value", "unit"]].values.tolist() == [[7.0, "experts"]] and row["shape"].isna().all()
+    assert (
+        row[["value", "unit"]].values.tolist() == [[7.0, "experts"]] and row["shape"].isna().all()
+    )
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda root: None, "no such results directory"),
-    (lambda root: (root / "cpu-box").mkdir(parents=True), "benchmarks.json: missing"),
-    (lambda root: write_results(root, BASE, GOOD)
-     or (root / "cpu-box" / f"{BASE[:8]}-existing-py.json").write_text("{not json"), "corrupt"),
-    (lambda root: write_results(root, BASE, GOOD)
-     or (root / "cpu-box" / f"{BASE[:8]}-existing-py.json").unlink(), "no benchmark results"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda root: None, "no such results directory"),
+        (lambda root: (root / "cpu-box").mkdir(parents=True), "benchmarks.json: missing"),
+        (
+            lambda root: (
+                write_results(root, BASE, GOOD)
+                or (root / "cpu-box" / f"{BASE[:8]}-existing-py.json").write_text("{not json")
+            ),
+            "corrupt",
+        ),
+        (
+            lambda root: (
+                write_results(root, BASE, GOOD)
+                or (root / "cpu-box" / f"{BASE[:8]}-existing-py.json").unlink()
+            ),
+            "no benchmark results",
+        ),
+    ],
+)
 def test_load_results_refuses_missing_or_corrupt(tmp_path, make, message):
     root = tmp_path / "results"
     make(root)
@@ -133,16 +200,19 @@ def test_load_results_refuses_missing_or_corrupt(tmp_path, make, message):
     assert str(root) in str(err.value)
 
 
-@pytest.mark.parametrize("benchmark, factor, expected", [
-    (PEAK, 1.0, 0),  # unchanged
-    (PEAK, 0.5, 0),  # improved
-    (PEAK, 1.001, 1),  # one byte more in a thousand: bytes are exact
-    (RATIO, NOISE_FACTOR * 0.99, 0),  # time-derived, no paired run: the noise factor
-    (RATIO, NOISE_FACTOR * 1.01, 1),
-    (TIME, NOISE_FACTOR * 0.99, 0),
-    (TIME, NOISE_FACTOR * 1.01, 1),
-    (TIME, 0.3, 0),
-])
+@pytest.mark.parametrize(
+    "benchmark, factor, expected",
+    [
+        (PEAK, 1.0, 0),  # unchanged
+        (PEAK, 0.5, 0),  # improved
+        (PEAK, 1.001, 1),  # one byte more in a thousand: bytes are exact
+        (RATIO, NOISE_FACTOR * 0.99, 0),  # time-derived, no paired run: the noise factor
+        (RATIO, NOISE_FACTOR * 1.01, 1),
+        (TIME, NOISE_FACTOR * 0.99, 0),
+        (TIME, NOISE_FACTOR * 1.01, 1),
+        (TIME, 0.3, 0),
+    ],
+)
 def test_compare_rule_per_metric(tmp_path, capsys, benchmark, factor, expected):
     code, out = run_compare(tmp_path, scaled(benchmark, factor), capsys)
     assert code == expected
@@ -150,8 +220,9 @@ def test_compare_rule_per_metric(tmp_path, capsys, benchmark, factor, expected):
     assert comment(tmp_path) == out.out.removesuffix("\n")
     if expected:
         assert f"regressed (head / base = {factor:#.3g}" in comment(tmp_path)
-        assert "⚠ regressed" in table_row(comment(tmp_path), benchmark.split(".", 1)[1],
-                                          "qwen3-30b-a3b/tp2", "strided_copy")
+        assert "⚠ regressed" in table_row(
+            comment(tmp_path), benchmark.split(".", 1)[1], "qwen3-30b-a3b/tp2", "strided_copy"
+        )
 
 
 def test_compare_experts_change_fails_and_the_comment_says_so(tmp_path, capsys):
@@ -159,7 +230,9 @@ def test_compare_experts_change_fails_and_the_comment_says_so(tmp_path, capsys):
     assert code == 1
     text = comment(tmp_path)
     assert text.startswith("## PR gate: FAILED: 1 changed")
-    assert "⚠ changed" in table_row(text, "track_timed_experts", "qwen3-30b-a3b/tp2", "strided_copy")
+    assert "⚠ changed" in table_row(
+        text, "track_timed_experts", "qwen3-30b-a3b/tp2", "strided_copy"
+    )
 
 
 def test_compare_failed_benchmark_fails(tmp_path, capsys):
@@ -167,8 +240,9 @@ def test_compare_failed_benchmark_fails(tmp_path, capsys):
     code, out = run_compare(tmp_path, values, capsys)
     assert code == 1
     assert comment(tmp_path).startswith("## PR gate: FAILED: 1 failed")
-    assert "failed in head" in table_row(comment(tmp_path), "track_copy_ratio", "qwen3-30b-a3b/tp2",
-                                         "strided_copy")
+    assert "failed in head" in table_row(
+        comment(tmp_path), "track_copy_ratio", "qwen3-30b-a3b/tp2", "strided_copy"
+    )
 
 
 def test_compare_missing_benchmark_fails(tmp_path, capsys):
@@ -180,8 +254,9 @@ def test_compare_missing_benchmark_fails(tmp_path, capsys):
 
 def test_compare_new_benchmark_that_failed_in_head_fails(tmp_path, capsys):
     base = {name: vals for name, vals in GOOD.items() if name != RATIO}
-    code, _ = run_compare(tmp_path, {**GOOD, RATIO: [None, math.nan, 1.1, math.nan]}, capsys,
-                          base_values=base)
+    code, _ = run_compare(
+        tmp_path, {**GOOD, RATIO: [None, math.nan, 1.1, math.nan]}, capsys, base_values=base
+    )
     assert code == 1
     text = comment(tmp_path)
     assert text.startswith("## PR gate: FAILED: 1 failed") and "passed" not in text
@@ -194,8 +269,9 @@ def test_compare_measured_in_base_but_na_in_head_fails(tmp_path, capsys):
     assert code == 1
     text = comment(tmp_path)
     assert text.startswith("## PR gate: FAILED: 1 n/a in head")
-    assert "measured in base, skipped in head" in table_row(text, "track_peak_transient_bytes",
-                                                            "qwen3-30b-a3b/tp2", "strided_copy")
+    assert "measured in base, skipped in head" in table_row(
+        text, "track_peak_transient_bytes", "qwen3-30b-a3b/tp2", "strided_copy"
+    )
 
 
 def write_paired(tmp_path, **changes):
@@ -222,16 +298,19 @@ def test_compare_paired_rows_decide_time(tmp_path, capsys):
     assert code == 0
     text = comment(tmp_path)
     assert text.startswith("## PR gate: passed") and "interval lies above 1.1" in text
-    assert "info (decided by paired)" in table_row(text, "track_layer_seconds", "qwen3-30b-a3b/tp2",
-                                                   "strided_copy")
+    assert "info (decided by paired)" in table_row(
+        text, "track_layer_seconds", "qwen3-30b-a3b/tp2", "strided_copy"
+    )
     row = table_row(text, "paired.time_ratio", "qwen3-30b-a3b/tp2")
     assert "10.2 ms" in row and "10.3 ms" in row and "CI [0.970, 1.040], 15 pairs" in row
 
 
 @pytest.mark.parametrize("verdict, error", [("regressed", None), ("failed", "head crashed")])
 def test_compare_paired_regression_or_failure_fails(tmp_path, capsys, verdict, error):
-    paired = write_paired(tmp_path, rows=[{"verdict": verdict, "error": error, "ratio": 1.3,
-                                           "ci_low": 1.2, "ci_high": 1.4}])
+    paired = write_paired(
+        tmp_path,
+        rows=[{"verdict": verdict, "error": error, "ratio": 1.3, "ci_low": 1.2, "ci_high": 1.4}],
+    )
     code, _ = run_compare(tmp_path, GOOD, capsys, args=["--paired", paired])
     assert code == 1
     text = comment(tmp_path)
@@ -243,27 +322,49 @@ def test_compare_paired_regression_or_failure_fails(tmp_path, capsys, verdict, e
 
 def test_compare_paired_without_rows_or_with_nothing_to_compare_passes(tmp_path, capsys):
     # -b PeakMemory selects no timed benchmark: the paired run has no rows, nothing to judge.
-    code, _ = run_compare(tmp_path, GOOD, capsys, args=["--paired", write_paired(tmp_path, rows=[])])
+    code, _ = run_compare(
+        tmp_path, GOOD, capsys, args=["--paired", write_paired(tmp_path, rows=[])]
+    )
     assert code == 0
     # A strategy new in head has no base to pair with: listed with its reason, not failing.
     why = "strategy 'triton' is not registered in base"
-    paired = write_paired(tmp_path, rows=[{"verdict": "n/a", "error": why, "ratio": None,
-                                           "ci_low": None, "ci_high": None, "base_seconds": None,
-                                           "head_seconds": None}])
+    paired = write_paired(
+        tmp_path,
+        rows=[
+            {
+                "verdict": "n/a",
+                "error": why,
+                "ratio": None,
+                "ci_low": None,
+                "ci_high": None,
+                "base_seconds": None,
+                "head_seconds": None,
+            }
+        ],
+    )
     code, _ = run_compare(tmp_path, GOOD, capsys, args=["--paired", paired])
     assert code == 0
     assert comment(tmp_path).startswith("## PR gate: passed")
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda tmp: str(tmp / "absent.json"), "no such paired file"),
-    (lambda tmp: (tmp / "p.json").write_text("{") and str(tmp / "p.json"), "not JSON"),
-    (lambda tmp: write_paired(tmp, rows=[{"verdict": "maybe"}]), "verdict 'maybe' is not one of"),
-    (lambda tmp: write_paired(tmp, rows=[{"ratio": None}]), "a verdict with non-finite figures"),
-    (lambda tmp: write_paired(tmp, threshold=None), "not a paired file"),
-    (lambda tmp: paired_with(tmp, rows="none"), "'rows' is not a list"),
-    (lambda tmp: write_paired(tmp, head="c" * 40), "a paired file of other commits"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda tmp: str(tmp / "absent.json"), "no such paired file"),
+        (lambda tmp: (tmp / "p.json").write_text("{") and str(tmp / "p.json"), "not JSON"),
+        (
+            lambda tmp: write_paired(tmp, rows=[{"verdict": "maybe"}]),
+            "verdict 'maybe' is not one of",
+        ),
+        (
+            lambda tmp: write_paired(tmp, rows=[{"ratio": None}]),
+            "a verdict with non-finite figures",
+        ),
+        (lambda tmp: write_paired(tmp, threshold=None), "not a paired file"),
+        (lambda tmp: paired_with(tmp, rows="none"), "'rows' is not a list"),
+        (lambda tmp: write_paired(tmp, head="c" * 40), "a paired file of other commits"),
+    ],
+)
 def test_compare_bad_paired_file_is_an_error(tmp_path, capsys, make, message):
     code, out = run_compare(tmp_path, GOOD, capsys, args=["--paired", make(tmp_path)])
     assert code == 2
@@ -271,16 +372,24 @@ def test_compare_bad_paired_file_is_an_error(tmp_path, capsys, make, message):
     assert len(out.err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("case, message", [
-    ("unknown benchmark", "not in the metrics table: bench_misc.Widgets.track_widgets"),
-    ("unknown unit", "bench_convert.PeakMemory.track_peak_transient_bytes is in unit 'kilobytes'"),
-    ("infinite", "infinite value of bench_convert.PeakMemory.track_peak_transient_bytes"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("unknown benchmark", "not in the metrics table: bench_misc.Widgets.track_widgets"),
+        (
+            "unknown unit",
+            "bench_convert.PeakMemory.track_peak_transient_bytes is in unit 'kilobytes'",
+        ),
+        ("infinite", "infinite value of bench_convert.PeakMemory.track_peak_transient_bytes"),
+    ],
+)
 def test_compare_refuses_what_the_table_does_not_cover(tmp_path, capsys, case, message):
     units, head = None, GOOD
     if case == "unknown benchmark":
-        units, head = {"bench_misc.Widgets.track_widgets": "widgets"}, {
-            **GOOD, "bench_misc.Widgets.track_widgets": [1.0, 1.0, 1.0, 1.0]}
+        units, head = (
+            {"bench_misc.Widgets.track_widgets": "widgets"},
+            {**GOOD, "bench_misc.Widgets.track_widgets": [1.0, 1.0, 1.0, 1.0]},
+        )
     if case == "unknown unit":
         units = {PEAK: "kilobytes"}
     if case == "infinite":
@@ -308,17 +417,24 @@ def write_budgets(path, entries):
 
 
 def budget(benchmark=PEAK, **limit):
-    return {"benchmark": benchmark, "shape": "qwen3-30b-a3b/tp2", "strategy": "strided_copy",
-            **limit}
+    return {
+        "benchmark": benchmark,
+        "shape": "qwen3-30b-a3b/tp2",
+        "strategy": "strided_copy",
+        **limit,
+    }
 
 
-@pytest.mark.parametrize("entry, expected", [
-    (budget(max=1000), 0),  # at the limit
-    (budget(max=999), 1),  # one byte over
-    (budget(RATIO, min=1.0), 0),  # higher is better: met
-    (budget(RATIO, min=1.5), 1),
-    ({**budget(max=1), "strategy": None}, 1),  # every strategy's result counts
-])
+@pytest.mark.parametrize(
+    "entry, expected",
+    [
+        (budget(max=1000), 0),  # at the limit
+        (budget(max=999), 1),  # one byte over
+        (budget(RATIO, min=1.0), 0),  # higher is better: met
+        (budget(RATIO, min=1.5), 1),
+        ({**budget(max=1), "strategy": None}, 1),  # every strategy's result counts
+    ],
+)
 def test_gate_direction_aware(tmp_path, capsys, entry, expected):
     write_results(tmp_path / "results", BASE, {**GOOD, PEAK: [1000.0, 900.0, 5000.0, 4000.0]})
     budgets = write_budgets(tmp_path / "budgets.json", [entry])
@@ -334,29 +450,53 @@ def test_gate_uses_latest_commit(tmp_path, capsys):
     write_results(tmp_path / "results", HEAD, GOOD, date=1_700_000_100_000)
     budgets = write_budgets(tmp_path / "budgets.json", [budget(max=1000)])
     assert cli.main(["gate", "--results", str(tmp_path / "results"), "--budgets", budgets]) == 0
-    assert cli.main(["gate", "--results", str(tmp_path / "results"), "--budgets", budgets,
-                      "--commit", BASE[:8]]) == 1
+    assert (
+        cli.main(
+            [
+                "gate",
+                "--results",
+                str(tmp_path / "results"),
+                "--budgets",
+                budgets,
+                "--commit",
+                BASE[:8],
+            ]
+        )
+        == 1
+    )
 
 
-@pytest.mark.parametrize("case, message", [
-    ("no results", "no such results directory"),
-    ("corrupt", "corrupt"),
-    ("failed", "failed, missing or n/a"),
-    ("absent", "failed, missing or n/a"),
-    ("n/a", "failed, missing or n/a"),
-    ("other machine", "no budget"),
-    ("bad budgets", "exactly one of max or min"),
-    ("string max", "budget #0 (bench_convert.PeakMemory.track_peak_transient_bytes): max is '1000', "
-                   "expected a finite number"),
-    ("null max", "max is None, expected a finite number"),
-    ("not an object", "budget #0 is 'peak', expected an object"),
-    ("unknown benchmark", "benchmark 'bench_convert.Nope.track_nope' is not in the metrics table"),
-    ("no machine.json", "gb200: results without machine.json"),
-    ("failed unbudgeted", "1 benchmark(s) failed in the results checked: "
-                          "bench_convert.LayerTime.track_copy_ratio deepseek-v3/tp4 strided_copy"),
-    ("unknown unit", "bench_convert.LayerTime.track_copy_ratio is in unit 'percent'"),
-    ("infinite", "infinite value of bench_convert.PeakMemory.track_peak_transient_bytes"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("no results", "no such results directory"),
+        ("corrupt", "corrupt"),
+        ("failed", "failed, missing or n/a"),
+        ("absent", "failed, missing or n/a"),
+        ("n/a", "failed, missing or n/a"),
+        ("other machine", "no budget"),
+        ("bad budgets", "exactly one of max or min"),
+        (
+            "string max",
+            "budget #0 (bench_convert.PeakMemory.track_peak_transient_bytes): max is '1000', "
+            "expected a finite number",
+        ),
+        ("null max", "max is None, expected a finite number"),
+        ("not an object", "budget #0 is 'peak', expected an object"),
+        (
+            "unknown benchmark",
+            "benchmark 'bench_convert.Nope.track_nope' is not in the metrics table",
+        ),
+        ("no machine.json", "gb200: results without machine.json"),
+        (
+            "failed unbudgeted",
+            "1 benchmark(s) failed in the results checked: "
+            "bench_convert.LayerTime.track_copy_ratio deepseek-v3/tp4 strided_copy",
+        ),
+        ("unknown unit", "bench_convert.LayerTime.track_copy_ratio is in unit 'percent'"),
+        ("infinite", "infinite value of bench_convert.PeakMemory.track_peak_transient_bytes"),
+    ],
+)
 def test_gate_errors_are_not_a_pass(tmp_path, capsys, case, message):
     results = tmp_path / "results"
     entry = budget(max=1000)

@@ -30,13 +30,20 @@ ACTIVATIONS = {"swiglu": True, "relu2": False}  # name -> gated
 @pytest.fixture(scope="module")
 def moe_kernel():
     """FlashInfer's ``trtllm_bf16_moe`` and its enums, loaded once (JIT build or cache)."""
-    from flashinfer.fused_moe import ActivationType, RoutingMethodType, WeightLayout, trtllm_bf16_moe
+    from flashinfer.fused_moe import (
+        ActivationType,
+        RoutingMethodType,
+        WeightLayout,
+        trtllm_bf16_moe,
+    )
     from flashinfer.fused_moe.core import get_trtllm_moe_sm100_module
 
     try:
         get_trtllm_moe_sm100_module()
     except (RuntimeError, OSError) as exc:  # MissingJITCacheError, a failed JIT build, no cubins
-        pytest.skip(f"FlashInfer's TRTLLM MoE kernels cannot be loaded: {type(exc).__name__}: {exc}")
+        pytest.skip(
+            f"FlashInfer's TRTLLM MoE kernels cannot be loaded: {type(exc).__name__}: {exc}"
+        )
     return trtllm_bf16_moe, ActivationType, RoutingMethodType, WeightLayout
 
 
@@ -65,7 +72,9 @@ def torch_moe(x, logits, w13, w2, *, gated: bool) -> torch.Tensor:
     SwiGLU ``silu(w1 x) * (w3 x)`` (ReLU2 ``relu(w13 x)^2`` when not gated), then ``w2``.
     """
     top_logits, top_experts = logits.float().topk(TOP_K, dim=-1)
-    gate = torch.zeros(logits.shape, device=x.device).scatter(-1, top_experts, top_logits.softmax(-1))
+    gate = torch.zeros(logits.shape, device=x.device).scatter(
+        -1, top_experts, top_logits.softmax(-1)
+    )
     h = torch.einsum("th,emh->tem", x.float(), w13.float())  # [T, E, 2I or I]
     if gated:
         w1x, w3x = h.chunk(2, dim=-1)
@@ -113,7 +122,9 @@ def relative_l2(got: torch.Tensor, want: torch.Tensor) -> float:
 def test_kernel_agrees_with_torch_moe(moe_kernel, name, activation):
     gated = ACTIVATIONS[activation]
     w13, w2, x, logits = make_inputs(gated)
-    assert logits.topk(TOP_K, dim=-1).indices.unique().numel() == EXPERTS  # every expert gets tokens
+    assert (
+        logits.topk(TOP_K, dim=-1).indices.unique().numel() == EXPERTS
+    )  # every expert gets tokens
     want = torch_moe(x, logits, w13, w2, gated=gated)
     gemm1, gemm2 = convert(w13.clone(), w2.clone(), strategy=name, gated=gated)
     got = run_kernel(moe_kernel, x, logits, gemm1, gemm2, gated=gated)
@@ -139,8 +150,12 @@ def test_kernel_rejects_unshuffled_layout(moe_kernel):
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_byte_exact_on_cuda(name, gated):
     experts, inter, hidden = 4, 384, 4096  # Qwen3-235B TP4 geometry, few experts
-    w13, w2 = random_weights((experts, 2 * inter if gated else inter, hidden), (experts, hidden, inter),
-                             seed=11, device="cuda")
+    w13, w2 = random_weights(
+        (experts, 2 * inter if gated else inter, hidden),
+        (experts, hidden, inter),
+        seed=11,
+        device="cuda",
+    )
     want13, want2 = flashinfer_reference(w13, w2, gated=gated)
     got13, got2 = convert(w13.clone(), w2.clone(), strategy=name, gated=gated)
     assert got13.device.type == got2.device.type == "cuda"

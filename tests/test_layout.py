@@ -28,7 +28,9 @@ ROWS = [32, 64, 96, 256, 768, 2048]  # multiples of 32; 96 is not a power of two
 def rows_bytes(rows: int, row_bytes: int = 256, *, experts: int | None = None) -> torch.Tensor:
     """Random uint8 ``[rows, row_bytes]`` (``[experts, rows, row_bytes]`` when given)."""
     shape = (rows, row_bytes) if experts is None else (experts, rows, row_bytes)
-    return torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    return torch.randint(
+        0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+    )
 
 
 def swap_halves(rows_u8: torch.Tensor) -> torch.Tensor:
@@ -161,7 +163,11 @@ def test_block_layout_shape_and_inverse(row_bytes):
 def test_block_layout_shape_and_view_of_a_bf16_weight():
     # w2 of 2 experts, H = 64 rows, I = 192 bf16 columns: 384 bytes a row, 3 K blocks
     weight = rows_bytes(64, 384, experts=2).view(torch.bfloat16)
-    assert block_layout_shape(weight) == (2, 3, 64, 128) == to_block_layout(weight.view(torch.uint8)).shape
+    assert (
+        block_layout_shape(weight)
+        == (2, 3, 64, 128)
+        == to_block_layout(weight.view(torch.uint8)).shape
+    )
     view = block_layout_view(weight)
     assert view.shape == (2, 3, 64, 64) and view.dtype == torch.bfloat16
     assert view.data_ptr() == weight.data_ptr()  # a view of the same bytes, no copy

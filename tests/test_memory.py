@@ -44,13 +44,17 @@ def test_peak_is_the_registered_formula_on_meta_at_full_size(name, shape):
     assert measured.end_bytes == 0  # nothing outlives the call once its result is released
 
 
-@pytest.mark.parametrize("shape", SMALL, ids=lambda s: f"E{s.experts}H{s.hidden}I{s.intermediate}g{int(s.gated)}")
+@pytest.mark.parametrize(
+    "shape", SMALL, ids=lambda s: f"E{s.experts}H{s.hidden}I{s.intermediate}g{int(s.gated)}"
+)
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_peak_is_the_registered_formula_on_cpu(name, shape):
     assert strategy_memory(shape, name, device="cpu").peak_bytes == peak(name, shape)
 
 
-@pytest.mark.parametrize("shape", SMALL, ids=lambda s: f"E{s.experts}H{s.hidden}I{s.intermediate}g{int(s.gated)}")
+@pytest.mark.parametrize(
+    "shape", SMALL, ids=lambda s: f"E{s.experts}H{s.hidden}I{s.intermediate}g{int(s.gated)}"
+)
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_allocator_peak_differs_only_by_the_hidden_index_select_copy(name, shape):
     dispatch = strategy_memory(shape, name, device="cpu")
@@ -80,7 +84,11 @@ def test_profiler_events_replay_to_its_figures():
     measured = profiler_memory(fn)
     assert (measured.peak_bytes, measured.allocations, measured.end_bytes) == (1500, 2, 0)
     assert [(e.kind, e.nbytes) for e in measured.events] == [
-        ("alloc", 1000), ("alloc", 500), ("free", 1000), ("free", 500)]
+        ("alloc", 1000),
+        ("alloc", 500),
+        ("free", 1000),
+        ("free", 500),
+    ]
 
 
 def test_tracker_counts_nothing_for_views_out_and_inplace_ops():

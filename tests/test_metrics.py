@@ -36,7 +36,13 @@ def suite_benchmarks() -> dict[str, str]:
                 continue
             for name, method in inspect.getmembers(cls, callable):
                 if KINDS.match(name):
-                    default = "seconds" if name.startswith("time") else "bytes" if "mem" in name else "unit"
+                    default = (
+                        "seconds"
+                        if name.startswith("time")
+                        else "bytes"
+                        if "mem" in name
+                        else "unit"
+                    )
                     unit = getattr(method, "unit", getattr(cls, "unit", default))
                     found[f"{path.stem}.{cls_name}.{name}"] = unit
     return found
@@ -53,9 +59,12 @@ def test_the_table_is_consistent():
         assert m.rule in (EXACT, PAIRED, INFO), m
         assert (m.column is None) == (m.title is None), m
         assert m.factor == {EXACT: 1.0, PAIRED: NOISE_FACTOR, INFO: None}[m.rule]
-    deterministic = ["bench_convert.Traffic.track_traffic_bytes", "bench_convert.Traffic.track_launches",
-                     "bench_convert.Traffic.track_traffic_ratio",
-                     "bench_convert.PeakMemory.track_peak_transient_bytes"]
+    deterministic = [
+        "bench_convert.Traffic.track_traffic_bytes",
+        "bench_convert.Traffic.track_launches",
+        "bench_convert.Traffic.track_traffic_ratio",
+        "bench_convert.PeakMemory.track_peak_transient_bytes",
+    ]
     assert all(METRICS[name].rule == EXACT for name in deterministic)
     assert METRICS["bench_noise.Noise.track_copy_spread"].rule == INFO
     assert NOISE_FACTOR > 2.11  # the worst unchanged-code rise in results/cpu-2core-xeon
@@ -87,15 +96,18 @@ def test_dashboard_regression_thresholds_follow_the_table(config):
         assert resolver._get_threshold(graph, None, entry) == pytest.approx(m.factor - 1), name
 
 
-@pytest.mark.parametrize(("rule", "base", "head", "paired", "status"), [
-    (EXACT, 10, 10, False, "same"),
-    (EXACT, 10, 11, False, "regressed"),
-    (EXACT, 10, 9, False, "improved"),
-    (PAIRED, 1.0, NOISE_FACTOR * 1.01, False, "regressed"),
-    (PAIRED, 1.0, NOISE_FACTOR * 0.99, False, "same"),
-    (PAIRED, 1.0, 10.0, True, "info (decided by paired)"),
-    (INFO, 1.0, 10.0, False, "info"),
-])
+@pytest.mark.parametrize(
+    ("rule", "base", "head", "paired", "status"),
+    [
+        (EXACT, 10, 10, False, "same"),
+        (EXACT, 10, 11, False, "regressed"),
+        (EXACT, 10, 9, False, "improved"),
+        (PAIRED, 1.0, NOISE_FACTOR * 1.01, False, "regressed"),
+        (PAIRED, 1.0, NOISE_FACTOR * 0.99, False, "same"),
+        (PAIRED, 1.0, 10.0, True, "info (decided by paired)"),
+        (INFO, 1.0, 10.0, False, "info"),
+    ],
+)
 def test_judge(rule, base, head, paired, status):
     m = next(m for m in METRICS.values() if m.rule == rule and m.lower_is_better)
     assert judge(m, base, head, paired=paired) == status
@@ -112,8 +124,14 @@ def history(tmp_path):
     """The fixture's git history with its asv results (all 4 commits measured on fixture-box)."""
     repo = tmp_path / "repo"
     commits = make_repo(repo)
-    conf = {"version": 1, "project": "fixture", "repo": str(repo), "branches": ["main"],
-            "dvcs": "git", "results_dir": str(FIXTURE_RESULTS)}
+    conf = {
+        "version": 1,
+        "project": "fixture",
+        "repo": str(repo),
+        "branches": ["main"],
+        "dvcs": "git",
+        "results_dir": str(FIXTURE_RESULTS),
+    }
     config = tmp_path / "asv.conf.json"
     config.write_text(json.dumps(conf))
     return repo, commits, config
@@ -141,18 +159,31 @@ def test_nightly_script_exits_0_when_there_is_nothing_new(history, tmp_path):
     repo, commits, config = history
     venv = Path(sys.prefix)
     if not (venv / ".installed-test,bench").exists():
-        pytest.skip(f"{venv} was not set up by scripts/_env.sh (run the tests through scripts/test)")
+        pytest.skip(
+            f"{venv} was not set up by scripts/_env.sh (run the tests through scripts/test)"
+        )
     shutil.copytree(ROOT / "scripts", repo / "scripts")
     shutil.copytree(FIXTURE_RESULTS, repo / "results")
     stub = tmp_path / "bin"
     stub.mkdir()
-    (stub / "asv").write_text("#!/bin/sh\necho \"asv $*\" >&2\nexit 99\n")
+    (stub / "asv").write_text('#!/bin/sh\necho "asv $*" >&2\nexit 99\n')
     (stub / "asv").chmod(0o755)
-    env = {**os.environ, "MOE_VENV": str(venv), "HOME": str(tmp_path),
-           "MOE_BENCH_MACHINE": "fixture-box", "MOE_BENCH_PROFILE": "cpu",
-           "PATH": f"{stub}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run([str(repo / "scripts" / "nightly")], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "MOE_VENV": str(venv),
+        "HOME": str(tmp_path),
+        "MOE_BENCH_MACHINE": "fixture-box",
+        "MOE_BENCH_PROFILE": "cpu",
+        "PATH": f"{stub}{os.pathsep}{os.environ['PATH']}",
+    }
+    done = subprocess.run(
+        [str(repo / "scripts" / "nightly")],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "[nightly] machine fixture-box: nothing new to measure" in done.stderr
     assert "asv " not in done.stderr

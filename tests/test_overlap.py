@@ -24,8 +24,8 @@ def views(shift: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     buffer = torch.empty(N13 + max(shift, 0) + N2, dtype=torch.bfloat16)
     start2 = N13 + shift
     buffer[:N13] = w13.view(-1)
-    buffer[start2:start2 + N2] = w2.view(-1)
-    return buffer, buffer[:N13].view(W13), buffer[start2:start2 + N2].view(W2)
+    buffer[start2 : start2 + N2] = w2.view(-1)
+    return buffer, buffer[:N13].view(W13), buffer[start2 : start2 + N2].view(W2)
 
 
 @pytest.mark.parametrize("name", IN_PLACE)
@@ -33,7 +33,9 @@ def views(shift: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 def test_in_place_strategy_rejects_overlap_without_writing(name, shift):
     buffer, w13, w2 = views(shift)
     before = buffer.clone()
-    with pytest.raises(ValueError, match=r"w13 \(shape \(2, 128, 128\).*w2 \(shape \(2, 128, 64\).*share memory"):
+    with pytest.raises(
+        ValueError, match=r"w13 \(shape \(2, 128, 128\).*w2 \(shape \(2, 128, 64\).*share memory"
+    ):
         convert(w13, w2, strategy=name)
     assert torch.equal(buffer.view(torch.int16), before.view(torch.int16))
 
@@ -42,7 +44,7 @@ def test_in_place_strategy_rejects_overlap_without_writing(name, shift):
 def test_in_place_strategy_rejects_overlap_on_meta(name):
     buffer = torch.empty(N13 + N2, dtype=torch.bfloat16, device="meta")
     with pytest.raises(ValueError, match="share memory"):
-        convert(buffer[:N13].view(W13), buffer[N13 - 1:N13 - 1 + N2].view(W2), strategy=name)
+        convert(buffer[:N13].view(W13), buffer[N13 - 1 : N13 - 1 + N2].view(W2), strategy=name)
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))

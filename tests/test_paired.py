@@ -20,8 +20,9 @@ sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed 
 
 from benchmarks import paired  # noqa: E402
 
-HEAD = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                      text=True, check=True).stdout.strip()
+HEAD = subprocess.run(
+    ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +79,15 @@ def track_side(monkeypatch, libs):
         monkeypatch.setattr(lib, "convert", convert)
 
 
-@pytest.mark.parametrize("factor, verdict", [(1.0, "same"), (1.3, "regressed"), (1.5, "regressed"),
-                                             (0.7, "improved")])
+@pytest.mark.parametrize(
+    "factor, verdict", [(1.0, "same"), (1.3, "regressed"), (1.5, "regressed"), (0.7, "improved")]
+)
 def test_verdict_rule(monkeypatch, libs, track_side, factor, verdict):
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
     _fake_clock(monkeypatch, factor)
-    cell = paired.measure_cell(libs, "qwen3-30b-a3b/tp2", "strided_copy", paired.torch.device("cpu"))
+    cell = paired.measure_cell(
+        libs, "qwen3-30b-a3b/tp2", "strided_copy", paired.torch.device("cpu")
+    )
     assert cell.verdict == verdict
     assert cell.ci_low <= cell.ratio <= cell.ci_high
     assert cell.ratio == pytest.approx(factor, rel=0.05)
@@ -107,7 +111,9 @@ def test_a_head_that_raises_fails_its_cell(monkeypatch, libs):
 
     record = dataclasses.replace(libs["head"].STRATEGIES["strided_copy"], function=broken)
     monkeypatch.setitem(libs["head"].STRATEGIES, "strided_copy", record)
-    cell = paired.measure_cell(libs, "qwen3-30b-a3b/tp2", "strided_copy", paired.torch.device("cpu"))
+    cell = paired.measure_cell(
+        libs, "qwen3-30b-a3b/tp2", "strided_copy", paired.torch.device("cpu")
+    )
     assert (cell.verdict, cell.ratio) == ("failed", None)
     assert "head raised RuntimeError('boom')" in cell.error
 
@@ -129,12 +135,16 @@ def test_asv_can_import_it_without_scipy():
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["nosuchcommit", "HEAD"], "'nosuchcommit' is not a commit"),
-    (["HEAD", "HEAD", "-b", "("], "--bench '(' is not a regular expression"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["nosuchcommit", "HEAD"], "'nosuchcommit' is not a commit"),
+        (["HEAD", "HEAD", "-b", "("], "--bench '(' is not a regular expression"),
+    ],
+)
 def test_usage_errors_exit_2_with_one_line(argv, message):
-    done = subprocess.run([sys.executable, "-m", "benchmarks.paired", *argv], cwd=ROOT,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.paired", *argv], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr

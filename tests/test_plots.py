@@ -62,7 +62,9 @@ def test_shape_plot_has_time_and_memory_per_strategy_in_human_units(plotted):
     assert memory_axes.get_ylabel() == "peak transient memory (GiB)"
     assert [t.get_text() for t in time_axes.get_xticklabels()] == STRATEGIES
     assert [b.get_height() for b in time_axes.patches] == pytest.approx([120, 60, 48, 0])
-    assert [b.get_height() for b in memory_axes.patches][2] == pytest.approx(1.6875)  # 1.5 x 1.125 GiB
+    assert [b.get_height() for b in memory_axes.patches][2] == pytest.approx(
+        1.6875
+    )  # 1.5 x 1.125 GiB
     drawn = texts(figure)
     assert "qwen3-235b-a22b/tp4 on fixture-box at c2fb4ee0" in drawn
     assert drawn.count("n/a") == 2  # flashinfer skipped: labelled, not silently missing
@@ -74,7 +76,11 @@ def test_time_vs_memory_names_every_measured_strategy(plotted):
     assert [a.get_title() for a in panels] == ["qwen3-235b-a22b/tp4", "deepseek-v3/tp8"]
     assert panels[0].get_xlabel() == "peak transient memory (GiB)"
     assert panels[0].get_ylabel() == "time of one layer (ms)"
-    assert [c.get_label() for c in panels[0].collections] == ["legacy", "preallocated", "strided_copy"]
+    assert [c.get_label() for c in panels[0].collections] == [
+        "legacy",
+        "preallocated",
+        "strided_copy",
+    ]
     (legend,) = figure.legends
     assert [t.get_text() for t in legend.get_texts()] == ["legacy", "preallocated", "strided_copy"]
 
@@ -82,7 +88,12 @@ def test_time_vs_memory_names_every_measured_strategy(plotted):
 def test_history_has_a_line_per_strategy_over_the_commits(plotted):
     figure = plotted[1][NAMES[3]]
     qwen = figure.axes[0]
-    assert [t.get_text() for t in qwen.get_xticklabels()] == ["14ad08f8", "9562b6c0", "7128b89f", "c2fb4ee0"]
+    assert [t.get_text() for t in qwen.get_xticklabels()] == [
+        "14ad08f8",
+        "9562b6c0",
+        "7128b89f",
+        "c2fb4ee0",
+    ]
     lines = {line.get_label(): list(line.get_ydata()) for line in qwen.get_lines()}
     assert lines["strided_copy"] == pytest.approx([30, 30, 30, 48])  # the injected step, in ms
     assert lines["legacy"] == pytest.approx([120] * 4)

@@ -18,7 +18,9 @@ from moe_convert import STRATEGIES, convert, inputs, reference
 
 # Sizes around the rules' edges: multiples of 32 and 64 and a few that break them.
 SIZES = st.sampled_from([0, 1, 32, 64, 96, 128, 160, 192, 256, 384])
-DTYPES = st.sampled_from([torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.float16, torch.float32])
+DTYPES = st.sampled_from(
+    [torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.float16, torch.float32]
+)
 FEW = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -26,8 +28,16 @@ def convertible(w13_shape, w2_shape, dtype, gated: bool) -> bool:
     if dtype != torch.bfloat16 or len(w13_shape) != 3 or len(w2_shape) != 3:
         return False
     (e13, m13, h13), (e2, h2, i2) = w13_shape, w2_shape
-    return (e13 == e2 >= 1 and h13 == h2 and i2 >= 1 and m13 == (2 if gated else 1) * i2
-            and m13 % 32 == 0 and h2 % 32 == 0 and h13 % 64 == 0 and i2 % 64 == 0)
+    return (
+        e13 == e2 >= 1
+        and h13 == h2
+        and i2 >= 1
+        and m13 == (2 if gated else 1) * i2
+        and m13 % 32 == 0
+        and h2 % 32 == 0
+        and h13 % 64 == 0
+        and i2 % 64 == 0
+    )
 
 
 def oracle(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> list[torch.Tensor]:

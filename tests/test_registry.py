@@ -13,8 +13,13 @@ import pytest
 
 from moe_convert import STRATEGIES, Formula, LayerShape, cli, layer_shape
 from moe_convert.formulas import LEGEND, sizes
-from moe_convert.registry import (MARKDOWN_BEGIN, MARKDOWN_END, UNAVAILABLE, strategies_markdown,
-                                  update_markdown)
+from moe_convert.registry import (
+    MARKDOWN_BEGIN,
+    MARKDOWN_END,
+    UNAVAILABLE,
+    strategies_markdown,
+    update_markdown,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY_DOC = ROOT / "docs" / "library.md"
@@ -27,7 +32,9 @@ def test_every_strategy_states_its_facts(name):
     record = STRATEGIES.get(name) or UNAVAILABLE[name]
     assert record.name == name and record.origin
     for field in ("peak", "traffic", "launches"):
-        assert isinstance(getattr(record, field), Formula), f"register {name!r} with {field}=Formula(...)"
+        assert isinstance(getattr(record, field), Formula), (
+            f"register {name!r} with {field}=Formula(...)"
+        )
     assert name in STRATEGIES or record.needs, f"{name} is not available here: say what it needs"
 
 
@@ -35,7 +42,8 @@ def test_the_docs_table_is_the_registry_s():
     text = LIBRARY_DOC.read_text()
     assert update_markdown(text) == text, (
         "docs/library.md's strategies table is stale: run "
-        "`python -m moe_convert strategies --update docs/library.md`")
+        "`python -m moe_convert strategies --update docs/library.md`"
+    )
 
 
 def test_the_table_lists_every_strategy_with_its_formulas():
@@ -43,7 +51,9 @@ def test_the_table_lists_every_strategy_with_its_formulas():
     for record in [*STRATEGIES.values(), *UNAVAILABLE.values()]:
         row = next(line for line in table.splitlines() if line.startswith(f"| `{record.name}` |"))
         assert f"`{record.peak.gated}`" in row and record.result in row
-    assert "| `legacy` | vLLM before PR #45589 | - | new tensors | `3 T13 + 2 T2`; not gated " in table
+    assert (
+        "| `legacy` | vLLM before PR #45589 | - | new tensors | `3 T13 + 2 T2`; not gated " in table
+    )
 
 
 def test_update_command_rewrites_only_the_table(tmp_path, capsys):
@@ -51,7 +61,10 @@ def test_update_command_rewrites_only_the_table(tmp_path, capsys):
     page.write_text(f"# Title\n\n{MARKDOWN_BEGIN}\nold table\n{MARKDOWN_END}\n\nAfter.\n")
     assert cli.main(["strategies", "--update", str(page)]) == 0
     text = page.read_text()
-    assert text.startswith(f"# Title\n\n{MARKDOWN_BEGIN}\nLegend: E experts") and "old table" not in text
+    assert (
+        text.startswith(f"# Title\n\n{MARKDOWN_BEGIN}\nLegend: E experts")
+        and "old table" not in text
+    )
     assert text.endswith(f"{MARKDOWN_END}\n\nAfter.\n") and update_markdown(text) == text
     assert "updated" in capsys.readouterr().out
 
@@ -76,18 +89,21 @@ def test_legend_values_are_the_shape_s_sizes():
     assert sizes(RELU2)["X13"] == 8 * 1024
 
 
-@pytest.mark.parametrize("text, value", [
-    ("T13 + T2", QWEN.layer_bytes),
-    ("3 T13 + 2 T2", 3 * QWEN.w13_bytes + 2 * QWEN.w2_bytes),  # a space multiplies
-    ("3*T13 + 2*T2", 3 * QWEN.w13_bytes + 2 * QWEN.w2_bytes),
-    ("2 (T13 + T2) + E (5 X13 + X2)", 2 * QWEN.layer_bytes + 128 * (5 * 8 * 768 + 8 * 4096)),
-    ("max(S13, S2, 10 MiB)", 10 * 2**20),  # S13 is 6 MiB
-    ("3 max(S13, S2)", 3 * 768 * 4096 * 2),
-    ("S13 - X13", 768 * 4096 * 2 - 8 * 768),
-    ("cdiv(E, max(1, 16 MiB // S13))", 64),  # 2 experts of 6 MiB per 16 MiB group
-    ("-(-E // 3)", 43),
-    ("0", 0),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("T13 + T2", QWEN.layer_bytes),
+        ("3 T13 + 2 T2", 3 * QWEN.w13_bytes + 2 * QWEN.w2_bytes),  # a space multiplies
+        ("3*T13 + 2*T2", 3 * QWEN.w13_bytes + 2 * QWEN.w2_bytes),
+        ("2 (T13 + T2) + E (5 X13 + X2)", 2 * QWEN.layer_bytes + 128 * (5 * 8 * 768 + 8 * 4096)),
+        ("max(S13, S2, 10 MiB)", 10 * 2**20),  # S13 is 6 MiB
+        ("3 max(S13, S2)", 3 * 768 * 4096 * 2),
+        ("S13 - X13", 768 * 4096 * 2 - 8 * 768),
+        ("cdiv(E, max(1, 16 MiB // S13))", 64),  # 2 experts of 6 MiB per 16 MiB group
+        ("-(-E // 3)", 43),
+        ("0", 0),
+    ],
+)
 def test_formula_evaluates_on_a_shape(text, value):
     assert Formula(text).evaluate(QWEN) == value
 
@@ -100,15 +116,18 @@ def test_formula_picks_the_not_gated_text_for_a_non_gated_layer():
     assert str(formula) == "3 T13 + 2 T2; not gated 2 T13 + 2 T2" and str(Formula("T13")) == "T13"
 
 
-@pytest.mark.parametrize("text, bad", [
-    ("__import__('os').system('true')", "__import__('os').system('true')"),
-    ("T13 ** 2", "T13 ** 2"),
-    ("T13 / 2", "T13 / 2"),
-    ("T3 + T2", "T3"),
-    ("min(S13, S2)", "min(S13, S2)"),
-    ("T13.real", "T13.real"),
-    ("1.5 T13", "1.5"),
-])
+@pytest.mark.parametrize(
+    "text, bad",
+    [
+        ("__import__('os').system('true')", "__import__('os').system('true')"),
+        ("T13 ** 2", "T13 ** 2"),
+        ("T13 / 2", "T13 / 2"),
+        ("T3 + T2", "T3"),
+        ("min(S13, S2)", "min(S13, S2)"),
+        ("T13.real", "T13.real"),
+        ("1.5 T13", "1.5"),
+    ],
+)
 def test_formula_refuses_anything_but_the_legend_s_arithmetic(text, bad):
     with pytest.raises(ValueError, match=f"formula .*: {re.escape(repr(bad))} is not allowed"):
         Formula(text)

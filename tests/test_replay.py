@@ -38,7 +38,9 @@ def test_trace_leaves_exactly_the_outputs_of_out_of_place_strategies(strategy):
 def test_seed_table_legacy_runs_out_at_20_only():
     oom = seed_replay("legacy", 20)
     assert oom.oom and oom.num_ooms == 1
-    assert oom.oom_message.startswith("Tried to allocate 20.00 MiB")  # the error vLLM #45589 reported
+    assert oom.oom_message.startswith(
+        "Tried to allocate 20.00 MiB"
+    )  # the error vLLM #45589 reported
     # 30606 MiB free after loading; layer 0 leaves 3220 MiB reserved, each later layer strands
     # 1300 MiB more (65 segments of 20 MiB): layer 21 ends at 30520 MiB, layer 22 cannot finish.
     assert oom.oom_layer == 22
@@ -92,7 +94,9 @@ def test_default_pool_releases_stranded_segments_instead_of_failing():
 
 
 def test_out_of_place_results_replace_the_weights():
-    result = replay_load(QWEN, "strided_copy", max_split_size_mb=None, pool="sleep", device_bytes=None)
+    result = replay_load(
+        QWEN, "strided_copy", max_split_size_mb=None, pool="sleep", device_bytes=None
+    )
     assert result.loaded_reserved_bytes == QWEN.model_bytes
     assert result.peak_reserved_bytes == QWEN.model_bytes + QWEN.layer_bytes
     assert len(result.reserved_after_layer) == QWEN.moe_layers
@@ -105,10 +109,13 @@ def test_weights_that_do_not_fit_are_an_error():
 
 def test_replay_skips_empty_storages_and_reallocates_a_grown_one():
     shape = LayerShape("explicit", 1, 1, 128, 128, 1)
-    events = (MemoryEvent("alloc", 0, 0, "empty"), MemoryEvent("free", 0, 0, ""),
-              MemoryEvent("alloc", 1, 6 * MiB, "empty"),
-              MemoryEvent("alloc", 1, 6 * MiB, "index_select"),  # out= grew it to 12 MiB
-              MemoryEvent("free", 1, 12 * MiB, ""))
+    events = (
+        MemoryEvent("alloc", 0, 0, "empty"),
+        MemoryEvent("free", 0, 0, ""),
+        MemoryEvent("alloc", 1, 6 * MiB, "empty"),
+        MemoryEvent("alloc", 1, 6 * MiB, "index_select"),  # out= grew it to 12 MiB
+        MemoryEvent("free", 1, 12 * MiB, ""),
+    )
     alloc = Allocator(capacity_bytes=None, max_split_size=None, pool="sleep")
     _replay_trace(alloc, LayerTrace(shape, "synthetic", events))
     stats = alloc.stats()
@@ -117,21 +124,59 @@ def test_replay_skips_empty_storages_and_reallocates_a_grown_one():
 
 
 def test_cli_replay_json(capsys):
-    assert main(["replay", "--model", "qwen3-235b-a22b", "--tp", "4", "--strategy",
-                 "legacy,preallocated", "--max-split-mb", "20,none", "--device-gib", "139.5",
-                 "--other-weights-gib", "3.86", "--json"]) == 0
+    assert (
+        main(
+            [
+                "replay",
+                "--model",
+                "qwen3-235b-a22b",
+                "--tp",
+                "4",
+                "--strategy",
+                "legacy,preallocated",
+                "--max-split-mb",
+                "20,none",
+                "--device-gib",
+                "139.5",
+                "--other-weights-gib",
+                "3.86",
+                "--json",
+            ]
+        )
+        == 0
+    )
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["strategy"], r["max_split_mb"], r["oom"], r["oom_layer"]) for r in records] == [
-        ("legacy", 20, True, 22), ("legacy", None, False, None),
-        ("preallocated", 20, False, None), ("preallocated", None, False, None)]
+        ("legacy", 20, True, 22),
+        ("legacy", None, False, None),
+        ("preallocated", 20, False, None),
+        ("preallocated", None, False, None),
+    ]
     assert all(r["pool"] == "sleep" and r["peak_reserved_bytes"] > 0 for r in records)
     assert records[0]["reserved_growth_per_layer_bytes"] == 1300 * MiB
 
 
 def test_cli_simulate_is_the_old_name_of_replay(capsys):
-    assert main(["simulate", "--model", "qwen3-235b-a22b", "--tp", "4", "--strategy", "legacy",
-                 "--max-split-mb", "20,25", "--device-gib", "139.5", "--other-weights-gib",
-                 "3.86"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--model",
+                "qwen3-235b-a22b",
+                "--tp",
+                "4",
+                "--strategy",
+                "legacy",
+                "--max-split-mb",
+                "20,25",
+                "--device-gib",
+                "139.5",
+                "--other-weights-gib",
+                "3.86",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "OOM layer 22" in out and "1.27 GiB" in out
     assert out.startswith("replay qwen3-235b-a22b/tp4")
@@ -144,8 +189,9 @@ def test_replayed_load_is_one_record_of_the_sleep_mode_load():
     assert isinstance(replayed, SleepModeLoad)
     assert (replayed.shape, replayed.layers, replayed.max_split_size_mb) == (QWEN.label, 94, 20)
     assert replayed.oom_message is None and isinstance(replayed.stranded_segments, int)
-    run = dataclasses.replace(replayed, pool=None, device_bytes=None, stranded_segments=None,
-                              other_weights_bytes=0)
+    run = dataclasses.replace(
+        replayed, pool=None, device_bytes=None, stranded_segments=None, other_weights_bytes=0
+    )
     assert run.differences(replayed) == {"other_weights_bytes": (0, SEED["other_weights_bytes"])}
     late = dataclasses.replace(run, oom_layer=3, peak_reserved_bytes=1)
     assert set(late.differences(run)) == {"oom_layer", "peak_reserved_bytes"}

@@ -38,31 +38,40 @@ def row(table: pd.DataFrame, shape: str, strategy: str) -> pd.Series:
     return table.loc[index]
 
 
-def with_latest(results: pd.DataFrame, strategy: str, benchmark_part: str, factor: float) -> pd.DataFrame:
+def with_latest(
+    results: pd.DataFrame, strategy: str, benchmark_part: str, factor: float
+) -> pd.DataFrame:
     """``results`` with the latest value of one qwen3 point multiplied by ``factor``."""
     changed = results.copy()
-    point = (changed["commit"].str.startswith(LATEST) & (changed["shape"] == QWEN)
-             & (changed["strategy"] == strategy) & changed["benchmark"].str.contains(benchmark_part))
+    point = (
+        changed["commit"].str.startswith(LATEST)
+        & (changed["shape"] == QWEN)
+        & (changed["strategy"] == strategy)
+        & changed["benchmark"].str.contains(benchmark_part)
+    )
     assert point.sum() == 1
     changed.loc[point, "value"] *= factor
     return changed
 
 
-@pytest.mark.parametrize(("value", "unit", "text"), [
-    (0.048, "seconds", "48.0 ms"),
-    (0.12, "seconds", "120 ms"),
-    (11.28, "seconds", "11.3 s"),
-    (2.5e-6, "seconds", "2.50 µs"),
-    (1811939328, "bytes", "1.69 GiB"),
-    (3 * 2**20, "bytes", "3.00 MiB"),
-    (512, "bytes", "512 B"),
-    (1.6, "ratio", "1.60"),
-    (8, "experts", "8 experts"),
-    (3, "launches", "3 launches"),
-    (1.0, "ratio", "1.00"),
-    (3221225472, "bytes", "3.00 GiB"),
-    (math.nan, "bytes", "n/a"),
-])
+@pytest.mark.parametrize(
+    ("value", "unit", "text"),
+    [
+        (0.048, "seconds", "48.0 ms"),
+        (0.12, "seconds", "120 ms"),
+        (11.28, "seconds", "11.3 s"),
+        (2.5e-6, "seconds", "2.50 µs"),
+        (1811939328, "bytes", "1.69 GiB"),
+        (3 * 2**20, "bytes", "3.00 MiB"),
+        (512, "bytes", "512 B"),
+        (1.6, "ratio", "1.60"),
+        (8, "experts", "8 experts"),
+        (3, "launches", "3 launches"),
+        (1.0, "ratio", "1.00"),
+        (3221225472, "bytes", "3.00 GiB"),
+        (math.nan, "bytes", "n/a"),
+    ],
+)
 def test_human_units(value, unit, text):
     assert human(value, unit) == text
 
@@ -80,7 +89,11 @@ def test_summary_has_every_figure_of_the_latest_commit(results):
     assert row(table, QWEN, "legacy")["speedup"] == 1.0
     assert row(table, "deepseek-v3/tp8", "strided_copy")["speedup"] == pytest.approx(4.0)
     skipped = row(table, QWEN, "flashinfer")
-    assert math.isnan(skipped["time"]) and math.isnan(skipped["speedup"]) and skipped["regressions"] == ()
+    assert (
+        math.isnan(skipped["time"])
+        and math.isnan(skipped["speedup"])
+        and skipped["regressions"] == ()
+    )
 
 
 def test_summary_of_two_machines_keeps_each_machine_to_its_own_commits(results):
@@ -104,14 +117,17 @@ def test_summary_marks_by_the_gate_rules(results):
     assert all(r == () for r in others["regressions"])
 
 
-@pytest.mark.parametrize(("benchmark", "column", "factor", "marked"), [
-    ("track_layer_seconds", "time", NOISE_FACTOR * 1.01, True),   # just beyond the noise factor
-    ("track_layer_seconds", "time", NOISE_FACTOR * 0.99, False),  # within it
-    ("track_whole_model_seconds", "whole_model", NOISE_FACTOR * 1.01, True),
-    ("LayerTime.track_copy_ratio", "copy_ratio", NOISE_FACTOR * 0.99, False),
-    ("PeakMemory", "peak_bytes", 1 + 1e-9, True),         # 3 bytes more of 3 GiB: exact
-    ("track_layer_seconds", "time", 0.5, False),                  # faster: never a regression
-])
+@pytest.mark.parametrize(
+    ("benchmark", "column", "factor", "marked"),
+    [
+        ("track_layer_seconds", "time", NOISE_FACTOR * 1.01, True),  # just beyond the noise factor
+        ("track_layer_seconds", "time", NOISE_FACTOR * 0.99, False),  # within it
+        ("track_whole_model_seconds", "whole_model", NOISE_FACTOR * 1.01, True),
+        ("LayerTime.track_copy_ratio", "copy_ratio", NOISE_FACTOR * 0.99, False),
+        ("PeakMemory", "peak_bytes", 1 + 1e-9, True),  # 3 bytes more of 3 GiB: exact
+        ("track_layer_seconds", "time", 0.5, False),  # faster: never a regression
+    ],
+)
 def test_regression_threshold_and_direction(results, benchmark, column, factor, marked):
     table = summary_table(with_latest(results, "legacy", benchmark, factor))
     assert (column in row(table, QWEN, "legacy")["regressions"]) is marked
@@ -119,8 +135,12 @@ def test_regression_threshold_and_direction(results, benchmark, column, factor, 
 
 def test_previous_result_skips_a_failed_run(results):
     failed = results.copy()
-    point = (failed["commit"].str.startswith(PREVIOUS) & (failed["shape"] == QWEN)
-             & (failed["strategy"] == "strided_copy") & failed["benchmark"].str.contains("PeakMemory"))
+    point = (
+        failed["commit"].str.startswith(PREVIOUS)
+        & (failed["shape"] == QWEN)
+        & (failed["strategy"] == "strided_copy")
+        & failed["benchmark"].str.contains("PeakMemory")
+    )
     failed.loc[point, ["value", "failed"]] = [math.nan, True]
     strided = row(summary_table(failed), QWEN, "strided_copy")
     assert "peak_bytes" in strided["regressions"]  # compared with the commit before the failure
@@ -136,8 +156,11 @@ def test_markdown_in_human_units_with_marks(results):
     text = render_markdown(summary_table(results), title="nightly")
     assert text.startswith("# nightly\n")
     assert f"## `fixture-box`: commit `{LATEST}` (2026-11-04 12:00 UTC" in text
-    lines = {line.split("|")[2].strip() + "@" + line.split("|")[1].strip(): line
-             for line in text.splitlines() if line.startswith("| ") and "strategy" not in line}
+    lines = {
+        line.split("|")[2].strip() + "@" + line.split("|")[1].strip(): line
+        for line in text.splitlines()
+        if line.startswith("| ") and "strategy" not in line
+    }
     strided = lines[f"strided_copy@{QWEN}"]
     assert "| 48.0 ms " in strided and "**1.69 GiB** ⚠ +50%" in strided
     assert "2.50×" in strided and "| 4.51 s " in strided and strided.count("⚠") == 1
@@ -153,7 +176,7 @@ def test_write_summary_writes_markdown_and_plots(tmp_path, capsys):
     path = Path(capsys.readouterr().out.strip())  # scripts/bench cats it
     assert path == tmp_path / "summary" / "summary.md"
     text = path.read_text()
-    images = [line[line.index("(") + 1:-1] for line in text.splitlines() if line.startswith("![")]
+    images = [line[line.index("(") + 1 : -1] for line in text.splitlines() if line.startswith("![")]
     assert "fixture-box-history.png" in images and len(images) == 4
     assert all((path.parent / image).stat().st_size > 0 for image in images)
 
@@ -168,9 +191,13 @@ def test_summary_without_results_is_one_error_line(tmp_path, capsys):
 def comment(results, base, head) -> tuple[str, list[str]]:
     """The PR comment of ``base`` vs ``head`` and its table rows."""
     table = compare_commits(results, base, head)
-    full = {c: results.loc[results["commit"].str.startswith(c), "commit"].iloc[0] for c in (base, head)}
+    full = {
+        c: results.loc[results["commit"].str.startswith(c), "commit"].iloc[0] for c in (base, head)
+    }
     text = comment_markdown(table, full[base], full[head])
-    return text, [line for line in text.splitlines() if line.startswith("| ") and "benchmark" not in line]
+    return text, [
+        line for line in text.splitlines() if line.startswith("| ") and "benchmark" not in line
+    ]
 
 
 def test_comment_renders_the_gate_verdict(results):
@@ -182,7 +209,9 @@ def test_comment_renders_the_gate_verdict(results):
     assert len(worse) == 1 and rows[0] == worse[0]
     assert "PeakMemory.track_peak_transient_bytes" in worse[0] and "⚠ regressed" in worse[0]
     assert "1.12 GiB" in worse[0] and "1.69 GiB" in worse[0] and "1.50" in worse[0]
-    timed = next(r for r in rows if "track_layer_seconds" in r and QWEN in r and "strided_copy" in r)
+    timed = next(
+        r for r in rows if "track_layer_seconds" in r and QWEN in r and "strided_copy" in r
+    )
     assert "30.0 ms" in timed and "48.0 ms" in timed and "1.60" in timed and "| same " in timed
     assert not any("skipped in both" in r for r in rows)  # flashinfer: counted, not listed
     assert "8 points with nothing to compare (n/a: skipped) are not listed" in text
@@ -192,9 +221,13 @@ def test_comment_reversed_is_better_and_failures_are_marked(results):
     text, rows = comment(results, LATEST, PREVIOUS)
     assert text.startswith("## PR gate: passed") and sum("| improved " in r for r in rows) == 1
     broken = results.copy()
-    broken.loc[broken["commit"].str.startswith(LATEST) & (broken["strategy"] == "legacy")
-               & (broken["shape"] == QWEN) & broken["benchmark"].str.contains("track_layer_seconds"),
-               ["value", "failed"]] = [math.nan, True]
+    broken.loc[
+        broken["commit"].str.startswith(LATEST)
+        & (broken["strategy"] == "legacy")
+        & (broken["shape"] == QWEN)
+        & broken["benchmark"].str.contains("track_layer_seconds"),
+        ["value", "failed"],
+    ] = [math.nan, True]
     text, rows = comment(broken, PREVIOUS, LATEST)
     assert text.startswith("## PR gate: FAILED: 1 failed, 1 regressed")  # in row order
     assert sum("⚠ failed" in r and "failed in head" in r for r in rows) == 1

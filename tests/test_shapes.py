@@ -89,7 +89,9 @@ def test_every_combination_listed_invalid_ones_with_reason():
             assert shape.valid, shape.invalid_reason
 
 
-@pytest.mark.parametrize("model, tp, inter", [("qwen3-235b-a22b", 8, 192), ("deepseek-v2-lite", 2, 704)])
+@pytest.mark.parametrize(
+    "model, tp, inter", [("qwen3-235b-a22b", 8, 192), ("deepseek-v2-lite", 2, 704)]
+)
 def test_invalid_combination_reason(model, tp, inter):
     shape = layer_shape(model, tp)
     assert not shape.valid
@@ -107,16 +109,21 @@ def test_valid_catalog_shapes_pass_the_input_checks(shape):
 def test_unknown_model_and_bad_tp():
     with pytest.raises(ValueError, match="unknown model 'qwen3-235b'.*qwen3-235b-a22b"):
         layer_shape("qwen3-235b", 4)
-    with pytest.raises(ValueError, match="tp must be a positive integer, got 0; valid TPs: 1, 2, 3, 4, 6, 12"):
+    with pytest.raises(
+        ValueError, match="tp must be a positive integer, got 0; valid TPs: 1, 2, 3, 4, 6, 12"
+    ):
         layer_shape("qwen3-30b-a3b", 0)
     with pytest.raises(ValueError, match="tp 5 does not divide moe_intermediate_size 768"):
         layer_shape("qwen3-30b-a3b", 5)
 
 
-@pytest.mark.parametrize("model, tp_sizes, kernel", [
-    ("qwen3-235b-a22b", (1, 2, 3, 4, 6, 8, 12, 24), "1, 2, 3, 4, 6, 12"),  # I = 1536 = 24 x 64
-    ("deepseek-v2-lite", (1, 2, 11, 22), "1, 11"),  # I = 1408 = 22 x 64
-])
+@pytest.mark.parametrize(
+    "model, tp_sizes, kernel",
+    [
+        ("qwen3-235b-a22b", (1, 2, 3, 4, 6, 8, 12, 24), "1, 2, 3, 4, 6, 12"),  # I = 1536 = 24 x 64
+        ("deepseek-v2-lite", (1, 2, 11, 22), "1, 11"),  # I = 1408 = 22 x 64
+    ],
+)
 def test_tp_sizes_are_those_that_convert(model, tp_sizes, kernel):
     spec = CATALOG[model]
     assert spec.tp_sizes == tp_sizes
@@ -131,14 +138,17 @@ def test_shape_from_label_is_the_inverse_of_label():
         assert shape_from_label(shape.label) == shape
 
 
-@pytest.mark.parametrize("label, message", [
-    ("qwen3-30b-a3b", "'qwen3-30b-a3b' is not model/tpN"),
-    ("qwen3-30b-a3b/tp", "'qwen3-30b-a3b/tp' is not model/tpN"),
-    ("qwen3-30b-a3b/tpx", "'qwen3-30b-a3b/tpx' is not model/tpN"),
-    ("/tp4", "'/tp4' is not model/tpN"),
-    ("qwen3-235b/tp4", "unknown model 'qwen3-235b'"),
-    ("qwen3-30b-a3b/tp5", "tp 5 does not divide"),
-])
+@pytest.mark.parametrize(
+    "label, message",
+    [
+        ("qwen3-30b-a3b", "'qwen3-30b-a3b' is not model/tpN"),
+        ("qwen3-30b-a3b/tp", "'qwen3-30b-a3b/tp' is not model/tpN"),
+        ("qwen3-30b-a3b/tpx", "'qwen3-30b-a3b/tpx' is not model/tpN"),
+        ("/tp4", "'/tp4' is not model/tpN"),
+        ("qwen3-235b/tp4", "unknown model 'qwen3-235b'"),
+        ("qwen3-30b-a3b/tp5", "tp 5 does not divide"),
+    ],
+)
 def test_shape_from_bad_label(label, message):
     with pytest.raises(ValueError, match=message):
         shape_from_label(label)
@@ -181,7 +191,9 @@ def test_shape_from_deepseek_v3_config(tmp_path):
 
 def test_shape_from_non_moe_config(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32}))
+    path.write_text(
+        json.dumps({"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32})
+    )
     with pytest.raises(ValueError, match="not an MoE model: none of n_routed_experts"):
         shape_from_hf_config(path, 1)
 
@@ -195,5 +207,7 @@ def test_config_null_mlp_only_layers_means_none(tmp_path):
 def test_config_errors_name_the_file_and_the_key(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(dict(QWEN3_235B_CONFIG, moe_intermediate_size=-5)))
-    with pytest.raises(ValueError, match=f"{path}: `moe_intermediate_size` must be a positive integer, got -5"):
+    with pytest.raises(
+        ValueError, match=f"{path}: `moe_intermediate_size` must be a positive integer, got -5"
+    ):
         spec_from_hf_config(path)

@@ -74,7 +74,9 @@ def run(name: str, case: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor
     return convert(w13.clone(), w2.clone(), strategy=name, gated=shapes(case)[2])
 
 
-def assert_bytes_equal(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]):
+def assert_bytes_equal(
+    got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]
+):
     for label, g, w in zip(("w13", "w2"), as_bytes(got), want):
         assert g.shape == w.shape, f"{label}: shape {tuple(g.shape)} != {tuple(w.shape)}"
         if not torch.equal(g, w):
@@ -117,7 +119,8 @@ def test_anchor_and_own_strategies_registered():
     engines = {"sglang", "trtllm", "flashinfer", "vllm", "sglang-installed"}
     own = set(STRATEGIES) - anchors - engines
     assert own & set(IN_PLACE) and own & set(OUT_OF_PLACE), (
-        f"want our own in-place and out-of-place ones: {own}")
+        f"want our own in-place and out-of-place ones: {own}"
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -210,8 +213,12 @@ def test_meta_call_first_does_not_poison_index_caches(name):
     """Index caches are per device: a meta call (as memory measurement makes) must not hand its
     meta indices to a later CPU call of the same shape (FlashInfer's own cache ignores device)."""
     w13_shape, w2_shape, gated = shapes("nemo-rl-3-128-512")
-    convert(torch.empty(w13_shape, dtype=torch.bfloat16, device="meta"),
-            torch.empty(w2_shape, dtype=torch.bfloat16, device="meta"), strategy=name, gated=gated)
+    convert(
+        torch.empty(w13_shape, dtype=torch.bfloat16, device="meta"),
+        torch.empty(w2_shape, dtype=torch.bfloat16, device="meta"),
+        strategy=name,
+        gated=gated,
+    )
     assert_bytes_equal(run(name, "nemo-rl-3-128-512"), expected("nemo-rl-3-128-512", best_oracle()))
 
 
@@ -221,8 +228,8 @@ def test_weights_off_an_8_byte_boundary_convert_byte_exact(name):
     case = "nemo-rl-3-128-512"
     w13, w2 = weights(case, 0)
     buffer = torch.empty(1 + w13.numel() + w2.numel(), dtype=torch.bfloat16)
-    shifted13 = buffer[1:1 + w13.numel()].view(w13.shape)
-    shifted2 = buffer[1 + w13.numel():].view(w2.shape)
+    shifted13 = buffer[1 : 1 + w13.numel()].view(w13.shape)
+    shifted2 = buffer[1 + w13.numel() :].view(w2.shape)
     shifted13.copy_(w13)
     shifted2.copy_(w2)
     assert shifted13.storage_offset() * 2 % 8 == 2

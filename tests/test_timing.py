@@ -30,16 +30,29 @@ def test_timing_statistics():
 def test_copy_ratio_pairs_each_call_with_its_copy():
     # Load doubled both sides of the last two pairs (and the strategy of the third call alone):
     # the per-pair ratios are mostly 2, while the ratio of the medians would read 4.
-    timed = LayerTiming("s", TINY, "cpu", strategy_time=Timing((2.0, 2.0, 4.0, 4.0, 4.0)),
-                        copy_time=Timing((1.0, 1.0, 1.0, 2.0, 2.0)), minor_faults=None)
+    timed = LayerTiming(
+        "s",
+        TINY,
+        "cpu",
+        strategy_time=Timing((2.0, 2.0, 4.0, 4.0, 4.0)),
+        copy_time=Timing((1.0, 1.0, 1.0, 2.0, 2.0)),
+        minor_faults=None,
+    )
     assert timed.copy_ratio == 2.0
 
 
 def test_every_time_figure_derives_from_one_measurement():
     # 8 of the model's 128 experts timed: the whole model scales by 16 and by the 94 layers.
     model = layer_shape("qwen3-235b-a22b", 4)
-    timed = LayerTiming("strided_copy", model.with_experts(8), "cpu", Timing((0.2, 0.3, 0.4)),
-                        Timing((0.1, 0.1, 0.2)), minor_faults=0, model_experts=model.experts)
+    timed = LayerTiming(
+        "strided_copy",
+        model.with_experts(8),
+        "cpu",
+        Timing((0.2, 0.3, 0.4)),
+        Timing((0.1, 0.1, 0.2)),
+        minor_faults=0,
+        model_experts=model.experts,
+    )
     assert timed.seconds == 0.3 and timed.copy_ratio == 2.0
     assert timed.whole_model_seconds == pytest.approx(0.3 * 16 * 94)
     assert timed.whole_model_copy_seconds == pytest.approx(0.1 * 16 * 94)
@@ -56,8 +69,13 @@ def test_calibration_copy_times_a_copy_of_its_size():
 
 def test_time_call_on_a_trivial_function():
     calls = []
-    timing = time_call(lambda: calls.append("fn"), device="cpu", repeats=4, warmup=2,
-                       setup=lambda: calls.append("setup"))
+    timing = time_call(
+        lambda: calls.append("fn"),
+        device="cpu",
+        repeats=4,
+        warmup=2,
+        setup=lambda: calls.append("setup"),
+    )
     assert len(timing.samples) == 4
     assert all(s >= 0 for s in timing.samples)
     assert min(timing.samples) <= timing.median <= max(timing.samples)
@@ -86,7 +104,11 @@ def test_time_call_rejects_bad_counts(bad):
 def test_time_layer_on_a_tiny_shape(name):
     timed = time_layer(TINY, name, repeats=3)
     assert (timed.strategy, timed.shape.label, timed.device, timed.experts) == (
-        name, "tiny/tp1", "cpu", 2)
+        name,
+        "tiny/tp1",
+        "cpu",
+        2,
+    )
     assert len(timed.strategy_time.samples) == len(timed.copy_time.samples) == 3
     assert timed.bytes_moved == 2 * (TINY.w13_bytes + TINY.w2_bytes)
     assert timed.copy_ratio > 0 and timed.gbps > 0 and timed.copy_gbps > 0

@@ -20,7 +20,8 @@ from moe_convert.traffic import measure_traffic, strategy_traffic
 def test_traffic_is_the_registered_formula_on_meta_at_full_size(name, shape):
     record = STRATEGIES[name]
     assert record.traffic is not None and record.launches is not None, (
-        f"register {name!r} with its traffic=Formula(...) and launches=Formula(...)")
+        f"register {name!r} with its traffic=Formula(...) and launches=Formula(...)"
+    )
     measured = strategy_traffic(shape, name)
     assert measured.traffic_bytes == record.traffic.evaluate(shape)
     assert measured.launches == record.launches.evaluate(shape)

@@ -18,8 +18,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from moe_convert import convert, layer_shape, triton_strategy
 from moe_convert.inputs import layer_weights
 
-pytestmark = pytest.mark.skipif(not triton_strategy.AVAILABLE,
-                                reason=f"triton strategies n/a: {triton_strategy.UNAVAILABLE_REASON}")
+pytestmark = pytest.mark.skipif(
+    not triton_strategy.AVAILABLE,
+    reason=f"triton strategies n/a: {triton_strategy.UNAVAILABLE_REASON}",
+)
 
 
 class OpLog(TorchDispatchMode):
@@ -48,8 +50,10 @@ def test_out_of_place_is_one_launch_per_weight_at_full_size():
 @pytest.mark.parametrize("model, tp", [("qwen3-235b-a22b", 4), ("deepseek-v3", 8)])
 def test_in_place_launches_a_copy_and_a_kernel_per_group_of_experts(model, tp):
     shape = layer_shape(model, tp)
-    groups = sum(math.ceil(shape.experts / max(1, triton_strategy._SCRATCH_BYTES // expert))
-                 for expert in (shape.w13_expert_bytes, shape.w2_expert_bytes))
+    groups = sum(
+        math.ceil(shape.experts / max(1, triton_strategy._SCRATCH_BYTES // expert))
+        for expert in (shape.w13_expert_bytes, shape.w2_expert_bytes)
+    )
     assert data_ops("triton_inplace", shape) == ["copy_", "triton_block_layout"] * groups
 
 
@@ -57,9 +61,12 @@ def test_not_registered_without_a_gpu_or_the_interpreter_and_says_why():
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the strategies register")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("import moe_convert; from moe_convert import triton_strategy as t; "
-            "print(sorted(n for n in moe_convert.STRATEGIES if 'triton' in n)); print(t.UNAVAILABLE_REASON)")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout.splitlines()
+    code = (
+        "import moe_convert; from moe_convert import triton_strategy as t; "
+        "print(sorted(n for n in moe_convert.STRATEGIES if 'triton' in n)); print(t.UNAVAILABLE_REASON)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert out[0] == "[]"
     assert "TRITON_INTERPRET=1" in out[1]

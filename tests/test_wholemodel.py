@@ -30,7 +30,9 @@ def test_run_load_without_cuda_says_why():
 
 
 @requires_cuda
-@pytest.mark.parametrize("name", ["legacy", "preallocated", "strided_copy", "inplace", "strided_inplace"])
+@pytest.mark.parametrize(
+    "name", ["legacy", "preallocated", "strided_copy", "inplace", "strided_inplace"]
+)
 def test_run_load_of_a_few_small_layers(name):
     result = run_load(SMALL, name, layers=3)
     assert not result.oom and result.oom_message is None and result.num_ooms == 0
