@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from moe_convert.memory import strategy_cuda_memory, strategy_memory
-from moe_convert.traffic import TrafficMeasurement, strategy_traffic
-
 # the module, not its functions: asv would take a module-level ``time_layer`` for a benchmark
 from moe_convert import timing
+from moe_convert.memory import strategy_cuda_memory, strategy_memory
+from moe_convert.traffic import TrafficMeasurement, strategy_traffic
 
 from . import common
 

@@ -14,7 +14,7 @@ from . import common
 
 
 class Noise:
-    """Slowest / fastest of 15 timed ``copy_`` of 64 MiB (``moe_convert.timing.calibration_copy``)."""
+    """Slowest / fastest of 15 timed 64 MiB ``copy_`` (``moe_convert.timing.calibration_copy``)."""
 
     version = "1"
     unit = "ratio"

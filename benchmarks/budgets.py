@@ -1,4 +1,4 @@
-"""budgets.json's derived limits: each entry that names a ``formula`` has its limit computed from it.
+"""budgets.json's derived limits: an entry that names a ``formula`` has its limit computed from it.
 
 A budget's ``formula`` is text in the legend of ``moe_convert.formulas`` (``T13 + T2``,
 ``max(S13, S2, 10 MiB)``), evaluated on the entry's full-size shape (``model/tpN``); its

@@ -97,7 +97,7 @@ def device() -> str:
 
 @functools.cache
 def profile() -> str:
-    """The profile in use: ``MOE_BENCH_PROFILE``, else the device's default (``moe_bench.profiles``)."""
+    """The profile in use: ``MOE_BENCH_PROFILE``, else the device's (``moe_bench.profiles``)."""
     return profile_from_env(device())
 
 

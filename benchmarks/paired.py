@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import io
 import json
@@ -92,7 +93,7 @@ class Cell:
 
 
 def load_commit(commit: str, root: Path, into: Path, side: str) -> ModuleType:
-    """Import ``moe_convert`` as it is at ``commit`` of the repository ``root`` as ``moe_convert_<side>``.
+    """Import ``moe_convert`` as of ``commit`` of repository ``root``, as ``moe_convert_<side>``.
 
     The package is exported with ``git archive`` into ``into/<side>/`` and imported under its own
     name (its modules import each other relatively), so two commits' libraries, or two copies of
@@ -180,7 +181,7 @@ def measure_cell(
 
     def restore(side: str, inputs: list[torch.Tensor]) -> None:
         if _in_place(libs[side], strategy):
-            for dst, src in zip(inputs, pristine):
+            for dst, src in zip(inputs, pristine, strict=True):
                 dst.copy_(src)
 
     order = random.Random(seed)
@@ -189,11 +190,13 @@ def measure_cell(
     verdict, ratio, low, high = "same", math.nan, math.nan, math.nan
     for pair in range(WARMUP_PAIRS + MAX_PAIRS):
         times = {}
-        dealt = dict(zip(sorted(libs), order.sample(buffers, k=len(buffers))))
+        dealt = dict(zip(sorted(libs), order.sample(buffers, k=len(buffers)), strict=True))
         for side in order.sample(sorted(libs), k=len(libs)):
             restore(side, dealt[side])
             try:
-                times[side], _ = timing.time_once(lambda: call(side, dealt[side]), device)
+                times[side], _ = timing.time_once(
+                    functools.partial(call, side, dealt[side]), device
+                )
             except Exception as err:  # a strategy that raises is this cell's finding, not a crash
                 if side == "head":
                     return Cell(label, strategy, "failed", error=f"head raised {err!r}")

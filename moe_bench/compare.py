@@ -159,7 +159,7 @@ def compare_commits(
     merged["ratio"] = merged["value_head"] / merged["value_base"]
     merged["threshold"] = [
         math.nan if status.startswith("info") else (METRICS[name].factor or math.nan)
-        for name, status in zip(merged["benchmark"], merged["status"])
+        for name, status in zip(merged["benchmark"], merged["status"], strict=True)
     ]
     table = merged if paired is None else pd.concat([merged, paired], ignore_index=True)
     table["failing"] = table["status"].isin(FAILING)

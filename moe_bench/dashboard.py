@@ -97,7 +97,8 @@ def make_offline(html_dir) -> None:
     index = html_dir / "index.json"
     if not index.is_file():
         raise OfflineError(
-            f"html_dir {str(html_dir)!r} has no index.json: run `asv publish` first, then make_offline"
+            f"html_dir {str(html_dir)!r} has no index.json: "
+            "run `asv publish` first, then make_offline"
         )
     for name in _stock_page_files():
         target = html_dir / name
@@ -163,7 +164,8 @@ def _patch_ui(assets: Path) -> None:
             texts[holders[0]] = texts[holders[0]].replace(stock, ours)
         elif holders or not any(ours in text for text in texts.values()):
             raise OfflineError(
-                f"{assets}: asv-tachyon's script is not the one moe_bench.dashboard patches ({stock!r} "
+                f"{assets}: asv-tachyon's script is not the one moe_bench.dashboard patches "
+                f"({stock!r} "
                 f"found in {len(holders)} file(s), expected 1): reinstall asv-tachyon==0.5.8 or "
                 "update the TACHYON_ snippets there"
             )

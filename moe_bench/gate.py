@@ -117,7 +117,8 @@ def _budget(path: Path, i: int, entry) -> Budget:
         )
     if entry["benchmark"] not in METRICS:
         raise BudgetError(
-            f"{where}: benchmark {entry['benchmark']!r} is not in the metrics table (moe_bench/metrics.py)"
+            f"{where}: benchmark {entry['benchmark']!r} is not in the metrics table "
+            "(moe_bench/metrics.py)"
         )
     return Budget(
         entry["benchmark"],
@@ -181,7 +182,7 @@ def check_budgets(
 
 
 def _number(value: float, benchmark: str) -> str:
-    """Exact integers (bytes) with separators, and bytes also in binary units; others to 4 digits."""
+    """Exact integers (bytes) with separators, bytes also in binary units; others to 4 digits."""
     if math.isnan(value):
         return "n/a"
     if not float(value).is_integer():

@@ -44,7 +44,7 @@ def _driver() -> str:
 
 
 def machine_facts(profile: str) -> dict[str, str]:
-    """GPU, CUDA, driver, torch, FlashInfer, vLLM and SGLang versions of this machine, and ``profile``.
+    """GPU, CUDA, driver, torch, FlashInfer, vLLM and SGLang versions here, and ``profile``.
 
     Versions are those of the Python running this (scripts/bench's ``.venv``; asv's benchmark
     environments install the same pins). Values are strings ("n/a" where there is no GPU).

@@ -76,7 +76,7 @@ class Metric:
 
     @property
     def factor(self) -> float | None:
-        """Allowed worse/better ratio without a paired run: 1.0 exact, ``NOISE_FACTOR``, None (info)."""
+        """Allowed worse/better ratio unpaired: 1.0 exact, ``NOISE_FACTOR``; None: info."""
         return {EXACT: 1.0, PAIRED: NOISE_FACTOR, INFO: None}[self.rule]
 
     @property

@@ -78,7 +78,10 @@ def _shape_bars(machine: str, shape: str, points: pd.DataFrame, colours: dict) -
     figure = Figure(figsize=(2 * _PANEL[0], _PANEL[1]), layout="constrained")
     figure.suptitle(f"{shape} on {machine} at {commit}")
     for axes, benchmark, what in zip(
-        figure.subplots(1, 2), (TIME, PEAK_BYTES), ("time of one layer", "peak transient memory")
+        figure.subplots(1, 2),
+        (TIME, PEAK_BYTES),
+        ("time of one layer", "peak transient memory"),
+        strict=True,
     ):
         unit = METRICS[benchmark].display
         values = _values(points, benchmark).reindex(list(colours))
@@ -98,7 +101,7 @@ def _time_vs_memory(machine: str, latest: pd.DataFrame, colours: dict) -> Figure
     shapes = list(latest["shape"].dropna().unique())
     figure, panels = _grid(len(shapes))
     figure.suptitle(f"time vs peak transient memory on {machine} (lower left is better)")
-    for axes, shape in zip(panels, shapes):
+    for axes, shape in zip(panels, shapes, strict=False):
         points = latest[latest["shape"] == shape]
         both = pd.DataFrame(
             {"time": _values(points, TIME), "peak": _values(points, PEAK_BYTES)}
@@ -139,7 +142,7 @@ def _history(machine: str, history: pd.DataFrame, colours: dict) -> Figure:
     figure, panels = _grid(len(shapes))
     figure.suptitle(f"time of one layer over commits on {machine}")
     divisor, label = scale(history["value"].max(), METRICS[TIME].display)
-    for axes, shape in zip(panels, shapes):
+    for axes, shape in zip(panels, shapes, strict=False):
         for strategy, series in history[history["shape"] == shape].groupby("strategy", sort=False):
             series = series.dropna(subset=["value"]).sort_values("date")
             if not series.empty:

@@ -82,7 +82,9 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     latest["change"] = latest["value"] / latest["previous"]
     latest["regressed"] = [
         pd.notna(old) and pd.notna(new) and judge(_SUMMARY[column], old, new) in FAILING
-        for column, old, new in zip(latest["metric"], latest["previous"], latest["value"])
+        for column, old, new in zip(
+            latest["metric"], latest["previous"], latest["value"], strict=True
+        )
     ]
 
     index = ["machine", "env", "profile", "commit", "date", "shape", "strategy"]
@@ -218,11 +220,16 @@ def comment_markdown(
             "benchmark": table["benchmark"].map(_name),
             "shape": table["shape"].fillna(""),
             "strategy": table["strategy"].fillna(""),
-            "base": [human(v, u) for v, u in zip(table["value_base"], table["display"])],
-            "head": [human(v, u) for v, u in zip(table["value_head"], table["display"])],
+            "base": [
+                human(v, u) for v, u in zip(table["value_base"], table["display"], strict=True)
+            ],
+            "head": [
+                human(v, u) for v, u in zip(table["value_head"], table["display"], strict=True)
+            ],
             "ratio": table["ratio"].map(lambda r: "" if math.isnan(r) else f"{r:#.3g}"),
             "verdict": [
-                f"⚠ {s}" if bad else s for s, bad in zip(table["status"], table["failing"])
+                f"⚠ {s}" if bad else s
+                for s, bad in zip(table["status"], table["failing"], strict=True)
             ],
             "note": table["note"].fillna(""),
         }
@@ -238,7 +245,8 @@ def comment_markdown(
         + shown.to_markdown(index=False, disable_numparse=True)
         + "\n"
         + (
-            f"\n{int(skipped.sum())} points with nothing to compare (n/a: skipped) are not listed.\n"
+            f"\n{int(skipped.sum())} points with nothing to compare (n/a: skipped) "
+            "are not listed.\n"
             if skipped.any()
             else ""
         )

@@ -87,8 +87,8 @@ def _rows(result: Results, machine: str, benchmarks: dict, profile: str | None):
         params = result.get_result_params(name) or []
         values = result.get_result_value(name, params)  # one per combination; [v] without params
         names = meta.get("param_names", [])
-        for combo, value in zip(itertools.product(*params), values):
-            labels = dict(zip(names, (_param_value(v) for v in combo)))
+        for combo, value in zip(itertools.product(*params), values, strict=True):
+            labels = dict(zip(names, (_param_value(v) for v in combo), strict=True))
             failed = value is None
             yield {
                 "machine": machine,
@@ -151,7 +151,7 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
 
 
 def _check_metrics(frame: pd.DataFrame, root: Path) -> None:
-    """Raise ``ResultsError`` for a benchmark not in ``METRICS``, another unit, or an infinite value."""
+    """Raise ``ResultsError`` for a benchmark not in ``METRICS``, a wrong unit or an inf value."""
     unknown = sorted(set(frame["benchmark"]) - set(METRICS))
     if unknown:
         raise ResultsError(

@@ -41,8 +41,10 @@ def human(value: float, unit: str) -> str:
     Counts (a unit that is neither scaled nor ``ratio``: launches, experts, retries) that are
     whole numbers print as integers.
 
-    >>> human(0.048, "seconds"), human(1811939328, "bytes"), human(1.6, "ratio"), human(3, "launches")
-    ('48.0 ms', '1.69 GiB', '1.60', '3 launches')
+    >>> human(0.048, "seconds"), human(1811939328, "bytes")
+    ('48.0 ms', '1.69 GiB')
+    >>> human(1.6, "ratio"), human(3, "launches")
+    ('1.60', '3 launches')
     """
     if value is None or math.isnan(value):
         return "n/a"

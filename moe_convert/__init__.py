@@ -5,10 +5,12 @@
 every strategy gives byte-identical output. ``shapes`` holds the model-shape catalog.
 """
 
-from . import flashinfer_strategy  # registers "flashinfer" where FlashInfer is installed
-from . import strategies  # registers "legacy" ... "trtllm", everywhere
-from . import triton_strategy  # registers "triton", "triton_inplace" where Triton can run
-from . import engines  # registers "vllm", "sglang-installed" where the engines are installed
+from . import (  # noqa: F401 (imported for their registrations, not their names)
+    engines,  # registers "vllm", "sglang-installed" where the engines are installed
+    flashinfer_strategy,  # registers "flashinfer" where FlashInfer is installed
+    strategies,  # registers "legacy" ... "trtllm", everywhere
+    triton_strategy,  # registers "triton", "triton_inplace" where Triton can run
+)
 from .checks import check_weights
 from .formulas import Formula
 from .layout import unconvert

@@ -17,7 +17,7 @@ def _fail(kind: type[Exception], name: str, tensor: torch.Tensor, rule: str, fix
 
 
 def check_weights(w13: torch.Tensor, w2: torch.Tensor, *, gated: bool) -> None:
-    """Raise ``TypeError``/``ValueError`` if ``w13 [E, 2I, H]`` / ``w2 [E, H, I]`` cannot be converted.
+    """Raise ``TypeError``/``ValueError`` where ``w13 [E, 2I, H]``, ``w2 [E, H, I]`` cannot convert.
 
     Not gated, w13 is ``[E, I, H]``. Each message names the tensor, its shape and dtype, the rule
     broken and the fix. Nothing is read or written besides metadata.
@@ -74,7 +74,8 @@ def check_weights(w13: torch.Tensor, w2: torch.Tensor, *, gated: bool) -> None:
     e2, h2, i2 = w2.shape
     if e13 != e2:
         raise ValueError(
-            f"expert counts differ: w13 {tuple(w13.shape)} has {e13}, w2 {tuple(w2.shape)} has {e2}. "
+            f"expert counts differ: w13 {tuple(w13.shape)} has {e13}, "
+            f"w2 {tuple(w2.shape)} has {e2}. "
             f"Fix: pass the w13 and w2 of the same layer and rank."
         )
     if h13 != h2:
@@ -86,7 +87,8 @@ def check_weights(w13: torch.Tensor, w2: torch.Tensor, *, gated: bool) -> None:
     if m13 != expected_rows:
         raise ValueError(
             f"intermediate sizes differ: w2 {tuple(w2.shape)} has I = {i2}, so w13 needs "
-            f"{expected_rows} rows ({'2I, gated' if gated else 'I, not gated'}), but w13 {tuple(w13.shape)} has {m13}. "
+            f"{expected_rows} rows ({'2I, gated' if gated else 'I, not gated'}), "
+            f"but w13 {tuple(w13.shape)} has {m13}. "
             f"Fix: pass matching tensors, or gated={not gated} if the activation is "
             f"{'not ' if gated else ''}gated."
         )

@@ -28,16 +28,17 @@ import torch
 from tqdm import tqdm
 
 from . import inputs, reference
-from .shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, catalog_shapes, spec_from_hf_config
-from .registry import STRATEGIES, UNAVAILABLE, convert, strategies_markdown, update_markdown
+from .allocator import POOLS, MiB
+from .engines import ENGINES, check_engine
 from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
+from .registry import STRATEGIES, UNAVAILABLE, convert, strategies_markdown, update_markdown
+from .replay import WeightsDoNotFit, replay_load
+from .shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, catalog_shapes, spec_from_hf_config
 from .timing import time_layer
 from .traffic import strategy_traffic
-from .allocator import POOLS, MiB
-from .replay import WeightsDoNotFit, replay_load
+from .units import format_bytes as _bytes
+from .units import format_seconds as _seconds
 from .wholemodel import SleepModeLoad
-from .engines import ENGINES, check_engine
-from .units import format_bytes as _bytes, format_seconds as _seconds
 
 __all__ = ["UsageError", "main", "resolve_shape"]
 
@@ -83,7 +84,8 @@ def _gib(*, zero_ok: bool) -> Callable[[str], float]:
             value = math.nan
         if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
             raise argparse.ArgumentTypeError(
-                f"{text!r} is not a finite number of GiB {'>= 0' if zero_ok else '> 0'} (e.g. 139.5)"
+                f"{text!r} is not a finite number of GiB {'>= 0' if zero_ok else '> 0'} "
+                "(e.g. 139.5)"
             )
         return value
 
@@ -252,7 +254,8 @@ def _check_fits(shape: LayerShape, device: str, layers: int) -> None:
         fits = shape.experts * total // need
         raise UsageError(
             f"{shape.label} with {shape.experts} experts needs at least {_bytes(need)} on {device} "
-            f"({layers} copies of the {_bytes(shape.layer_bytes)} layer), which has {_bytes(total)}: "
+            f"({layers} copies of the {_bytes(shape.layer_bytes)} layer), "
+            f"which has {_bytes(total)}: "
             + (f"give --experts {fits} or fewer" if fits else "give a smaller shape")
             + (", or a larger --tp" if shape.model != "explicit" else "")
         )
@@ -359,12 +362,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
     _check_fits(shape, args.device, 3)  # the input, the expected output, a clone converted
     if reference.AVAILABLE:
         oracle_name = "FlashInfer's helpers"
-        oracle = lambda w13, w2: reference.flashinfer_reference(w13, w2, gated=shape.gated)  # noqa: E731
+
+        def oracle(w13, w2):
+            return reference.flashinfer_reference(w13, w2, gated=shape.gated)
     else:
         oracle_name = "legacy (flashinfer-python is not installed)"
-        oracle = lambda w13, w2: convert(
-            w13.clone(), w2.clone(), strategy="legacy", gated=shape.gated
-        )  # noqa: E731
+
+        def oracle(w13, w2):
+            return convert(w13.clone(), w2.clone(), strategy="legacy", gated=shape.gated)
+
     print(
         f"verify {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)}, "
         f"gated={shape.gated}, device {args.device}; against {oracle_name}",
@@ -393,7 +399,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             ok = all(same) and alias_ok
             failed += not ok
             bar.write(
-                f"  {name:<16} w13 {'ok' if same[0] else 'MISMATCH'}  w2 {'ok' if same[1] else 'MISMATCH'}"
+                f"  {name:<16} w13 {'ok' if same[0] else 'MISMATCH'}  "
+                f"w2 {'ok' if same[1] else 'MISMATCH'}"
                 f"  {'in place' if aliased else 'new tensors'}"
                 f"{'' if alias_ok else ' (WRONG: contract says otherwise)'}",
                 file=sys.stdout,
@@ -488,7 +495,7 @@ def _print_measure_table(records: list[dict]) -> None:
         print(
             "  ".join(
                 cell.ljust(w) if i == 0 else cell.rjust(w)
-                for i, (cell, w) in enumerate(zip(row, widths))
+                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
             )
         )
 
@@ -593,7 +600,7 @@ def _print_replay_tables(results: list[SleepModeLoad], max_splits: list[int | No
             print(
                 "  ".join(
                     c.ljust(w) if i == 0 else c.rjust(w)
-                    for i, (c, w) in enumerate(zip(row, widths))
+                    for i, (c, w) in enumerate(zip(row, widths, strict=True))
                 )
             )
 
@@ -725,7 +732,8 @@ def main(argv: list[str] | None = None) -> int:
         "--device-gib",
         type=_gib(zero_ok=False),
         required=True,
-        help="GiB the device lends to PyTorch during the load (vLLM PR #45589's reproduction on a 141 GB GPU: 139.5)",
+        help="GiB the device lends to PyTorch during the load "
+        "(vLLM PR #45589's reproduction on a 141 GB GPU: 139.5)",
     )
     p.add_argument(
         "--other-weights-gib",

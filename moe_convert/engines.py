@@ -29,9 +29,9 @@ from typing import Any
 import torch
 
 from .formulas import Formula
+from .inputs import random_weights
 from .layout import block_layout_view, swap_w13_to_w31
 from .reference import AVAILABLE as FLASHINFER_AVAILABLE
-from .inputs import random_weights
 from .reference import flashinfer_reference
 from .registry import STRATEGIES, convert, register
 
@@ -238,7 +238,10 @@ def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> Engin
             return EngineCheck(
                 engine, engine.version, False, f"gated={gated}: {type(error).__name__}: {error}"
             )
-        same = [torch.equal(g.view(torch.uint8), w.view(torch.uint8)) for g, w in zip(got, want)]
+        same = [
+            torch.equal(g.view(torch.uint8), w.view(torch.uint8))
+            for g, w in zip(got, want, strict=True)
+        ]
         aliased = got[0].data_ptr() == in13.data_ptr() and got[1].data_ptr() == in2.data_ptr()
         results.append((gated, same, aliased == STRATEGIES[engine.strategy].inplace))
     detail = "; ".join(

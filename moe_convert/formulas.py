@@ -60,7 +60,7 @@ def sizes(shape: LayerShape) -> dict[str, int]:
     return {letter: symbol.value(shape) for letter, symbol in LEGEND.items()}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compile(text: str) -> Callable[[dict[str, int]], int]:
     """``text`` as a function of the legend's values; ``ValueError`` naming what is not allowed."""
     try:

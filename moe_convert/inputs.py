@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import torch
 
-from .shapes import LayerShape
 from .registry import convert
+from .shapes import LayerShape
 
 __all__ = ["layer_weights", "random_weights", "strategy_call", "warm_strategy"]
 

@@ -44,14 +44,15 @@ __all__ = [
 BLOCK_K = 128
 # Rows shuffled together for epilogue_tile_m = 128 (other tile sizes would use 16).
 SHUFFLE_BLOCK = 32
-# Inside a block of 32, old row o becomes new row _SHUFFLE_MAP[o] (FlashInfer's srcToDstBlk32RowMap).
+# Inside a block of 32, old row o becomes new row _SHUFFLE_MAP[o]
+# (FlashInfer's srcToDstBlk32RowMap).
 _SHUFFLE_MAP = [0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
                 4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31]  # fmt: skip
 
 _CPU = torch.device("cpu")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def shuffle_row_index(rows: int, device: torch.device = _CPU) -> torch.Tensor:
     """Shuffle-A row index ``S`` (int64 ``[M]``, ``S[new] = old``), cached per (rows, device).
 
@@ -66,7 +67,7 @@ def shuffle_row_index(rows: int, device: torch.device = _CPU) -> torch.Tensor:
     return index.to(device)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gated_interleave_index(rows: int, device: torch.device = _CPU) -> torch.Tensor:
     """Gated-activation interleave ``G = [0, M/2, 1, M/2 + 1, ...]`` (int64 ``[M]``), cached."""
     if rows % 2:
@@ -74,7 +75,7 @@ def gated_interleave_index(rows: int, device: torch.device = _CPU) -> torch.Tens
     return torch.arange(rows, dtype=torch.int64).view(2, rows // 2).t().reshape(rows).to(device)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def w13_row_index(
     rows: int, gated: bool, device: torch.device = _CPU, *, fold_swap: bool = True
 ) -> torch.Tensor:

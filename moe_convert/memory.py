@@ -162,8 +162,9 @@ def strategy_memory(
 
     The weights are made first (not counted) and the strategy's caches warmed, then one
     ``convert`` call is measured with ``measure_memory``: ``peak_bytes`` is the figure each
-    strategy's record states (``STRATEGIES[name].peak``, ``T13 + T2`` for ``strided_copy``). On ``meta`` it is exact
-    at full model size with no memory (DeepSeek-V3 TP1, T13 = 14 GiB: well under a second).
+    strategy's record states (``STRATEGIES[name].peak``, ``T13 + T2`` for ``strided_copy``). On
+    ``meta`` it is exact at full model size with no memory (DeepSeek-V3 TP1, T13 = 14 GiB: well
+    under a second).
     """
     return measure_memory(strategy_call(shape, strategy, device))
 
@@ -192,7 +193,7 @@ def _allocator_events(prof: profile) -> list[tuple[int, int, int, str]]:
 
 
 def profiler_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> MemoryMeasurement:
-    """Allocator-level peak of ``fn(*args, **kwargs)`` on CPU, from ``torch.profiler`` memory events.
+    """Allocator-level peak of ``fn(*args, **kwargs)`` on CPU, from profiler memory events.
 
     Every allocation and free of the CPU allocator during the call, in time order, kernel
     temporaries included; bytes are the requested sizes (the CPU allocator does not round).

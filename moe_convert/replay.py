@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from .allocator import Allocator, MiB, OutOfMemory, Pool
 from .inputs import layer_weights, warm_strategy
 from .memory import AllocationTracker, MemoryEvent
-from .shapes import LayerShape
 from .registry import STRATEGIES, convert
+from .shapes import LayerShape
 from .wholemodel import SleepModeLoad
 
 __all__ = ["LayerTrace", "LoadStep", "WeightsDoNotFit", "layer_trace", "load_steps", "replay_load"]
@@ -65,7 +65,7 @@ class WeightsDoNotFit(ValueError):
     """The device cannot hold the model's weights before any conversion (a user error)."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def layer_trace(shape: LayerShape, strategy: str) -> LayerTrace:
     """Record one steady-state conversion of a ``shape`` layer with ``strategy`` on ``meta``.
 

@@ -33,8 +33,8 @@ from .layout import (
     block_layout_view,
     swap_w13_to_w31,
     to_block_layout,
-    w13_row_index,
     w2_row_index,
+    w13_row_index,
 )
 from .registry import register
 
@@ -271,7 +271,8 @@ def strided_inplace(
     scratch, which holds one expert. The scratch is at least 10 MiB, so that
     on CUDA it gets a segment of its own that later layers reuse rather than a slice of a 20 MiB
     segment that ``max_split_size_mb=20`` strands after every layer: it reserves
-    ``max(S13, S2, 10 MiB)`` rounded to 2 MiB, where a smaller scratch would reserve 20 MiB per layer.
+    ``max(S13, S2, 10 MiB)`` rounded to 2 MiB, where a smaller scratch would reserve 20 MiB per
+    layer.
 
     In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
     transient: the scratch, no index tensors. Traffic and launches: per expert one copy into

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from .inputs import layer_weights, warm_strategy
-from .shapes import LayerShape
 from .registry import STRATEGIES, convert
+from .shapes import LayerShape
 from .wholemodel import whole_model_seconds
 
 __all__ = [
@@ -188,7 +188,9 @@ class LayerTiming:
         """
         return statistics.median(
             strategy / copy
-            for strategy, copy in zip(self.strategy_time.samples, self.copy_time.samples)
+            for strategy, copy in zip(
+                self.strategy_time.samples, self.copy_time.samples, strict=True
+            )
         )
 
     @property

@@ -106,7 +106,7 @@ class TrafficCounter(TorchDispatchMode):
         if name in _NO_DATA:
             return out
         written_args, read_args, index_args = [], [], []
-        values = dict(zip((a.name for a in func._schema.arguments), args))
+        values = dict(zip((a.name for a in func._schema.arguments), args, strict=False))
         values.update(kwargs)
         for argument in func._schema.arguments:
             value = values.get(argument.name)

@@ -237,7 +237,7 @@ def triton_inplace(
             scratch[: group * weight[0].nbytes].view(weight.dtype).view(group, *weight.shape[1:])
         )
         blocks = weight.view(torch.uint8).view(block_layout_shape(weight))
-        for experts, out in zip(weight.split(group), blocks.split(group)):
+        for experts, out in zip(weight.split(group), blocks.split(group), strict=True):
             stage = staged[: len(experts)]
             stage.copy_(experts)
             triton_block_layout(stage, interleave, out=out)

@@ -16,6 +16,7 @@ results compare field by field (docs/allocator.md has the allocator's rules).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
@@ -25,8 +26,8 @@ import torch
 from .allocator import MiB, Pool
 from .inputs import warm_strategy
 from .memory import require_cuda
-from .shapes import LayerShape
 from .registry import convert
+from .shapes import LayerShape
 
 __all__ = [
     "REPLAY_ONLY",
@@ -129,7 +130,7 @@ class SleepModeLoad:
         samples = self.reserved_after_layer
         if len(samples) < 2:
             return None
-        return statistics.median_low(b - a for a, b in zip(samples, samples[1:]))
+        return statistics.median_low(b - a for a, b in itertools.pairwise(samples))
 
     def differences(self, other: SleepModeLoad) -> dict[str, tuple[object, object]]:
         """``{field: (self's, other's)}`` for every field that differs, leaving out a replay-only

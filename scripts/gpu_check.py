@@ -43,19 +43,18 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # moe_convert and benchmarks from this checkout, installed or not
 
-#: Full-size shapes of steps 1, 2 and 6: the two per-rank layers of the GPU-check issue (qwen3-235b-a22b/tp4 is vLLM #45589's).
+#: Full-size shapes of steps 1, 2 and 6: the two per-rank layers of the GPU-check issue
+#: (qwen3-235b-a22b/tp4 is vLLM #45589's).
 CHECK_SHAPES = ("qwen3-235b-a22b/tp4", "deepseek-v3/tp8")
 #: Step 3 and 4: layers of qwen3-235b-a22b/tp4 loaded (1.15 GiB each).
 LOAD_SHAPE = "qwen3-235b-a22b/tp4"
@@ -112,7 +111,7 @@ _RESULT_FILE: Path | None = None
 
 
 def _record(rows: list[dict], row: dict) -> None:
-    """Append ``row`` and save the rows so far: a step stopped by its time box still reports them."""
+    """Append ``row`` and save the rows so far: a step stopped by its time box still has them."""
     rows.append(row)
     if _RESULT_FILE is not None:
         _RESULT_FILE.write_text(
@@ -671,7 +670,8 @@ def target_lines(rows: list[dict]) -> list[str]:
                 f"- {label}, best {'in place' if inplace else 'out of place'}: "
                 f"`{best['strategy']}` x{best['copy_ratio']:.3f} copy (target <= {target}: "
                 f"{verdict}), {best['seconds'] * 1e3:.3f} ms/layer, peak "
-                f"{_mib(best['peak_bytes'])}, whole model {best['whole_model_seconds'] * 1e3:.1f} ms"
+                f"{_mib(best['peak_bytes'])}, "
+                f"whole model {best['whole_model_seconds'] * 1e3:.1f} ms"
             )
     qwen = [r for r in timed if r["shape"] == LOAD_SHAPE]
     if qwen:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from moe_convert.allocator import (
-    MiB,
     Allocator,
+    MiB,
     OutOfMemory,
     get_allocation_size,
     round_size,

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-
 from conftest import requires_cuda
+
 from moe_convert import STRATEGIES, layer_shape
 from moe_convert.allocator import Allocator, MiB
 from moe_convert.replay import layer_trace, replay_load
@@ -31,7 +31,8 @@ pytestmark = requires_cuda
 
 MAX_SPLIT_MB = 20
 # Per-expert geometry of Qwen3-235B-A22B TP4 (w13 expert 6 MiB, w2 expert 3 MiB), 8 experts per
-# layer and 3 layers: the legacy load's allocation pattern (vLLM #45589) at a size any CUDA device holds.
+# layer and 3 layers: the legacy load's allocation pattern (vLLM #45589) at a size any CUDA
+# device holds.
 SMALL_QWEN = dataclasses.replace(layer_shape("qwen3-235b-a22b", 4).with_experts(8), moe_layers=3)
 
 # (kind, key, bytes): the notes' worked example, then one step per rule (see test_allocator.py).

@@ -4,6 +4,7 @@ value, no traceback, and no work started before the error (the heavy steps are b
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -281,14 +282,19 @@ def test_a_bug_still_shows_its_traceback(monkeypatch):
 
 
 def test_a_reader_that_leaves_early_gets_no_traceback():
-    # `python -m moe_convert strategies | head -1`: the pipe closes before the listing ends
-    listing = subprocess.Popen(
-        [sys.executable, "-m", "moe_convert", "strategies"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    listing.stdout.readline()
-    listing.stdout.close()
-    stderr = listing.stderr.read().decode()
-    assert listing.wait(timeout=300) == 1
-    assert "Traceback" not in stderr, stderr
+    # `python -m moe_convert strategies | head -1`, made certain: the reader is gone before the
+    # listing starts, so every write meets a closed pipe.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "moe_convert", "strategies"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 1
+    assert done.stderr == ""

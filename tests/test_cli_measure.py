@@ -1,4 +1,4 @@
-"""``python -m moe_convert measure``: the JSON lines parse, carry their keys, and hold exact peaks."""
+"""``python -m moe_convert measure``: JSON lines that parse, with their keys and exact peaks."""
 
 from __future__ import annotations
 

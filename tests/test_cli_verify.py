@@ -1,4 +1,4 @@
-"""``python -m moe_convert shapes`` and ``verify``: output, exit status, a broken strategy caught."""
+"""``python -m moe_convert shapes`` and ``verify``: output, exit status, a broken strategy found."""
 
 from __future__ import annotations
 

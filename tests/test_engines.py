@@ -58,7 +58,7 @@ def test_adapter_calls_the_installed_function_and_matches_flashinfer(engine, gat
     assert calls, f"{engine.function} never ran"  # once (vLLM) or per weight (SGLang)
     aliased = (got[0].data_ptr(), got[1].data_ptr()) == (in13.data_ptr(), in2.data_ptr())
     assert aliased == STRATEGIES[engine.strategy].inplace
-    for g, w in zip(got, flashinfer_reference(w13, w2, gated=gated)):
+    for g, w in zip(got, flashinfer_reference(w13, w2, gated=gated), strict=True):
         assert g.shape == w.shape and torch.equal(g.view(torch.uint8), w.view(torch.uint8))
 
 
@@ -95,7 +95,7 @@ def test_check_engine_of_an_absent_engine_says_so():
 
 @pytest.fixture
 def fake_engines(monkeypatch):
-    """Two "installed" engines (torch is installed) whose adapters are a right and a wrong strategy."""
+    """Two "installed" engines (torch is installed), adapters of a right and a wrong strategy."""
 
     def wrong(w13, w2, gated):
         """Test probe: right shapes, wrong bytes. In place. Peak transient: 0."""

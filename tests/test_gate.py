@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-
 from pathlib import Path
 
 import pandas as pd
@@ -94,7 +93,7 @@ def scaled(benchmark, factor):
 
 
 def run_compare(tmp_path, head_values, capsys, *, args=(), base_values=GOOD, **kwargs):
-    """Compare ``base_values`` (commit BASE) with ``head_values`` (HEAD, written with ``kwargs``)."""
+    """Compare ``base_values`` (commit BASE) with ``head_values`` (HEAD, written with kwargs)."""
     write_results(tmp_path, BASE, base_values)
     write_results(tmp_path, HEAD, head_values, date=1_700_000_100_000, **kwargs)
     code = cli.main(

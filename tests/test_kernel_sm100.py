@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from conftest import requires_cuda, requires_flashinfer, requires_sm100
 
 from moe_convert import STRATEGIES, convert
-from moe_convert.layout import to_block_layout
 from moe_convert.inputs import random_weights
+from moe_convert.layout import to_block_layout
 from moe_convert.reference import flashinfer_reference
 
 TOKENS, EXPERTS, HIDDEN, INTER, TOP_K = 64, 8, 1024, 512, 2

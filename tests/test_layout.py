@@ -8,6 +8,7 @@ import torch
 from conftest import requires_flashinfer
 
 from moe_convert import STRATEGIES, convert, unconvert
+from moe_convert.inputs import random_weights
 from moe_convert.layout import (
     block_layout_copies,
     block_layout_shape,
@@ -19,7 +20,6 @@ from moe_convert.layout import (
     w2_row_index,
     w13_row_index,
 )
-from moe_convert.inputs import random_weights
 
 EPILOGUE_TILE_M = 128
 ROWS = [32, 64, 96, 256, 768, 2048]  # multiples of 32; 96 is not a power of two

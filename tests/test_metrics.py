@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from asv.config import Config
 from asv.plugins.regressions import _GraphDataFilter
-from fixtures.asv_fixture import OUT as FIXTURE_RESULTS, git, make_repo
+from fixtures.asv_fixture import OUT as FIXTURE_RESULTS
+from fixtures.asv_fixture import git, make_repo
 
 from moe_bench.metrics import EXACT, INFO, METRICS, NOISE_FACTOR, PAIRED, PAIRED_TIME, judge
 from moe_bench.results import new_commits

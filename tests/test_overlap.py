@@ -53,7 +53,7 @@ def test_adjacent_views_of_one_buffer_convert(name):
     _, w13, w2 = views(0)
     want = [t.view(torch.uint8) for t in convert(w13.clone(), w2.clone(), strategy="legacy")]
     got = convert(w13, w2, strategy=name)
-    assert all(torch.equal(g.view(torch.uint8), w) for g, w in zip(got, want))
+    assert all(torch.equal(g.view(torch.uint8), w) for g, w in zip(got, want, strict=True))
 
 
 @pytest.mark.parametrize("name", OUT_OF_PLACE)
@@ -61,4 +61,4 @@ def test_out_of_place_strategy_accepts_overlap(name):
     _, w13, w2 = views(-4)  # 8 bytes shared; w2 stays 8-byte aligned, as strided_copy needs
     want = [t.view(torch.uint8) for t in convert(w13.clone(), w2.clone(), strategy="legacy")]
     got = convert(w13, w2, strategy=name)
-    assert all(torch.equal(g.view(torch.uint8), w) for g, w in zip(got, want))
+    assert all(torch.equal(g.view(torch.uint8), w) for g, w in zip(got, want, strict=True))

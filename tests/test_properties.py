@@ -77,7 +77,7 @@ def test_valid_shapes_convert_byte_exact(shapes, name, seed):
     w13, w2 = inputs.random_weights(w13_shape, w2_shape, seed=seed)
     want = oracle(w13, w2, gated)
     got = convert(w13.clone(), w2.clone(), strategy=name, gated=gated)
-    assert all(torch.equal(g.view(torch.uint8), w) for g, w in zip(got, want))
+    assert all(torch.equal(g.view(torch.uint8), w) for g, w in zip(got, want, strict=True))
 
 
 @FEW
@@ -94,4 +94,4 @@ def test_invalid_inputs_raise_and_leave_the_input_unchanged(inputs, name):
         return
     with pytest.raises((ValueError, TypeError)):
         convert(w13, w2, strategy=name, gated=gated)
-    assert all(torch.equal(a, b) for a, b in zip((w13, w2), before))
+    assert all(torch.equal(a, b) for a, b in zip((w13, w2), before, strict=True))

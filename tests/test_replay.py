@@ -1,4 +1,4 @@
-"""Whole-model replays: the table of vLLM PR #45589's report and which strategies grow reserved memory.
+"""Whole-model replays: vLLM PR #45589's table, and which strategies grow reserved memory.
 
 Seed 000: Qwen3-235B-A22B TP4 under vLLM sleep mode on a 141 GB GPU (139.5 GiB lent), 109.61 GiB
 of weights per rank (105.75 GiB MoE + 3.86 GiB other). Legacy ran out of memory with

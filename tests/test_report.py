@@ -101,7 +101,7 @@ def test_summary_of_two_machines_keeps_each_machine_to_its_own_commits(results):
     other = results.assign(machine="other-box", commit=results["commit"].str.replace("a", "f"))
     table = summary_table(pd.concat([results, other], ignore_index=True))
     assert len(table) == 16
-    for machine, rows in table.groupby("machine"):
+    for _, rows in table.groupby("machine"):
         assert len(rows) == 8 and rows["commit"].nunique() == 1
     assert (table[table["strategy"] == "legacy"]["speedup"] == 1.0).all()
 

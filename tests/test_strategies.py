@@ -14,8 +14,8 @@ import torch
 from conftest import requires_flashinfer
 
 from moe_convert import STRATEGIES, convert, register
-from moe_convert.reference import AVAILABLE as FLASHINFER_AVAILABLE
 from moe_convert.inputs import random_weights
+from moe_convert.reference import AVAILABLE as FLASHINFER_AVAILABLE
 from moe_convert.reference import flashinfer_reference
 
 # name -> (E experts, I intermediate per rank, H hidden, gated); w13 [E, 2I or I, H], w2 [E, H, I]
@@ -43,7 +43,7 @@ def shapes(case: str) -> tuple[tuple[int, int, int], tuple[int, int, int], bool]
     return (experts, 2 * inter if gated else inter, hidden), (experts, hidden, inter), gated
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def weights(case: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Random-bit checkpoint-layout weights; shared, so callers convert clones."""
     w13_shape, w2_shape, _ = shapes(case)
@@ -54,7 +54,7 @@ def as_bytes(pair: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, tor
     return tuple(t.view(torch.uint8) for t in pair)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def expected(case: str, oracle: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """uint8 block layout of ``weights(case, seed)`` from ``oracle`` ("flashinfer" or "legacy")."""
     w13, w2 = weights(case, seed)
@@ -77,7 +77,7 @@ def run(name: str, case: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor
 def assert_bytes_equal(
     got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]
 ):
-    for label, g, w in zip(("w13", "w2"), as_bytes(got), want):
+    for label, g, w in zip(("w13", "w2"), as_bytes(got), want, strict=True):
         assert g.shape == w.shape, f"{label}: shape {tuple(g.shape)} != {tuple(w.shape)}"
         if not torch.equal(g, w):
             diff = (g != w).nonzero()
@@ -92,7 +92,7 @@ def assert_bytes_equal(
 def test_matches_flashinfer_helpers(name, case):
     got = run(name, case)
     w13_shape, w2_shape, _ = shapes(case)
-    for out, (experts, rows, cols) in zip(got, (w13_shape, w2_shape)):
+    for out, (experts, rows, cols) in zip(got, (w13_shape, w2_shape), strict=True):
         # bf16 [E, Kb/128, M, 64] with Kb = 2 cols bytes per row, contiguous for the kernel
         assert out.dtype == torch.bfloat16
         assert out.shape == (experts, 2 * cols // 128, rows, 64)
@@ -184,7 +184,7 @@ def test_out_of_place_leaves_input_unchanged(name):
     got = convert(in13, in2, strategy=name, gated=True)
     assert torch.equal(in13.view(torch.uint8), w13.view(torch.uint8))
     assert torch.equal(in2.view(torch.uint8), w2.view(torch.uint8))
-    for out, param in zip(got, (in13, in2)):
+    for out, param in zip(got, (in13, in2), strict=True):
         assert out.untyped_storage().data_ptr() != param.untyped_storage().data_ptr()
 
 

@@ -63,7 +63,8 @@ def test_not_registered_without_a_gpu_or_the_interpreter_and_says_why():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = (
         "import moe_convert; from moe_convert import triton_strategy as t; "
-        "print(sorted(n for n in moe_convert.STRATEGIES if 'triton' in n)); print(t.UNAVAILABLE_REASON)"
+        "print(sorted(n for n in moe_convert.STRATEGIES if 'triton' in n)); "
+        "print(t.UNAVAILABLE_REASON)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
