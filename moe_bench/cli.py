@@ -2,6 +2,7 @@
 
     moe-bench machine [--profile P] [--name NAME] [--shell]    record this machine for asv
     moe-bench new-commits MACHINE [--config asv.conf.json]     commits to measure next there
+    moe-bench measurable REVISION... [--config asv.conf.json]  can the suite measure them?
     moe-bench summary [--results DIR] [--out DIR]              summary.md and plots
     moe-bench compare RESULTS_DIR BASE HEAD [--paired FILE] [--markdown FILE]   the PR verdict
     moe-bench gate [--results DIR] [--budgets FILE] [--machine NAME] [--commit HASH]   budgets
@@ -77,6 +78,23 @@ def cmd_new_commits(args: argparse.Namespace) -> int:
     from .results import new_commits
 
     print(*new_commits(args.config, args.machine), sep="\n")
+    return 0
+
+
+def cmd_measurable(args: argparse.Namespace) -> int:
+    from .results import ResultsError, unmeasurable
+
+    try:
+        older = unmeasurable(args.config, args.revisions)
+    except ResultsError as err:
+        return _error(args, err)
+    if older:
+        return _error(
+            args,
+            f"{', '.join(older)}: older than the oldest commit this suite can measure "
+            f"(oldest_commit in {args.config}); compare commits at or after it "
+            "(docs/benchmarks.md)",
+        )
     return 0
 
 
@@ -251,6 +269,16 @@ def build_parser() -> ArgumentParser:
     )
     commits.add_argument("machine")
     commits.add_argument("--config", type=Path, default=Path("asv.conf.json"))
+
+    measurable = _add(
+        sub,
+        "measurable",
+        cmd_measurable,
+        "exit 0 when the suite can measure every REVISION, else 2 naming those older than the "
+        "config's oldest_commit",
+    )
+    measurable.add_argument("revisions", nargs="+", metavar="REVISION")
+    measurable.add_argument("--config", type=Path, default=Path("asv.conf.json"))
 
     summary = _add(
         sub,

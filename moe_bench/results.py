@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import itertools
 import math
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,14 @@ from asv.results import Results, iter_results_for_machine
 
 from .metrics import METRICS
 
-__all__ = ["COLUMNS", "ResultsError", "load_results", "machine_names", "new_commits"]
+__all__ = [
+    "COLUMNS",
+    "ResultsError",
+    "load_results",
+    "machine_names",
+    "new_commits",
+    "unmeasurable",
+]
 
 #: The columns of ``load_results``, in order; parameter columns other than ``shape`` and
 #: ``strategy`` (none today) would follow, then ``profile``.
@@ -181,12 +189,44 @@ def new_commits(config: str | Path, machine: str) -> list[str]:
     asv's own ``NEW`` with this machine's history instead of every machine's: the commits of the
     configured branches newer than the latest one in ``<results_dir>/<machine>/``
     (``Repo.get_new_branch_commits``). A machine without history gets the checkout's ``HEAD``
-    only (measuring every past commit would take days). Empty when ``HEAD`` is measured: a night
-    without a new commit, not an error.
+    only (measuring every past commit would take days). Commits the suite cannot measure
+    (``unmeasurable``) are left out. Empty when ``HEAD`` is measured: a night without a new
+    commit, not an error.
     """
     conf = Config.load(str(config))
     repo = get_repo(conf)
     measured = {r.commit_hash for r in iter_results_for_machine(conf.results_dir, machine)}
     if not measured:
-        return [repo.get_hash_from_name("HEAD")]
-    return repo.get_new_branch_commits(conf.branches, measured)
+        commits = [repo.get_hash_from_name("HEAD")]
+    else:
+        commits = repo.get_new_branch_commits(conf.branches, measured)
+    too_old = set(unmeasurable(config, commits))
+    return [commit for commit in commits if commit not in too_old]
+
+
+def unmeasurable(config: str | Path, revisions: list[str]) -> list[str]:
+    """The revisions of ``revisions`` older than the config's ``oldest_commit``: not it and not
+    its descendants (none where the config has no ``oldest_commit``).
+
+    The suite's ``benchmarks/`` come from the checkout while asv builds the measured commit's
+    library, so a commit from before what the benchmarks import cannot be measured: every
+    benchmark of it would fail. ``ResultsError`` for a revision git does not know.
+    """
+    conf = Config.load(str(config))
+    oldest = getattr(conf, "oldest_commit", None)
+    if not oldest:
+        return []
+    root = Path(config).resolve().parent / conf.repo
+    older = []
+    for revision in revisions:
+        # exit 0: ``oldest`` is the revision or one of its ancestors; 1: it is not; else: unknown
+        done = subprocess.run(
+            ["git", "-C", str(root), "merge-base", "--is-ancestor", oldest, revision],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode not in (0, 1):
+            raise ResultsError(f"{revision!r} is no commit of {root}: {done.stderr.strip()}")
+        if done.returncode == 1:
+            older.append(revision)
+    return older

@@ -19,8 +19,9 @@ from asv.plugins.regressions import _GraphDataFilter
 from fixtures.asv_fixture import OUT as FIXTURE_RESULTS
 from fixtures.asv_fixture import git, make_repo
 
+from moe_bench import cli
 from moe_bench.metrics import EXACT, INFO, METRICS, NOISE_FACTOR, PAIRED, PAIRED_TIME, judge
-from moe_bench.results import new_commits
+from moe_bench.results import new_commits, unmeasurable
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = re.compile(r"^(time|timeraw|track|peakmem|mem)_")
@@ -152,6 +153,28 @@ def test_nightly_measures_the_commits_after_the_last_measured(history):
     assert len(new) == 2 and new_commits(config, "fixture-box") == new
     # A machine without history measures HEAD only, not the whole past.
     assert new_commits(config, "new-box") == [new[0]]
+
+
+def test_commits_older_than_the_oldest_measurable_are_neither_measured_nor_compared(
+    history, capsys
+):
+    repo, commits, config = history
+    for i in range(2):
+        (repo / "revision.txt").write_text(f"new {i}\n")
+        git(repo, "commit", "-q", "-am", f"new commit {i}")
+    new = git(repo, "rev-list", f"{commits[-1]}..main").split()  # newest first
+    conf = json.loads(config.read_text())
+    config.write_text(json.dumps({**conf, "oldest_commit": new[0]}))
+    assert new_commits(config, "fixture-box") == [new[0]]  # new[1] is older: skipped
+    assert unmeasurable(config, [new[1], new[0], "main"]) == [new[1]]
+    assert cli.main(["measurable", "main", new[0], "--config", str(config)]) == 0
+    assert cli.main(["measurable", new[1], "main", "--config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"moe-bench measurable: error: {new[1]}: older than the oldest commit")
+    assert cli.main(["measurable", "no-such-commit", "--config", str(config)]) == 2
+    assert "'no-such-commit' is no commit of" in capsys.readouterr().err
+    config.write_text(json.dumps(conf))  # no oldest_commit: every commit is measurable
+    assert unmeasurable(config, [new[1]]) == []
 
 
 def test_nightly_script_exits_0_when_there_is_nothing_new(history, tmp_path):
