@@ -14,23 +14,20 @@ when its peak live bytes look fine.
 from __future__ import annotations
 
 from moe_convert.replay import replay_load
-from moe_convert.wholemodel import SleepModeLoad
+from moe_convert.wholemodel import VLLM_LOAD_MAX_SPLIT_MB, SleepModeLoad
 
 from . import common
-
-#: vLLM's max_split_size_mb during load_model (vLLM #41268).
-MAX_SPLIT_MB = 20
 
 
 def _replay_grid() -> dict[tuple[str, str], SleepModeLoad | str]:
     """``replay.replay_load`` of every cell of the grid (``common.measure_grid``): the sleep pool
-    at ``MAX_SPLIT_MB``, an unbounded device, the full-size shape."""
+    at ``VLLM_LOAD_MAX_SPLIT_MB``, an unbounded device, the full-size shape."""
 
     def measure(shape: str, strategy: str) -> SleepModeLoad:
         return replay_load(
             common.full_shape(shape),
             strategy,
-            max_split_size_mb=MAX_SPLIT_MB,
+            max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
             pool="sleep",
             device_bytes=None,
         )

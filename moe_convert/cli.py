@@ -38,7 +38,7 @@ from .timing import time_layer
 from .traffic import strategy_traffic
 from .units import format_bytes as _bytes
 from .units import format_seconds as _seconds
-from .wholemodel import SleepModeLoad
+from .wholemodel import VLLM_LOAD_MAX_SPLIT_MB, SleepModeLoad
 
 __all__ = ["UsageError", "main", "resolve_shape"]
 
@@ -724,9 +724,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--max-split-mb",
         type=_max_splits,
-        default="20",
+        default=str(VLLM_LOAD_MAX_SPLIT_MB),
         help="max_split_size_mb values, comma-separated, 'none' = unlimited "
-        "(default 20: what vLLM sets while loading)",
+        f"(default {VLLM_LOAD_MAX_SPLIT_MB}: what vLLM sets while loading)",
     )
     p.add_argument(
         "--device-gib",

@@ -31,11 +31,16 @@ from .shapes import LayerShape
 
 __all__ = [
     "REPLAY_ONLY",
+    "VLLM_LOAD_MAX_SPLIT_MB",
     "SleepModeLoad",
     "allocator_max_split_size",
     "run_load",
     "whole_model_seconds",
 ]
+
+#: The allocator's ``max_split_size_mb`` while vLLM loads a model (vLLM #41268): the setting under
+#: which the sleep-mode load is replayed and run unless told otherwise.
+VLLM_LOAD_MAX_SPLIT_MB = 20
 
 # PyTorch's default max_split_size is SIZE_MAX (no limit); vLLM restores it as this many MiB.
 _UNLIMITED_SPLIT_MB = (2**64 - 1) // MiB
@@ -150,7 +155,7 @@ def run_load(
     strategy: str,
     *,
     layers: int | None = None,
-    max_split_size_mb: int | None = 20,
+    max_split_size_mb: int | None = VLLM_LOAD_MAX_SPLIT_MB,
 ) -> SleepModeLoad:
     """Run the sleep-mode load on the current CUDA device: ``layers`` layers of ``shape`` held in
     a ``MemPool``, then converted one after another, as vLLM's sleep mode loads.

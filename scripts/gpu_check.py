@@ -63,6 +63,8 @@ SLEEP_LAYERS = 24
 #: Step 4's device cap: weights of SLEEP_LAYERS layers (27.6 GiB) plus 12.4 GiB of headroom,
 #: so legacy (+1.27 GiB reserved per layer) runs out within a few layers.
 SLEEP_DEVICE_BYTES = 40 * 2**30
+#: vLLM's max_split_size_mb while loading (moe_convert.wholemodel.VLLM_LOAD_MAX_SPLIT_MB): a
+#: literal: this module imports the library (and torch) only inside its steps.
 MAX_SPLIT_MB = 20
 CPU_REFERENCE = "strided_copy"
 #: Step 5's experiments, to choose the Triton strategies' constants: (shape, strategy, settings
