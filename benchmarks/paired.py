@@ -165,11 +165,7 @@ def measure_cell(
     if missing:
         why = f"strategy {strategy!r} is not registered in {' and '.join(missing)}"
         return Cell(label, strategy, "failed" if missing == ["head"] else "n/a", error=why)
-    head = libs["head"]
-    model, _, tp = label.partition("/tp")
-    shape = head.layer_shape(model, int(tp))
-    if common.profile() == "cpu":
-        shape = shape.with_experts(common.CPU_PROFILE_EXPERTS)
+    shape = common.timed_shape(label)  # the suite's shape: both sides convert the same bytes
     pristine = inputs.random_weights(shape.w13_shape, shape.w2_shape, seed=seed, device=device)
     # Two sets of inputs, dealt to the two sides at random for every pair: where a buffer lies
     # in memory changes the time of the same code (unchanged `inplace` read 1.06-1.08x slower
