@@ -35,7 +35,7 @@ def _replay_grid() -> dict[tuple[str, str], SleepModeLoad | str]:
     return common.measure_grid(measure)
 
 
-class SleepModeReplay:
+class SleepModeReplay(common.ShapeStrategyGrid):
     """Reserved memory of the sleep-mode load at ``max_split_size_mb`` 20, replayed (not run on
     CUDA: ``moe_convert.wholemodel.run_load`` is the run, checked by ``scripts/gpu-check``).
 
@@ -53,9 +53,6 @@ class SleepModeReplay:
     # of once per method's process: the same replay_load calls, so the same values.
     version = "1"
     unit = "bytes"
-    params = [list(common.SHAPES), list(common.STRATEGY_AXIS)]
-    param_names = ["shape", "strategy"]
-    timeout = 300.0
 
     def setup_cache(self) -> dict[tuple[str, str], SleepModeLoad | str]:
         return _replay_grid()

@@ -24,18 +24,7 @@ from . import common
 REPEATS = 9
 
 
-class _ShapeStrategy:
-    """Base: the shape x strategy grid; skips strategies not registered here."""
-
-    params = [list(common.SHAPES), list(common.STRATEGY_AXIS)]
-    param_names = ["shape", "strategy"]
-    timeout = 300.0
-
-    def setup(self, shape: str, strategy: str) -> None:
-        common.require_strategy(strategy)
-
-
-class PeakMemory(_ShapeStrategy):
+class PeakMemory(common.ShapeStrategyGrid):
     """Exact peak transient bytes of one full-size layer, counted at dispatch level on ``meta``.
 
     The row-index caches are warmed first, so the figure is each strategy's documented formula
@@ -55,7 +44,7 @@ def _count_traffic(shape: str, strategy: str) -> TrafficMeasurement:
     return dataclasses.replace(strategy_traffic(common.full_shape(shape), strategy), ops=())
 
 
-class Traffic(_ShapeStrategy):
+class Traffic(common.ShapeStrategyGrid):
     """Exact work of one full-size layer, counted at dispatch level on ``meta``: no noise at all.
 
     ``traffic_bytes`` (bytes read + written), ``launches`` (data-moving ops; CUDA kernel
@@ -99,7 +88,7 @@ class Traffic(_ShapeStrategy):
     track_traffic_ratio.unit = "ratio"
 
 
-class CudaMemory(_ShapeStrategy):
+class CudaMemory(common.ShapeStrategyGrid):
     """CUDA caching-allocator peaks of one full-size layer (n/a without CUDA).
 
     ``peak_allocated`` is rounded to the allocator's blocks; ``peak_reserved`` is what the
@@ -148,7 +137,7 @@ def _time_grid() -> dict[tuple[str, str], timing.LayerTiming | str]:
     return common.measure_grid(measure)
 
 
-class LayerTime(_ShapeStrategy):
+class LayerTime(common.ShapeStrategyGrid):
     """One layer's time, its ratio to a same-size ``copy_`` and the whole model's seconds.
 
     One measurement per shape x strategy (``moe_convert.timing.time_layer``: ``REPEATS`` calls,

@@ -37,6 +37,7 @@ __all__ = [
     "skip",
     "require_strategy",
     "require_cuda",
+    "ShapeStrategyGrid",
     "measure_grid",
     "grid_cell",
 ]
@@ -125,6 +126,18 @@ def require_cuda() -> None:
     """Skip unless a CUDA device is available."""
     if device() != "cuda":
         skip("needs a CUDA device; none is available here")
+
+
+class ShapeStrategyGrid:
+    """Base of the benchmarks over ``SHAPES`` x ``STRATEGY_AXIS``; skips a strategy not
+    registered here. No benchmark itself: asv runs only methods named ``time_``/``track_``."""
+
+    params = [list(SHAPES), list(STRATEGY_AXIS)]
+    param_names = ["shape", "strategy"]
+    timeout = 300.0
+
+    def setup(self, shape: str, strategy: str) -> None:
+        require_strategy(strategy)
 
 
 def measure_grid(measure: Callable[[str, str], T]) -> dict[tuple[str, str], T | str]:

@@ -30,7 +30,6 @@ that ``moe_bench.compare --paired`` reads. Exit 0 when no cell regressed or fail
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import importlib.util
 import io
@@ -236,10 +235,10 @@ def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -
     noise_before = timing.calibration_copy(device=device, threads=common.CPU_THREADS).spread
     # time_once sets no threads: the cells' calls (and their untimed restores) run with
     # CPU_THREADS on CPU for the whole comparison.
-    threads = (
-        timing.cpu_threads(common.CPU_THREADS) if device.type == "cpu" else contextlib.nullcontext()
-    )
-    with threads, tempfile.TemporaryDirectory(prefix="moe-paired-") as folder:
+    with (
+        timing.cpu_threads(common.CPU_THREADS, device=device),
+        tempfile.TemporaryDirectory(prefix="moe-paired-") as folder,
+    ):
         libs = {
             side: load_commit(commit, root, Path(folder), side)
             for side, commit in (("base", base), ("head", head))

@@ -121,7 +121,12 @@ class Formula:
         """The figure for ``shape`` (its ``gated`` picks the text)."""
         return _compile(self.text(gated=shape.gated))(sizes(shape))
 
-    def __str__(self) -> str:
+    def describe(self, quote: str = "") -> str:
+        """The formula as a reader writes it, each text between ``quote`` (markdown: a backtick),
+        with the not-gated text after ``; not gated`` where it differs."""
         if self.not_gated is None or self.not_gated == self.gated:
-            return self.gated
-        return f"{self.gated}; not gated {self.not_gated}"
+            return f"{quote}{self.gated}{quote}"
+        return f"{quote}{self.gated}{quote}; not gated {quote}{self.not_gated}{quote}"
+
+    def __str__(self) -> str:
+        return self.describe()

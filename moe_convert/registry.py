@@ -126,11 +126,7 @@ def convert(
 
 
 def _code(formula: Formula | None) -> str:
-    if formula is None:
-        return "not stated"
-    if formula.not_gated is None or formula.not_gated == formula.gated:
-        return f"`{formula.gated}`"
-    return f"`{formula.gated}`; not gated `{formula.not_gated}`"
+    return "not stated" if formula is None else formula.describe("`")
 
 
 #: The lines around the generated table in a markdown file (docs/library.md).

@@ -64,13 +64,19 @@ class Timing:
 
 
 @contextlib.contextmanager
-def cpu_threads(threads: int | None = None) -> Iterator[int]:
+def cpu_threads(
+    threads: int | None = None, *, device: torch.device | str = "cpu"
+) -> Iterator[int | None]:
     """Set ``torch.set_num_threads`` for the block and restore it after; yields the count used.
 
     ``None`` means every core this process may run on (``os.sched_getaffinity``), stated
     explicitly rather than left to torch's default (physical cores) or to
-    ``torch.utils.benchmark.Timer`` (which sets 1 unless told).
+    ``torch.utils.benchmark.Timer`` (which sets 1 unless told). On a ``device`` other than the
+    CPU nothing is set and it yields ``None``: the count does not apply there.
     """
+    if torch.device(device).type != "cpu":
+        yield None
+        return
     if threads is None:
         threads = len(os.sched_getaffinity(0))
     if threads < 1:
@@ -138,9 +144,8 @@ def time_call(
     """
     _check_counts(repeats, warmup)
     device = torch.device(device)
-    threads_context = cpu_threads(threads) if device.type == "cpu" else contextlib.nullcontext()
     samples = []
-    with threads_context:
+    with cpu_threads(threads, device=device):
         for call in range(warmup + repeats):
             if setup is not None:
                 setup()
@@ -278,8 +283,7 @@ def time_layer(
             w2.copy_(pristine[1])
 
     copy_samples, strategy_samples, faults = [], [], []
-    on_cpu = device.type == "cpu"
-    with cpu_threads(threads) if on_cpu else contextlib.nullcontext() as used_threads:
+    with cpu_threads(threads, device=device) as used_threads:
         for call in range(warmup + repeats):
             copy_seconds, _ = time_once(copy, device)
             restore()
@@ -294,7 +298,7 @@ def time_layer(
         device=str(device),
         strategy_time=Timing(tuple(strategy_samples)),
         copy_time=Timing(tuple(copy_samples)),
-        minor_faults=round(statistics.median(faults)) if on_cpu else None,
+        minor_faults=round(statistics.median(faults)) if device.type == "cpu" else None,
         threads=used_threads,
         model_experts=model_experts,
     )

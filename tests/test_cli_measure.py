@@ -23,6 +23,14 @@ TIME_KEYS = {
 CPU_KEYS = {"minor_faults", "allocator_peak_bytes"}
 
 
+#: ``measure`` of two strategies on a 2-expert layer: seconds on a CPU.
+SMALL_MEASURE = [
+    "measure",
+    *("--experts", "2", "--hidden", "256", "--intermediate", "128"),
+    *("--strategy", "strided_copy,inplace"),
+]
+
+
 def _json_lines(capsys, argv: list[str]) -> list[dict]:
     assert main(argv) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -68,15 +76,7 @@ def test_measure_json_on_cpu_has_time_and_allocator_figures(capsys):
     records = _json_lines(
         capsys,
         [
-            "measure",
-            "--experts",
-            "2",
-            "--hidden",
-            "256",
-            "--intermediate",
-            "128",
-            "--strategy",
-            "strided_copy,inplace",
+            *SMALL_MEASURE,
             "--device",
             "cpu",
             "--repeats",
@@ -129,15 +129,7 @@ def test_progress_bar_only_on_a_terminal_without_quiet(monkeypatch, capsys, term
     stderr = _Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", stderr)
     argv = [
-        "measure",
-        "--experts",
-        "2",
-        "--hidden",
-        "256",
-        "--intermediate",
-        "128",
-        "--strategy",
-        "strided_copy,inplace",
+        *SMALL_MEASURE,
         "--json",
     ] + (["--quiet"] if quiet else [])
     assert main(argv) == 0

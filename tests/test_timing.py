@@ -94,6 +94,16 @@ def test_time_call_sets_and_restores_cpu_threads():
     assert torch.get_num_threads() == before
 
 
+def test_cpu_threads_leaves_other_devices_alone():
+    before = torch.get_num_threads()
+    target = 1 if before != 1 else 2
+    with cpu_threads(target, device="meta") as used:
+        assert used is None and torch.get_num_threads() == before
+    with cpu_threads(target, device="cpu") as used:
+        assert used == target == torch.get_num_threads()
+    assert torch.get_num_threads() == before
+
+
 @pytest.mark.parametrize("bad", [{"repeats": 0}, {"warmup": -1}])
 def test_time_call_rejects_bad_counts(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
