@@ -30,10 +30,25 @@ from .allocator import Allocator, MiB, OutOfMemory, Pool
 from .inputs import layer_weights, warm_strategy
 from .memory import AllocationTracker, MemoryEvent
 from .registry import STRATEGIES, convert
-from .shapes import LayerShape
-from .wholemodel import DEVICE_EVENTS, RankLoad
+from .shapes import LayerShape, shape_from_label
+from .wholemodel import (
+    DEVICE_141GB_BYTES,
+    DEVICE_EVENTS,
+    PR45589_BALLAST_BYTES,
+    PR45589_SHAPE,
+    VLLM_LOAD_MAX_SPLIT_MB,
+    RankLoad,
+)
 
-__all__ = ["LayerTrace", "LoadStep", "WeightsDoNotFit", "layer_trace", "load_steps", "replay_load"]
+__all__ = [
+    "LayerTrace",
+    "LoadStep",
+    "WeightsDoNotFit",
+    "layer_trace",
+    "load_steps",
+    "pr45589_replay",
+    "replay_load",
+]
 
 
 @dataclass(frozen=True)
@@ -220,4 +235,24 @@ def replay_load(
         stranded_segments=stats.stranded_segments,
         seconds=None,
         layer_seconds=None,
+    )
+
+
+def pr45589_replay(
+    strategy: str,
+    *,
+    max_split_size_mb: int | None = VLLM_LOAD_MAX_SPLIT_MB,
+    pool: Pool = "default",
+    device_bytes: int | None = DEVICE_141GB_BYTES,
+) -> RankLoad:
+    """vLLM PR #45589's load replayed: ``PR45589_SHAPE``'s 94 layers after a ballast that brings
+    the rank to its 109.61 GiB, by default without sleep mode under vLLM's setting on a 141 GB
+    device (``DEVICE_141GB_BYTES``); give the ``device_bytes`` a run found to predict that run."""
+    return replay_load(
+        shape_from_label(PR45589_SHAPE),
+        strategy,
+        max_split_size_mb=max_split_size_mb,
+        pool=pool,
+        device_bytes=device_bytes,
+        other_weights_bytes=PR45589_BALLAST_BYTES,
     )

@@ -34,13 +34,15 @@ from .allocator import MiB, Pool
 from .inputs import warm_strategy
 from .memory import require_cuda
 from .registry import convert
-from .shapes import LayerShape
+from .shapes import LayerShape, shape_from_label
 
 __all__ = [
     "DEVICE_141GB_BYTES",
     "DEVICE_EVENTS",
+    "PR45589_BALLAST_BYTES",
     "PR45589_HEADROOM_BYTES",
     "PR45589_LOADED_BYTES",
+    "PR45589_SHAPE",
     "REPLAY_ONLY",
     "RUN_ONLY",
     "RUN_POOLS",
@@ -55,9 +57,12 @@ __all__ = [
 #: which the sleep-mode load is replayed and run unless told otherwise.
 VLLM_LOAD_MAX_SPLIT_MB = 20
 
-#: vLLM PR #45589: a Qwen3-235B-A22B TP4 rank holds 109.61 GiB once its weights are loaded (its
-#: MoE experts are 105.75 GiB of it; the ballast of a whole-rank run stands for the other 3.86).
+#: vLLM PR #45589's load (10.72 s legacy, 2.39 s preallocated, no sleep mode, on an H20-141GB):
+#: a Qwen3-235B-A22B TP4 rank, 109.61 GiB once its weights are loaded; its MoE experts are
+#: 105.75 GiB of it, the ballast of ``replay.pr45589_replay`` and of its run the other 3.86.
+PR45589_SHAPE = "qwen3-235b-a22b/tp4"
 PR45589_LOADED_BYTES = round(109.61 * 2**30)
+PR45589_BALLAST_BYTES = PR45589_LOADED_BYTES - shape_from_label(PR45589_SHAPE).model_bytes
 
 #: What a 141 GB device (PR #45589's H20-141GB, an H200) lends PyTorch's allocator while vLLM
 #: loads: the H200's 143,771 MiB (docs/gpu.md) less about 0.9 GiB of CUDA context and driver.
