@@ -37,6 +37,7 @@ __all__ = [
     "EventCosts",
     "measure_event_costs",
     "predict_load_seconds",
+    "predict_replayed",
     "read_costs",
     "append_costs",
 ]
@@ -75,24 +76,45 @@ class DeviceCosts:
         return cls(**{**record, "events": EventCosts(**record["events"])})
 
 
-def predict_load_seconds(load: RankLoad, layer_seconds: float, events: EventCosts) -> float:
-    """Seconds of ``load``'s conversions by the model above (see the module docstring).
+def predict_load_seconds(
+    *,
+    layers: int,
+    layer_seconds: float,
+    num_device_alloc: int,
+    num_device_free: int,
+    num_device_alloc_failed: int,
+    events: EventCosts,
+) -> float:
+    """Seconds of a load's conversions by the model above (see the module docstring).
 
-    ``layer_seconds``: one layer's steady-state conversion on the device the costs are for.
-    Counts only a replay knows (refused ``cudaMalloc`` calls) are needed: ``ValueError`` for a
-    run's ``RankLoad``, whose seconds are measured anyway. A load that ran out of memory is
-    predicted up to its OOM layer.
+    ``layers`` converted (``RankLoad.layers_converted``: a load that ran out of memory is
+    predicted up to its OOM layer), each ``layer_seconds`` (one layer's steady-state conversion
+    on the device ``events`` are for), and the load's event counts: a replay's
+    (``replay.replay_load``; a run does not know its refused ``cudaMalloc`` calls, and its
+    seconds are measured anyway) or the suite's ``RankLoadReplay`` figures.
     """
+    return (
+        layers * layer_seconds
+        + num_device_alloc * events.cuda_malloc_seconds
+        + num_device_free * events.cuda_free_seconds
+        + num_device_alloc_failed * events.failed_cuda_malloc_seconds
+    )
+
+
+def predict_replayed(load: RankLoad, layer_seconds: float, events: EventCosts) -> float:
+    """``predict_load_seconds`` of a replayed ``RankLoad``; ``ValueError`` for a run's."""
     if load.num_device_alloc_failed is None:
         raise ValueError(
             f"{load.strategy} on {load.shape}: a run's RankLoad lacks num_device_alloc_failed; "
             "predict from replay.replay_load's RankLoad of the same load"
         )
-    return (
-        load.layers_converted * layer_seconds
-        + load.num_device_alloc * events.cuda_malloc_seconds
-        + load.num_device_free * events.cuda_free_seconds
-        + load.num_device_alloc_failed * events.failed_cuda_malloc_seconds
+    return predict_load_seconds(
+        layers=load.layers_converted,
+        layer_seconds=layer_seconds,
+        num_device_alloc=load.num_device_alloc,
+        num_device_free=load.num_device_free,
+        num_device_alloc_failed=load.num_device_alloc_failed,
+        events=events,
     )
 
 

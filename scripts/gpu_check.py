@@ -350,7 +350,7 @@ def step_load(dry_run: bool) -> dict:
     (``pr45589_replay``), every configuration of ``LOAD_CONFIGS``; the event costs measured and
     each load predicted from them (``moe_convert.loadtime``)."""
     from moe_convert import STRATEGIES
-    from moe_convert.loadtime import measure_event_costs, predict_load_seconds
+    from moe_convert.loadtime import measure_event_costs, predict_replayed
     from moe_convert.replay import pr45589_replay
     from moe_convert.wholemodel import DEVICE_141GB_BYTES, PR45589_BALLAST_BYTES, run_load
 
@@ -393,7 +393,7 @@ def step_load(dry_run: bool) -> dict:
                         field: list(pair) for field, pair in replayed.differences(ran).items()
                     }
                 if events is not None:
-                    row["predicted_seconds"] = predict_load_seconds(
+                    row["predicted_seconds"] = predict_replayed(
                         replayed, layer_seconds[name], events
                     )
             except Exception as error:

@@ -14,7 +14,7 @@ from moe_convert.loadtime import (
     EventCosts,
     append_costs,
     measure_event_costs,
-    predict_load_seconds,
+    predict_replayed,
     read_costs,
 )
 from moe_convert.replay import replay_load
@@ -40,7 +40,7 @@ def seed_load(strategy: str):
 
 def test_prediction_is_conversions_plus_each_event_times_its_cost():
     legacy = seed_load("legacy")
-    predicted = predict_load_seconds(legacy, 0.01, COSTS)
+    predicted = predict_replayed(legacy, 0.01, COSTS)
     assert predicted == pytest.approx(
         94 * 0.01
         + legacy.num_device_alloc * 1e-4
@@ -48,7 +48,7 @@ def test_prediction_is_conversions_plus_each_event_times_its_cost():
         + legacy.num_device_alloc_failed * 1e-5
     )
     # preallocated makes 3 segments in the whole load: its prediction is its conversions
-    assert predict_load_seconds(seed_load("preallocated"), 0.01, COSTS) == pytest.approx(
+    assert predict_replayed(seed_load("preallocated"), 0.01, COSTS) == pytest.approx(
         94 * 0.01 + 3 * 1e-4
     )
 
@@ -64,13 +64,13 @@ def test_an_oom_load_is_predicted_up_to_its_oom_layer():
     )
     assert oom.oom_layer == 22 and oom.layers_converted == 22
     zero = EventCosts(0.0, 0.0, 0.0, 1)
-    assert predict_load_seconds(oom, 1.0, zero) == 22.0
+    assert predict_replayed(oom, 1.0, zero) == 22.0
 
 
 def test_a_run_is_measured_not_predicted():
     run = dataclasses.replace(seed_load("legacy"), num_device_alloc_failed=None, seconds=9.0)
     with pytest.raises(ValueError, match="a run's RankLoad lacks num_device_alloc_failed"):
-        predict_load_seconds(run, 0.01, COSTS)
+        predict_replayed(run, 0.01, COSTS)
 
 
 def test_costs_are_recorded_and_the_last_of_a_device_read_back(tmp_path):
