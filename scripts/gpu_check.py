@@ -105,15 +105,15 @@ class Step:
 #: allocator, timing and asv; the whole-rank load (20 loads of 110 GiB, each timed and
 #: replayed) gets the most, and the total stays within the wall budget.
 STEPS = (
-    Step("exact", "byte-exactness on CUDA against the CPU result", 35),
-    Step("memory", "CUDA memory against the dispatch-level formulas", 20),
+    Step("exact", "byte-exactness on CUDA against the CPU result", 40),
+    Step("memory", "CUDA memory against the dispatch-level formulas", 25),
     Step(
         "allocator",
         "allocator model against the caching allocator",
-        25,
+        30,
         (("PYTORCH_ALLOC_CONF", f"max_split_size_mb:{MAX_SPLIT_MB}"),),
     ),
-    Step("load", "the whole rank's load run, replayed and predicted", 130),
+    Step("load", "the whole rank's load run, replayed and predicted", 115),
     Step("timing", "timing with CUDA events against a device copy", 50),
     Step("asv", "asv run --quick on the box's own python", 100),
 )
