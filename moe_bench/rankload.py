@@ -5,7 +5,10 @@ makes it (``bench_allocator``: the default pool at ``max_split_size_mb`` 20): it
 **measured** on CUDA (``RankLoadTime``) or, elsewhere, **predicted** for the device whose costs
 were recorded last (``moe_convert.loadtime``: that device's per-layer seconds and event costs
 times the replayed driver calls), or n/a where neither exists; then the replayed driver calls,
-the peak reserved bytes and the layers an OOM left unconverted. ``legacy`` and ``preallocated``
+the peak reserved bytes and the layers an OOM left unconverted; and whether the same load under
+vLLM's sleep mode fits that device (``SleepModeReplay``'s peak: the sleep-mode pool never gives a
+segment back, so its reserved bytes climb the same way on any device until the first refusal,
+which is the OOM: it fits exactly when that peak does). ``legacy`` and ``preallocated``
 come first, with their ratio beside vLLM #45589's 4.5x. ``layer_curves`` replays that PR's own
 load for the per-layer plot (``moe_bench.plots.write_rank_load_plot``), beside the runs of the
 latest committed ``scripts/gpu-check`` that loaded it (``recorded_runs``).
@@ -24,7 +27,7 @@ from moe_convert import STRATEGIES
 from moe_convert.loadtime import COSTS_FILE, DeviceCosts, predict_load_seconds
 from moe_convert.replay import pr45589_replay
 from moe_convert.shapes import shape_from_label
-from moe_convert.wholemodel import VLLM_LOAD_MAX_SPLIT_MB, RankLoad
+from moe_convert.wholemodel import PR45589_HEADROOM_BYTES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 
 from .metrics import RANK_LOAD_REPLAY, RANK_LOAD_TIME
 from .units import human
@@ -46,6 +49,7 @@ CURVE_STRATEGIES = ("legacy", "preallocated", "inplace", "triton", "triton_inpla
 _EVENTS = ("num_device_alloc", "num_device_free", "num_device_alloc_failed", "num_alloc_retries")
 _REPLAYED = {f"{RANK_LOAD_REPLAY}.track_{name}": name for name in (*_EVENTS, "peak_reserved_bytes")}
 _REPLAYED[f"{RANK_LOAD_REPLAY}.track_layers_lost_to_oom"] = "layers_lost"
+_REPLAYED["bench_allocator.SleepModeReplay.track_peak_reserved_bytes"] = "sleep_peak_bytes"
 
 
 def rank_load_table(df: pd.DataFrame, costs: DeviceCosts | None) -> pd.DataFrame:
@@ -115,7 +119,8 @@ def render_rank_load(table: pd.DataFrame, costs: DeviceCosts | None) -> str:
         "",
         "Seconds spent converting a rank's MoE layers: measured on CUDA; elsewhere "
         f"{where}. Driver calls and peak replayed for a device with vLLM #45589's headroom "
-        "(29.89 GiB once loaded); exact on every machine.",
+        "(29.89 GiB once loaded), exact on every machine; sleep mode: the same load in vLLM's "
+        "sleep-mode pool on that device.",
     ]
     for (machine, commit), rows in table.groupby(["machine", "commit"], sort=False):
         lines += ["", f"### `{machine}` at `{commit[:8]}`", ""]
@@ -133,11 +138,23 @@ def render_rank_load(table: pd.DataFrame, costs: DeviceCosts | None) -> str:
                 "retries": rows["num_alloc_retries"].map(_count),
                 "peak reserved": rows["peak_reserved_bytes"].map(lambda b: human(b, "bytes")),
                 "OOM": rows["layers_lost"].map(lambda n: f"{_count(n)} layers lost" if n else "-"),
+                "sleep mode": [
+                    _sleep_mode(shape, peak)
+                    for shape, peak in zip(rows["shape"], rows["sleep_peak_bytes"], strict=True)
+                ],
             }
         )
         lines.append(shown.to_markdown(index=False, disable_numparse=True))
         lines += _ratios(rows)
     return "\n".join(lines) + "\n"
+
+
+def _sleep_mode(shape: str, peak: float) -> str:
+    """Whether the sleep-mode load fits the device of the table (the rank + the headroom)."""
+    if math.isnan(peak):
+        return "n/a"
+    device = shape_from_label(shape).model_bytes + PR45589_HEADROOM_BYTES
+    return f"{'fits' if peak <= device else 'OOM'} (peak {human(peak, 'bytes')})"
 
 
 def _count(value: float) -> str:

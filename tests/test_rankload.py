@@ -51,10 +51,15 @@ def _replayed(allocs: int, frees: int = 0, lost: int = 0) -> dict:
     }
 
 
+SLEEP_PEAK = "bench_allocator.SleepModeReplay.track_peak_reserved_bytes"
+GiB = 2**30
+
+
 def frame() -> pd.DataFrame:
-    rows = _rows("preallocated", _replayed(3) | {RANK_LOAD_TIME: 2.5})
+    # the rank's 105.75 GiB + 29.89 GiB of headroom: 135.64 GiB of device
+    rows = _rows("preallocated", _replayed(3) | {RANK_LOAD_TIME: 2.5, SLEEP_PEAK: 107 * GiB})
     rows += _rows("inplace", _replayed(94))
-    rows += _rows("legacy", _replayed(6113, 4676))
+    rows += _rows("legacy", _replayed(6113, 4676) | {SLEEP_PEAK: 225 * GiB})
     rows += _rows("legacy", _replayed(1), commit="01d01d01", date=DATE - pd.Timedelta("1D"))
     return pd.DataFrame(rows)
 
@@ -90,7 +95,7 @@ def test_without_costs_only_measured_seconds_remain():
     cells = {
         line.split("|")[2].strip(): line.split("|")[3].strip()
         for line in text.splitlines()
-        if SHAPE in line
+        if line.startswith(f"| {SHAPE}")
     }
     assert cells == {"legacy": "n/a", "preallocated": "2.50 s (measured)", "inplace": "n/a"}
 
@@ -102,6 +107,16 @@ def test_the_headline_names_the_device_and_the_ratio_against_vllm_45589():
     legacy = 94 * 0.01 + 6113 * 1e-4 + 4676 * 1e-3 + 4676 * 1e-5
     assert f"legacy / preallocated {legacy / 2.5:.2f}x" in text
     assert "6,113" in text and "4,676" in text
+    sleep = {
+        line.split("|")[2].strip(): line.split("|")[-2].strip()
+        for line in text.splitlines()
+        if line.startswith(f"| {SHAPE}")
+    }
+    assert sleep == {
+        "legacy": "OOM (peak 225 GiB)",
+        "preallocated": "fits (peak 107 GiB)",
+        "inplace": "n/a",
+    }
 
 
 def test_no_rank_load_results_no_headline():
