@@ -152,15 +152,25 @@ class RankLoadReplay(common.ShapeStrategyGrid):
 
 
 def _rank_load_run(shape: str, strategy: str) -> RankLoad:
-    """``RankLoadTime``'s load: ``RankLoadReplay``'s, run on this CUDA device with what it has."""
-    return run_load(common.full_shape(shape), strategy, max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB)
+    """``RankLoadTime``'s load: ``RankLoadReplay``'s, run on this CUDA device, a ballast first
+    so that it has the same headroom (``PR45589_HEADROOM_BYTES``) whatever its size."""
+    full = common.full_shape(shape)
+    free = torch.cuda.mem_get_info()[0]
+    return run_load(
+        full,
+        strategy,
+        max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
+        other_weights_bytes=max(0, free - full.model_bytes - PR45589_HEADROOM_BYTES),
+    )
 
 
 class RankLoadTime(common.ShapeStrategyGrid):
     """Seconds of the whole rank's conversions, run on CUDA (``wholemodel.run_load``, the
-    default pool at 20 MiB): the load time vLLM's users see, allocator calls included. CUDA
-    only (n/a elsewhere: ``moe_bench`` shows the predicted time there); a rank whose weights do
-    not fit this device is n/a, saying so. One run per cell, all in ``setup_cache``."""
+    default pool at 20 MiB, a ballast leaving ``RankLoadReplay``'s headroom, so its driver calls
+    are the replayed ones on any device): the load time vLLM's users see, allocator calls
+    included. CUDA only (n/a elsewhere: ``moe_bench`` shows the predicted time there); a rank
+    whose weights do not fit this device is n/a, saying so. One run per cell, all in
+    ``setup_cache``."""
 
     version = "1"
 
