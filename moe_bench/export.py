@@ -70,7 +70,8 @@ def metric_name(m: Metric) -> str:
 def _values(m: Metric, row: pd.Series) -> list[float]:
     """``metric.benchmark_values``: the raw samples where asv kept them, else the one value; in
     the unit of the HUD's name where the figure has one."""
-    values = list(row["samples"]) if row["samples"] is not None else [row["value"]]
+    samples = row["samples"]  # a tuple, or None (NaN once pandas has filled a column of None)
+    values = list(samples) if isinstance(samples, tuple) else [row["value"]]
     if m.pytorch_name is None:
         return values
     unit, factor = HUD_METRICS[m.pytorch_name]
@@ -114,6 +115,74 @@ def _strings(mapping: dict) -> dict[str, str]:
     return {key: str(value) for key, value in mapping.items()}
 
 
+def _dependencies(machine: dict[str, str], row: pd.Series) -> dict[str, dict]:
+    """``dependencies``: the engines' versions ``machine.json`` holds, and this suite's commit."""
+    recorded = {
+        name: {
+            "repo": repo,
+            "branch": "",
+            "sha": "",
+            "version": machine.get(name, "not recorded"),
+            "extra_info": {},
+        }
+        for name, repo in DEPENDENCIES.items()
+    }
+    date = {"date": row["date"].isoformat()}
+    suite = {"repo": "", "branch": "", "sha": row["commit"], "version": "", "extra_info": date}
+    return {**recorded, SUITE: suite}
+
+
+def _metric(m: Metric, row: pd.Series) -> dict:
+    """``metric``: its name and values, and the figure exactly as measured in ``extra_info``."""
+    info = {
+        "suite_value": _exact(row["value"]),
+        "suite_unit": m.unit,
+        "lower_is_better": json.dumps(m.lower_is_better),
+        "gate_rule": m.rule,
+    }
+    return {
+        "name": metric_name(m),
+        "benchmark_values": _values(m, row),
+        "target_value": 0.0,
+        "extra_info": info,
+    }
+
+
+def _record(row: pd.Series, machine: dict[str, str], hf_id: str, tp: int) -> dict:
+    """The v3 record of one figure (a row of ``load_results``' frame)."""
+    benchmark = {
+        "asv_benchmark": row["benchmark"],
+        "strategy": _text(row["strategy"]),
+        "tp": tp,
+        "shape": row["shape"],
+        "profile": _text(row["profile"]),
+        "machine": row["machine"],
+        "gpu": machine.get("gpu", "n/a"),
+        "env": row["env"],
+    }
+    return {
+        "benchmark": {
+            "name": SUITE,
+            "mode": "inference",
+            "dtype": WEIGHT_FORMAT,
+            "extra_info": _strings(benchmark),
+        },
+        "model": {
+            "name": hf_id,
+            "type": "moe weight conversion, one rank",
+            "backend": BACKEND,
+            "origins": ["huggingface"],
+            "extra_info": _strings({"tp": tp, "shape": row["shape"]}),
+        },
+        "inputs": {
+            "w13": {"dtype": WEIGHT_FORMAT, "extra_info": {"shape": "[E, 2I, H]"}},
+            "w2": {"dtype": WEIGHT_FORMAT, "extra_info": {"shape": "[E, H, I]"}},
+        },
+        "dependencies": _dependencies(machine, row),
+        "metric": _metric(METRICS[row["benchmark"]], row),
+    }
+
+
 def pytorch_v3_records(results_dir: str | Path, frame: pd.DataFrame) -> list[dict]:
     """The v3 records of every valid figure in ``frame`` (``load_results``' rows: pick the
     commit first, e.g. with ``results.latest``); skipped or failed figures (NaN) have none.
@@ -126,76 +195,9 @@ def pytorch_v3_records(results_dir: str | Path, frame: pd.DataFrame) -> list[dic
     rows = frame[frame["shape"].notna() & frame["value"].notna()]
     models = _hf_ids(set(rows["shape"]))
     machines = {name: machine_info(results_dir, name) for name in rows["machine"].unique()}
-    records = []
-    for _, row in rows.iterrows():
-        m = METRICS[row["benchmark"]]
-        machine = machines[row["machine"]]
-        hf_id, tp = models[row["shape"]]
-        records.append(
-            {
-                "benchmark": {
-                    "name": SUITE,
-                    "mode": "inference",
-                    "dtype": WEIGHT_FORMAT,
-                    "extra_info": _strings(
-                        {
-                            "asv_benchmark": row["benchmark"],
-                            "strategy": _text(row["strategy"]),
-                            "tp": tp,
-                            "shape": row["shape"],
-                            "profile": _text(row["profile"]),
-                            "machine": row["machine"],
-                            "gpu": machine.get("gpu", "n/a"),
-                            "env": row["env"],
-                        }
-                    ),
-                },
-                "model": {
-                    "name": hf_id,
-                    "type": "moe weight conversion, one rank",
-                    "backend": BACKEND,
-                    "origins": ["huggingface"],
-                    "extra_info": _strings({"tp": tp, "shape": row["shape"]}),
-                },
-                "inputs": {
-                    "w13": {"dtype": WEIGHT_FORMAT, "extra_info": {"shape": "[E, 2I, H]"}},
-                    "w2": {"dtype": WEIGHT_FORMAT, "extra_info": {"shape": "[E, H, I]"}},
-                },
-                "dependencies": {
-                    **{
-                        name: {
-                            "repo": repo,
-                            "branch": "",
-                            "sha": "",
-                            "version": machine.get(name, "not recorded"),
-                            "extra_info": {},
-                        }
-                        for name, repo in DEPENDENCIES.items()
-                    },
-                    SUITE: {
-                        "repo": "",
-                        "branch": "",
-                        "sha": row["commit"],
-                        "version": "",
-                        "extra_info": {"date": row["date"].isoformat()},
-                    },
-                },
-                "metric": {
-                    "name": metric_name(m),
-                    "benchmark_values": _values(m, row),
-                    "target_value": 0.0,
-                    "extra_info": _strings(
-                        {
-                            "suite_value": _exact(row["value"]),
-                            "suite_unit": m.unit,
-                            "lower_is_better": json.dumps(m.lower_is_better),
-                            "gate_rule": m.rule,
-                        }
-                    ),
-                },
-            }
-        )
-    return records
+    return [
+        _record(row, machines[row["machine"]], *models[row["shape"]]) for _, row in rows.iterrows()
+    ]
 
 
 def write_records(
