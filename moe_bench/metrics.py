@@ -65,7 +65,9 @@ class Metric:
     figure where a rise is worse, None for a record with no better or worse (any change of it is
     one); ``rule`` one of ``RULES``; ``display`` the unit ``moe_bench.units.human`` prints it in
     (bytes in binary units: KiB, MiB, GiB); ``column`` and ``title`` its column name and header
-    in the summary, None where the summary leaves it out.
+    in the summary, None where the summary leaves it out; ``pytorch_name`` the metric name the
+    PyTorch HUD already knows this figure by, in the export to its benchmark database
+    (``moe_bench.export.HUD_METRICS``), None where the export names it itself.
     """
 
     benchmark: str
@@ -75,6 +77,7 @@ class Metric:
     display: str
     column: str | None = None
     title: str | None = None
+    pytorch_name: str | None = None
 
     @property
     def factor(self) -> float | None:
@@ -104,7 +107,16 @@ _TABLE = [
     Metric(TIME, "seconds", True, PAIRED, "seconds", "time", "time (1 layer)"),
     Metric(COPY_RATIO, "ratio", True, PAIRED, "ratio", "copy_ratio", "copy ratio"),
     Metric(TRAFFIC_RATIO, "ratio", True, EXACT, "ratio", "traffic_ratio", "traffic ratio"),
-    Metric(PEAK_BYTES, "bytes", True, EXACT, "bytes", "peak_bytes", "peak transient"),
+    Metric(
+        PEAK_BYTES,
+        "bytes",
+        True,
+        EXACT,
+        "bytes",
+        "peak_bytes",
+        "peak transient",
+        pytorch_name="peak_load_mem_usuage(mb)",
+    ),
     Metric(WHOLE_MODEL, "seconds", True, PAIRED, "seconds", "whole_model", "whole model"),
     Metric("bench_convert.Traffic.track_traffic_bytes", "bytes", True, EXACT, "bytes"),
     Metric("bench_convert.Traffic.track_launches", "launches", True, EXACT, "launches"),
@@ -135,7 +147,7 @@ _TABLE = [
             ("layers_lost_to_oom", "layers"),
         )
     ),
-    Metric(RANK_LOAD_TIME, "seconds", True, PAIRED, "seconds"),
+    Metric(RANK_LOAD_TIME, "seconds", True, PAIRED, "seconds", pytorch_name="model_load_time(ms)"),
     # Retired (the history before LayerTime measured every time figure at once, and before the
     # replayed sleep-mode load was named SleepModeReplay): kept so that results/ still loads and
     # its old series are judged as they were.

@@ -32,7 +32,9 @@ from .metrics import METRICS
 __all__ = [
     "COLUMNS",
     "ResultsError",
+    "latest",
     "load_results",
+    "machine_info",
     "machine_names",
     "new_commits",
     "unmeasurable",
@@ -49,6 +51,7 @@ COLUMNS = [
     "shape",
     "strategy",
     "value",
+    "samples",
     "unit",
     "failed",
     "version",
@@ -78,6 +81,12 @@ def machine_names(results_dir: str | Path) -> list[str]:
     return sorted({p.parent.name for p in Path(results_dir).glob("*/*.json")})
 
 
+def machine_info(results_dir: str | Path, machine: str) -> dict[str, str]:
+    """What ``moe-bench machine`` recorded for ``machine``: its ``machine.json`` under
+    ``results_dir`` (asv's facts, the GPU, the engines' versions, the profile)."""
+    return _load_json(Path(results_dir) / machine / "machine.json", Machine.api_version)
+
+
 def _param_value(text: str) -> Any:
     """asv stores parameter values as their ``repr``: ``"'qwen3-235b-a22b/tp4'"``."""
     try:
@@ -94,8 +103,12 @@ def _rows(result: Results, machine: str, benchmarks: dict, profile: str | None):
             continue
         params = result.get_result_params(name) or []
         values = result.get_result_value(name, params)  # one per combination; [v] without params
+        # the raw samples where asv kept them (time_ benchmarks under --record-samples): a list
+        # per combination, or None for the whole benchmark
+        samples = result.get_result_samples(name, params) or [None] * len(values)
         names = meta.get("param_names", [])
-        for combo, value in zip(itertools.product(*params), values, strict=True):
+        combos = zip(itertools.product(*params), values, samples, strict=True)
+        for combo, value, raw in combos:
             labels = dict(zip(names, (_param_value(v) for v in combo), strict=True))
             failed = value is None
             yield {
@@ -107,6 +120,7 @@ def _rows(result: Results, machine: str, benchmarks: dict, profile: str | None):
                 "shape": labels.pop("shape", None),
                 "strategy": labels.pop("strategy", None),
                 "value": math.nan if failed else float(value),
+                "samples": None if raw is None else tuple(map(float, raw)),
                 "unit": meta.get("unit"),
                 "failed": failed,
                 "version": result.benchmark_version.get(name),
@@ -121,8 +135,10 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
     One row per (machine, commit, env, benchmark, parameter combination), columns
     ``COLUMNS``: ``date`` a UTC ``Timestamp``; ``value`` a float in ``unit`` (``seconds``,
     ``bytes``, ``ratio``, ...), NaN when the benchmark failed (``failed`` True) or was skipped
-    (n/a, ``failed`` False); ``version`` the benchmark's version as run; ``profile`` the
-    ``profile`` key of the machine's ``machine.json`` (``scripts/bench`` records it), or None.
+    (n/a, ``failed`` False); ``samples`` a tuple of the raw samples (floats, in ``unit``) where
+    asv kept them (``time_`` benchmarks run with ``--record-samples``), else None; ``version``
+    the benchmark's version as run; ``profile`` the ``profile`` key of the machine's
+    ``machine.json`` (``scripts/bench`` records it), or None.
 
     Raises ``ResultsError`` if ``results_dir``, its ``benchmarks.json``, the machine, or any
     result are missing or corrupt, or if no result is found.
@@ -141,7 +157,7 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
                 f"{root / name}: results without machine.json (asv writes it beside them: copy the "
                 "whole machine folder, e.g. rsync -a results/<machine>/)"
             )
-        info = _load_json(root / name / "machine.json", Machine.api_version)
+        info = machine_info(root, name)
         files = sorted(p for p in (root / name).glob("*.json") if p.name != "machine.json")
         for path in files:
             try:
@@ -156,6 +172,14 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
     _check_metrics(frame, root)
     extra = [c for c in frame.columns if c not in COLUMNS]
     return frame[COLUMNS[:-1] + extra + ["profile"]]
+
+
+def latest(frame: pd.DataFrame, commit: str | None = None) -> pd.DataFrame:
+    """The rows of ``commit`` (a hash prefix), or of each machine's most recent commit."""
+    if commit is not None:
+        return frame[frame["commit"].str.startswith(commit)]
+    newest = frame.groupby("machine")["date"].transform("max")
+    return frame[frame["date"] == newest]
 
 
 def _check_metrics(frame: pd.DataFrame, root: Path) -> None:

@@ -33,6 +33,7 @@ import torch
 from .allocator import MiB, Pool
 from .inputs import warm_strategy
 from .memory import require_cuda
+from .nvtx import nvtx_range
 from .registry import convert
 from .shapes import LayerShape, shape_from_label
 
@@ -223,10 +224,12 @@ def run_load(
     and w2 (bf16, uninitialised: the bytes do not matter), each its own allocation as vLLM's
     parameters are; then each layer converted in order, an out-of-place result replacing the
     layer's weights (the old tensors freed, as vLLM's ``replace_parameter`` does), an in-place
-    one staying where it is. No synchronisation between layers: one CUDA event after each
-    layer gives ``layer_seconds``, and ``seconds`` is host wall time from the first conversion to
-    the end of the last (synchronised). The strategy's index caches are warmed beforehand. A
-    ``torch.OutOfMemoryError`` stops the load and is reported with its layer.
+    one staying where it is, each layer inside the NVTX range
+    ``moe_load/<strategy>/<model/tpN>/layer<i>``. No synchronisation between layers: one CUDA
+    event after each layer gives ``layer_seconds``, and ``seconds`` is host wall time from the
+    first conversion to the end of the last (synchronised). The strategy's index caches are
+    warmed beforehand. A ``torch.OutOfMemoryError`` stops the load and is reported with its
+    layer.
 
     ``device_bytes`` is what the device had free at the start (``torch.cuda.mem_get_info``, after
     ``empty_cache``), so ``replay.replay_load`` with the same arguments predicts this run event
@@ -285,7 +288,8 @@ def run_load(
             for index in range(layers):
                 w13, w2 = weights[index]
                 try:
-                    weights[index] = convert(w13, w2, strategy=strategy, gated=shape.gated)
+                    with nvtx_range(f"moe_load/{strategy}/{shape.label}/layer{index}", device):
+                        weights[index] = convert(w13, w2, strategy=strategy, gated=shape.gated)
                 except torch.OutOfMemoryError as exc:
                     oom_layer, oom_message = index, str(exc).splitlines()[0]
                     break

@@ -3,6 +3,9 @@
 Run by ``scripts/gpu-check OUT [--dry-run]`` from the repository root. Each step runs in its own
 Python process (so an allocator setting, a CUDA error or a hang stays inside it), under its own
 time box, and writes its findings; a failed or timed-out step is reported and the next one runs.
+On CUDA each step but asv is the NVTX range ``gpu_check/<step>``, and every conversion in it
+``moe_convert/<strategy>/<shape>`` (``moe_convert.nvtx``): run under ``nsys profile`` to read
+the trace beside an engine's.
 At the end ``OUT/gpu-check.md`` (the report) and ``OUT/gpu-check.json`` (every figure) are
 written, with ``OUT/asv.zip`` (results and the published dashboard) when step 6 ran.
 
@@ -1017,10 +1020,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.step:  # inside one step's own process
         global _RESULT_FILE
         _RESULT_FILE = args.result
-        if args.step == "asv":
+        if args.step == "asv":  # asv's own processes do the work: no range, no torch here
             findings = step_asv(args.dry_run, args.out)
         else:
-            findings = STEP_FUNCTIONS[args.step](args.dry_run)
+            import torch
+
+            from moe_convert.nvtx import nvtx_range
+
+            # the step as one NVTX range in an nsys trace of the run (nothing without CUDA)
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            with nvtx_range(f"gpu_check/{args.step}", device):
+                findings = STEP_FUNCTIONS[args.step](args.dry_run)
         args.result.write_text(json.dumps(findings, default=str))
         return 0
     print("\n".join(plan_lines(args.dry_run)), flush=True)
