@@ -13,12 +13,15 @@ Gate rules:
   worse direction is a regression, everywhere (factor 1.0);
 - ``paired``: time-derived. The PR gate shows them but the paired A/B run
   (``benchmarks.paired``) decides; where there is no paired run (the nightly history, the summary,
-  the dashboard, ``compare`` without ``--paired``) a rise beyond ``NOISE_FACTOR`` regresses;
+  the dashboard, ``compare`` without ``--paired``) a rise beyond ``NOISE_FACTOR`` regresses.
+  Absolute seconds (``Metric.host_bound``) are compared so only between runs on same-looking
+  hardware (``same_hardware``); otherwise the copy ratio, a ratio within one run, decides;
 - ``info``: recorded for the reader (e.g. how noisy the machine was), never judged.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "INFO",
     "RULES",
     "NOISE_FACTOR",
+    "HARDWARE_BAND",
     "Metric",
     "METRICS",
     "FAILING",
@@ -37,6 +41,7 @@ __all__ = [
     "PAIRED_TIME",
     "judge",
     "metric",
+    "same_hardware",
 ]
 
 EXACT, PAIRED, INFO = "exact", "paired", "info"
@@ -49,6 +54,15 @@ RULES = (EXACT, PAIRED, INFO)
 #: time), 1.50x (copy ratio) and 2.11x (whole model); 2.5 stays above that and still catches a
 #: revert to vLLM's legacy conversion (4.5x, vLLM #45589). Smaller steps are the paired run's job.
 NOISE_FACTOR = 2.5
+
+#: Two runs look like the same hardware when their same-size copies' times are within this
+#: factor of each other (``moe_bench.hardware.copy_scale``); only then are absolute seconds
+#: compared. One machine name often covers several hosts (a CI pool, the nightly of several
+#: GB200 boxes): two hosts behind ``cpu-2core-epyc`` copied 3-4x apart at equal copy ratios
+#: (issue 22), the shared 2-core host under a load of 6 copied 16x slower than when quiet
+#: (docs/verdicts.md). 1.5 keeps unchanged code within ``NOISE_FACTOR`` on same-looking
+#: hardware: 1.5 x the worst same-host rise of one layer's time (1.43x) is 2.15 < 2.5.
+HARDWARE_BAND = 1.5
 
 #: Statuses that fail a verdict (``judge``'s and ``moe_bench.compare``'s).
 FAILING = frozenset({"regressed", "changed", "failed", "missing", "n/a in head"})
@@ -63,7 +77,10 @@ class Metric:
     figure where a rise is worse, None for a record with no better or worse (any change of it is
     one); ``rule`` one of ``RULES``; ``display`` the unit ``moe_bench.units.human`` prints it in
     (bytes in binary units: KiB, MiB, GiB); ``column`` and ``title`` its column name and header
-    in the summary, None where the summary leaves it out.
+    in the summary, None where the summary leaves it out; ``host_bound`` True for absolute
+    seconds, which move with the host's speed as well as with the code (``judge`` compares
+    them only between runs on same-looking hardware), False for ratios within one run and for
+    every deterministic figure.
     """
 
     benchmark: str
@@ -73,6 +90,7 @@ class Metric:
     display: str
     column: str | None = None
     title: str | None = None
+    host_bound: bool = False
 
     @property
     def factor(self) -> float | None:
@@ -96,11 +114,20 @@ PAIRED_TIME = "paired.time_ratio"
 
 _TABLE = [
     # In summary column order (the speed-up over legacy follows the time).
-    Metric(TIME, "seconds", True, PAIRED, "seconds", "time", "time (1 layer)"),
+    Metric(TIME, "seconds", True, PAIRED, "seconds", "time", "time (1 layer)", host_bound=True),
     Metric(COPY_RATIO, "ratio", True, PAIRED, "ratio", "copy_ratio", "copy ratio"),
     Metric(TRAFFIC_RATIO, "ratio", True, EXACT, "ratio", "traffic_ratio", "traffic ratio"),
     Metric(PEAK_BYTES, "bytes", True, EXACT, "bytes", "peak_bytes", "peak transient"),
-    Metric(WHOLE_MODEL, "seconds", True, PAIRED, "seconds", "whole_model", "whole model"),
+    Metric(
+        WHOLE_MODEL,
+        "seconds",
+        True,
+        PAIRED,
+        "seconds",
+        "whole_model",
+        "whole model",
+        host_bound=True,
+    ),
     Metric("bench_convert.Traffic.track_traffic_bytes", "bytes", True, EXACT, "bytes"),
     Metric("bench_convert.Traffic.track_launches", "launches", True, EXACT, "launches"),
     Metric("bench_convert.CudaMemory.track_peak_allocated_bytes", "bytes", True, EXACT, "bytes"),
@@ -121,10 +148,22 @@ _TABLE = [
     # Retired (the history before LayerTime measured every time figure at once, and before the
     # replayed sleep-mode load was named SleepModeReplay): kept so that results/ still loads and
     # its old series are judged as they were.
-    Metric("bench_convert.TimeConvert.time_convert", "seconds", True, PAIRED, "seconds"),
+    Metric(
+        "bench_convert.TimeConvert.time_convert",
+        "seconds",
+        True,
+        PAIRED,
+        "seconds",
+        host_bound=True,
+    ),
     Metric("bench_convert.CopyRatio.track_copy_ratio", "ratio", True, PAIRED, "ratio"),
     Metric(
-        "bench_convert.WholeModel.track_whole_model_seconds", "seconds", True, PAIRED, "seconds"
+        "bench_convert.WholeModel.track_whole_model_seconds",
+        "seconds",
+        True,
+        PAIRED,
+        "seconds",
+        host_bound=True,
     ),
     Metric(
         "bench_allocator.SleepModeLoad.track_peak_reserved_bytes", "bytes", True, EXACT, "bytes"
@@ -155,18 +194,31 @@ def metric(benchmark: str) -> Metric:
         ) from None
 
 
-def judge(m: Metric, base: float, head: float, *, paired: bool = False) -> str:
+def same_hardware(copy_scale: float) -> bool:
+    """Whether two runs look like one host: ``copy_scale`` (one run's same-size copy time / the
+    other's, ``moe_bench.hardware.copy_scale``) within ``HARDWARE_BAND`` either way. NaN (no
+    copy timed in one of the runs) counts as the same: nothing measured says otherwise."""
+    return math.isnan(copy_scale) or 1 / HARDWARE_BAND <= copy_scale <= HARDWARE_BAND
+
+
+def judge(
+    m: Metric, base: float, head: float, *, paired: bool = False, copy_scale: float = 1.0
+) -> str:
     """The verdict on one figure going from ``base`` to ``head`` (both finite, in ``m.unit``).
 
     ``info`` for an ``info`` figure; ``info (decided by paired)`` for a ``paired`` figure when
-    ``paired`` (a paired run judges time); otherwise ``same``, ``improved``, ``regressed``
-    (worse beyond ``m.factor``) or, for a figure without a direction, ``changed``. Statuses in
-    ``FAILING`` fail.
+    ``paired`` (a paired run judges time); ``info (other hardware)`` for absolute seconds
+    (``m.host_bound``) when the head run's same-size copies took ``copy_scale`` times the base
+    run's and that is not ``same_hardware`` (the copy ratio is judged instead); otherwise
+    ``same``, ``improved``, ``regressed`` (worse beyond ``m.factor``) or, for a figure without a
+    direction, ``changed``. Statuses in ``FAILING`` fail.
     """
     if m.rule == INFO:
         return "info"
     if m.rule == PAIRED and paired:
         return "info (decided by paired)"
+    if m.host_bound and not same_hardware(copy_scale):
+        return "info (other hardware)"
     if head == base:  # also 0 == 0
         return "same"
     if m.lower_is_better is None:
