@@ -171,8 +171,8 @@ def render_markdown(table: pd.DataFrame, *, title: str) -> str:
     lines.append(
         f"⚠: worse than the previous result of the same point by the PR gate's rule: {exact}: any "
         f"rise; {timed}: more than {NOISE_FACTOR:g}x (no paired run in a history; "
-        f"moe_bench.metrics.NOISE_FACTOR), absolute seconds ({_HOST_BOUND}) only against a run on same-looking "
-        f"hardware (its same-size copies within {HARDWARE_BAND:g}x of this run's; "
+        f"moe_bench.metrics.NOISE_FACTOR), absolute seconds ({_HOST_BOUND}) only against a run "
+        f"on same-looking hardware (its same-size copies within {HARDWARE_BAND:g}x of this run's; "
         f"moe_bench.metrics.HARDWARE_BAND). Speed-up: `{BASELINE}` time / time. Copy ratio: time "
         "/ a same-size copy's (1 is the out-of-place limit). Traffic ratio: bytes moved / (2 x "
         "layer bytes). Whole model: every MoE layer of the model on one rank."
@@ -217,8 +217,8 @@ def _hardware_notes(rows: pd.DataFrame) -> list[str]:
             note = (
                 f"**Other hardware:** compared with `{previous[:8]}`, whose host does not look "
                 f"like this one: this run's same-size copies took {scale:.2f}x as long as its "
-                f"(beyond {HARDWARE_BAND:g}x). Absolute seconds ({_HOST_BOUND}) are shown, not judged; "
-                "the copy ratio (a ratio within one run) is judged instead."
+                f"(beyond {HARDWARE_BAND:g}x). Absolute seconds ({_HOST_BOUND}) are shown, not "
+                "judged; the copy ratio (a ratio within one run) is judged instead."
             )
         notes += [note, ""]
     return notes

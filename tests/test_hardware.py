@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from moe_bench import hardware
+from moe_bench.compare import compare_commits
 from moe_bench.metrics import COPY_RATIO, HARDWARE_BAND, NOISE_FACTOR, TIME, WHOLE_MODEL
 from moe_bench.report import render_markdown, summary_table
 from moe_bench.results import load_results
@@ -105,3 +106,16 @@ def test_copy_seconds_and_scale_from_the_committed_run(tmp_path):
     assert math.isnan(hardware.copy_scale(copies, second, (MACHINE, "other-env", SECOND)))
     # a run without LayerTime (the memory benchmarks only) has no copy time
     assert hardware.copy_seconds(df[df["benchmark"].str.contains("PeakMemory")]).empty
+
+
+def test_compare_of_the_two_runs_judges_alike(tmp_path):
+    # moe-bench compare without a paired run (two nightly commits): the same rule.
+    write_second_run(tmp_path, HOST, slowdown=NOISE_FACTOR * 1.2)
+    df = load_results(tmp_path)
+    table = compare_commits(df, "d65cf1b4", SECOND[:8])
+    failing = table[table["failing"]]
+    assert set(failing["benchmark"]) == {COPY_RATIO} and set(failing["strategy"]) == {SLOWED}
+    assert len(failing) == 6 and set(failing["status"]) == {"regressed"}
+    seconds = table[table["benchmark"].isin([TIME, WHOLE_MODEL]) & table["value_base"].notna()]
+    assert len(seconds) == 2 * 54 and set(seconds["status"]) == {"info (other hardware)"}
+    assert seconds["note"].str.startswith("head's same-size copies took 3.00x base's").all()
