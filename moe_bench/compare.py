@@ -161,9 +161,9 @@ def compare_commits(
     cols = _KEYS + ["value", "unit", "failed", "version"]
     merged = old[cols].merge(new[cols], on=_KEYS, how="outer", suffixes=("_base", "_head"))
     copies = copy_seconds(pd.concat([old, new]))
-    commits = new["commit"].iloc[0], old["commit"].iloc[0]  # head, base
+    head_hash, base_hash = new["commit"].iloc[0], old["commit"].iloc[0]
     scales = {
-        (machine, env): copy_scale(copies, *((machine, env, c) for c in commits))
+        (machine, env): copy_scale(copies, (machine, env, head_hash), (machine, env, base_hash))
         for machine, env in merged[["machine", "env"]].drop_duplicates().itertuples(index=False)
     }
     verdicts = [

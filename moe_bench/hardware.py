@@ -20,11 +20,15 @@ import pandas as pd
 
 from .metrics import COPY_RATIO, TIME
 
-__all__ = ["RUN", "copy_seconds", "copy_scale"]
+__all__ = ["MIN_CELLS", "RUN", "copy_seconds", "copy_scale"]
 
 #: What identifies one run in ``moe_bench.results.load_results``' frame (asv keeps one result
 #: file per machine, commit and environment).
 RUN = ["machine", "env", "commit"]
+
+#: Cells two runs must share for ``copy_scale`` to say anything: a median outvotes one odd cell
+#: (a strategy whose time moved with its copy ratio unchanged) only from three values on.
+MIN_CELLS = 3
 
 
 def copy_seconds(df: pd.DataFrame) -> pd.DataFrame:
@@ -46,8 +50,10 @@ def copy_scale(copies: pd.DataFrame, run: tuple, earlier: tuple) -> float:
     """``run``'s same-size copy time / ``earlier``'s: the median over the cells both timed.
 
     ``copies`` is ``copy_seconds``' result; ``run`` and ``earlier`` are ``RUN`` tuples. 3.0:
-    ``run``'s host copies three times slower. NaN where the two runs share no timed cell.
+    ``run``'s host copies three times slower. NaN where the two runs share fewer than
+    ``MIN_CELLS`` timed cells.
     """
     if run not in copies or earlier not in copies:
         return math.nan
-    return float((copies[run] / copies[earlier]).median())  # NaN when no cell is in both
+    ratios = (copies[run] / copies[earlier]).dropna()
+    return float(ratios.median()) if len(ratios) >= MIN_CELLS else math.nan

@@ -99,13 +99,14 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     )
     latest["change"] = latest["value"] / latest["previous"]
     copies = copy_seconds(data)
-    runs = latest[["machine", "env", "commit", "previous_commit"]].drop_duplicates().dropna()
+    pair = ["machine", "env", "commit", "previous_commit"]
+    pairs = latest[pair].dropna().drop_duplicates().itertuples(index=False)
     scales = {
-        tuple(r): copy_scale(copies, tuple(r[:3]), (*r[:2], r[3])) for r in runs.itertuples(False)
+        (m, env, commit, earlier): copy_scale(copies, (m, env, commit), (m, env, earlier))
+        for m, env, commit, earlier in pairs
     }
     latest["copy_scale"] = [
-        scales.get(tuple(r), math.nan)
-        for r in latest[["machine", "env", "commit", "previous_commit"]].itertuples(False)
+        scales.get(tuple(r), math.nan) for r in latest[pair].itertuples(index=False)
     ]
     latest["regressed"] = [
         pd.notna(old)

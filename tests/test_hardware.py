@@ -104,6 +104,11 @@ def test_copy_seconds_and_scale_from_the_committed_run(tmp_path):
     assert hardware.copy_scale(copies, second, first) == pytest.approx(HOST)
     assert hardware.copy_scale(copies, first, second) == pytest.approx(1 / HOST)
     assert math.isnan(hardware.copy_scale(copies, second, (MACHINE, "other-env", SECOND)))
+    # two shared cells: too few for a median to outvote an odd one
+    few = copies.iloc[:3].copy()
+    few.iloc[0, few.columns.get_loc(second)] = math.nan
+    assert math.isnan(hardware.copy_scale(few, second, first))
+    assert hardware.copy_scale(copies.iloc[:3], second, first) == pytest.approx(HOST)
     # a run without LayerTime (the memory benchmarks only) has no copy time
     assert hardware.copy_seconds(df[df["benchmark"].str.contains("PeakMemory")]).empty
 
