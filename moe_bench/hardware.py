@@ -5,8 +5,8 @@ the nightly of several GB200 boxes, a VM moved to another host. ``machine.json``
 them apart (same CPU string, same GPU), yet their memory can be 3x apart (two hosts behind
 ``cpu-2core-epyc``, issue 22). Every ``LayerTime`` cell times a same-size ``copy_`` call by call
 beside the strategy, so every run, the committed history included, already holds its host's
-copy speed: layer seconds / copy ratio is the cell's copy time (the copies' median within
-18 % in a grid timed under a load of 6; the cells of one shape agree within 1.25x in
+copy speed: layer seconds / copy ratio is the cell's copy time (within 21 % of the copies' own
+median in two grids timed under loads of 4-7; the cells of one shape agree within 1.25x in
 ``results/cpu-2core-epyc``). ``copy_scale`` compares two runs by the median over the cells both
 timed, so a few odd cells do not decide; ``moe_bench.metrics.same_hardware`` says what the
 figure means.

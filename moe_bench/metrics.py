@@ -59,9 +59,9 @@ NOISE_FACTOR = 2.5
 #: factor of each other (``moe_bench.hardware.copy_scale``); only then are absolute seconds
 #: compared. One machine name often covers several hosts (a CI pool, the nightly of several
 #: GB200 boxes): two hosts behind ``cpu-2core-epyc`` copied 3-4x apart at equal copy ratios
-#: (issue 22), the shared 2-core host under a load of 6 copied 16x slower than when quiet
-#: (docs/verdicts.md). 1.5 keeps unchanged code within ``NOISE_FACTOR`` on same-looking
-#: hardware: 1.5 x the worst same-host rise of one layer's time (1.43x) is 2.15 < 2.5.
+#: (issue 22); a run on the shared 2-core host under a load of 6 copied 16x slower than the
+#: committed one (docs/verdicts.md). 1.5 keeps unchanged code within ``NOISE_FACTOR`` on
+#: same-looking hardware: 1.5 x the worst same-host rise of one layer's time (1.43x) is 2.15.
 HARDWARE_BAND = 1.5
 
 #: Statuses that fail a verdict (``judge``'s and ``moe_bench.compare``'s).
