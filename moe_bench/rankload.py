@@ -5,7 +5,8 @@ makes it (``bench_allocator``: the default pool at ``max_split_size_mb`` 20): it
 **measured** on CUDA (``RankLoadTime``) or, elsewhere, **predicted** for the device whose costs
 were recorded last (``moe_convert.loadtime``: that device's per-layer seconds and event costs
 times the replayed driver calls), or n/a where neither exists; then the replayed driver calls,
-the peak reserved bytes and the layers an OOM left unconverted; and whether the same load under
+the peak reserved bytes and the layers an OOM left unconverted; one layer's peak transient
+bytes (``PeakMemory``); and whether the same load under
 vLLM's sleep mode fits that device (``SleepModeReplay``'s peak: the sleep-mode pool never gives a
 segment back, so its reserved bytes climb the same way on any device until the first refusal,
 which is the OOM: it fits exactly when that peak does). ``legacy`` and ``preallocated``
@@ -29,7 +30,7 @@ from moe_convert.replay import pr45589_replay
 from moe_convert.shapes import shape_from_label
 from moe_convert.wholemodel import PR45589_HEADROOM_BYTES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 
-from .metrics import RANK_LOAD_REPLAY, RANK_LOAD_TIME
+from .metrics import PEAK_BYTES, RANK_LOAD_REPLAY, RANK_LOAD_TIME
 from .units import human
 
 __all__ = [
@@ -50,6 +51,7 @@ _EVENTS = ("num_device_alloc", "num_device_free", "num_device_alloc_failed", "nu
 _REPLAYED = {f"{RANK_LOAD_REPLAY}.track_{name}": name for name in (*_EVENTS, "peak_reserved_bytes")}
 _REPLAYED[f"{RANK_LOAD_REPLAY}.track_layers_lost_to_oom"] = "layers_lost"
 _REPLAYED["bench_allocator.SleepModeReplay.track_peak_reserved_bytes"] = "sleep_peak_bytes"
+_REPLAYED[PEAK_BYTES] = "layer_peak_bytes"  # one layer's peak transient (exact, on meta)
 
 
 def rank_load_table(df: pd.DataFrame, costs: DeviceCosts | None) -> pd.DataFrame:
@@ -79,7 +81,9 @@ def rank_load_table(df: pd.DataFrame, costs: DeviceCosts | None) -> pd.DataFrame
     for column in names.values():
         if column not in wide:
             wide[column] = math.nan
-    wide = wide.dropna(subset=["num_device_alloc"])
+    wide = wide.dropna(subset=["num_device_alloc"])  # a commit the rank load was not run for
+    if wide.empty:
+        return pd.DataFrame()
     wide["seconds"], wide["source"] = zip(
         *(_seconds(row, costs) for _, row in wide.iterrows()), strict=True
     )
@@ -136,7 +140,12 @@ def render_rank_load(table: pd.DataFrame, costs: DeviceCosts | None) -> str:
                 "cudaFree": rows["num_device_free"].map(_count),
                 "refused": rows["num_device_alloc_failed"].map(_count),
                 "retries": rows["num_alloc_retries"].map(_count),
-                "peak reserved": rows["peak_reserved_bytes"].map(lambda b: human(b, "bytes")),
+                "peak transient (1 layer)": rows["layer_peak_bytes"].map(
+                    lambda b: human(b, "bytes")
+                ),
+                "peak reserved (rank)": rows["peak_reserved_bytes"].map(
+                    lambda b: human(b, "bytes")
+                ),
                 "OOM": rows["layers_lost"].map(lambda n: f"{_count(n)} layers lost" if n else "-"),
                 "sleep mode": [
                     _sleep_mode(shape, peak)

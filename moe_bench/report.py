@@ -38,7 +38,14 @@ from .rankload import layer_curves, rank_load_table, recorded_runs, render_rank_
 from .results import load_results
 from .units import human
 
-__all__ = ["BASELINE", "summary_table", "render_markdown", "write_summary", "comment_markdown"]
+__all__ = [
+    "BASELINE",
+    "changes_markdown",
+    "comment_markdown",
+    "render_markdown",
+    "summary_table",
+    "write_summary",
+]
 
 #: The strategy speed-ups are measured against (vLLM's conversion before #45589).
 BASELINE = "legacy"
@@ -201,6 +208,24 @@ def render_markdown(table: pd.DataFrame, *, title: str, headline: str = "") -> s
     return "\n".join(lines) + "\n"
 
 
+def changes_markdown(table: pd.DataFrame) -> str:
+    """What each machine's latest results changed against its previous ones, first: the figures
+    ``summary_table`` marks (the PR gate's rule), or that none got worse."""
+    lines = ["## What changed since the previous results", ""]
+    for (machine, commit), rows in table.groupby(["machine", "commit"], sort=False):
+        worse = [
+            f"{row['shape']} `{row['strategy']}` {_SUMMARY[column].title} "
+            f"{row[f'{column}_change'] - 1:+.0%}"
+            for _, row in rows.iterrows()
+            for column in row["regressions"]
+        ]
+        lines.append(
+            f"- `{machine}` at `{commit[:8]}`: "
+            + ("worse: " + "; ".join(worse) if worse else "no figure worse by the gate's rule")
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _hardware_notes(rows: pd.DataFrame) -> list[str]:
     """A paragraph per earlier run the section's time figures are compared with: same-looking
     hardware (every figure judged) or not (absolute seconds shown, the copy ratio judged)."""
@@ -232,8 +257,10 @@ def _hardware_notes(rows: pd.DataFrame) -> list[str]:
 def write_summary(results_dir, out_dir) -> Path:
     """Load ``results_dir``, write ``out_dir/summary.md`` and its plots; return the summary path.
 
-    The summary opens with the whole rank's load (``moe_bench.rankload``: load time measured or
-    predicted from the last recorded device costs, driver calls, OOM), then the per-layer table.
+    The summary opens with the questions a vLLM maintainer asks: the whole rank's load
+    (``moe_bench.rankload``: load time measured or predicted from the last recorded device costs,
+    peak transient and reserved memory, driver calls, OOM, sleep mode) and what changed since
+    the previous results (``changes_markdown``); then the per-layer table.
     The plots (``write_plots``, ``write_rank_load_plot``) are PNGs in ``out_dir``, shown in the
     summary as images by relative path. Raises ``moe_bench.results.ResultsError`` when there are
     no results (or a figure the metrics table does not know).
@@ -242,10 +269,9 @@ def write_summary(results_dir, out_dir) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     df = load_results(results_dir)
     costs = read_costs()
-    headline = render_rank_load(rank_load_table(df, costs), costs)
-    text = render_markdown(
-        summary_table(df), title="moe-convert-bench: latest results", headline=headline
-    )
+    table = summary_table(df)
+    headline = render_rank_load(rank_load_table(df, costs), costs) + changes_markdown(table)
+    text = render_markdown(table, title="moe-convert-bench: latest results", headline=headline)
     plots = write_plots(df, out_dir) + [
         write_rank_load_plot(layer_curves(), recorded_runs(), out_dir)
     ]

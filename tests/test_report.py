@@ -18,7 +18,7 @@ import pytest
 from moe_bench import cli
 from moe_bench.compare import compare_commits
 from moe_bench.metrics import NOISE_FACTOR
-from moe_bench.report import comment_markdown, render_markdown, summary_table
+from moe_bench.report import changes_markdown, comment_markdown, render_markdown, summary_table
 from moe_bench.results import load_results
 from moe_bench.units import human
 
@@ -169,6 +169,14 @@ def test_markdown_in_human_units_with_marks(results):
     assert lines[f"flashinfer@{QWEN}"].count("n/a") == 6
     assert "1 regressed figure(s)" in text
     assert f"more than {NOISE_FACTOR:g}x" in text
+
+
+def test_the_first_answer_is_what_changed_since_the_previous_results(results):
+    text = changes_markdown(summary_table(results))
+    assert text.startswith("## What changed since the previous results\n")
+    assert (
+        f"- `fixture-box` at `{LATEST}`: worse: {QWEN} `strided_copy` peak transient +50%" in text
+    )
 
 
 def test_write_summary_writes_markdown_and_plots(tmp_path, capsys):
