@@ -5,6 +5,10 @@ file format via ``asv.util.load_json``), never by parsing its columns by hand. A
 corrupt or empty raises ``ResultsError`` naming the path, so that a gate never passes on
 nothing; so does a figure the metrics table (``moe_bench.metrics``) does not know, a unit other
 than the table's, or an infinite value: every consumer then judges only figures it has a rule for.
+One exception: a commit's result file that is not JSON (empty, or cut short by a kill or a full
+disk while it was written, by an asv without ``asv_atomic`` or a copy) is left out with one line
+on stderr, so that one lost commit does not hide every other one. That commit counts as not
+measured (``new_commits``), and asv's next run of it writes the file anew (``asv_atomic``).
 
 Layout read (asv 0.6): ``<results_dir>/benchmarks.json`` (units, parameter names),
 ``<results_dir>/<machine>/machine.json`` and ``<results_dir>/<machine>/<hash8>-<env>.json``.
@@ -14,8 +18,10 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 import math
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +153,14 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
             try:
                 result = Results.load(str(path), machine_name=name)
             except (util.UserError, KeyError, TypeError, ValueError) as err:
+                if not _is_json(path):  # empty or cut short: one commit lost, not the history
+                    print(
+                        f"moe-bench: {path}: left out, not a readable asv result (empty, or cut "
+                        f"short while it was written); commit {path.name[:8]} counts as not "
+                        "measured: measure it again (scripts/nightly does where it is the newest)",
+                        file=sys.stderr,
+                    )
+                    continue
                 raise ResultsError(f"{path}: corrupt asv result file: {err}") from None
             rows.extend(_rows(result, name, benchmarks, info.get("profile")))
     if not rows:
@@ -156,6 +170,14 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
     _check_metrics(frame, root)
     extra = [c for c in frame.columns if c not in COLUMNS]
     return frame[COLUMNS[:-1] + extra + ["profile"]]
+
+
+def _is_json(path: Path) -> bool:
+    try:
+        json.loads(path.read_bytes())
+    except ValueError:
+        return False
+    return True
 
 
 def _check_metrics(frame: pd.DataFrame, root: Path) -> None:
