@@ -6,6 +6,7 @@
     moe-bench summary [--results DIR] [--out DIR]              summary.md and plots
     moe-bench compare RESULTS_DIR BASE HEAD [--paired FILE] [--markdown FILE]   the PR verdict
     moe-bench gate [--results DIR] [--budgets FILE] [--machine NAME] [--commit HASH]   budgets
+    moe-bench publish [--config asv.conf.json]                 the dashboard, whole or not at all
     moe-bench dashboard offline HTML_DIR | serve [HTML_DIR] [--port N] [--config FILE]
 
 Each subcommand is a ``cmd_NAME(args) -> int`` over the library functions of its module, which
@@ -182,6 +183,18 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_publish(args: argparse.Namespace) -> int:
+    from .dashboard import OfflineError
+    from .publish import PublishError, publish
+
+    try:
+        html_dir = publish(args.config)
+    except (PublishError, OfflineError) as error:
+        return _error(args, error)
+    print(f"dashboard published in {html_dir} (works offline)")
+    return 0
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from . import dashboard
 
@@ -320,6 +333,15 @@ def build_parser() -> ArgumentParser:
     gate.add_argument("--budgets", default="budgets.json", help="budgets file")
     gate.add_argument("--machine", default=None, help="check only this machine's results")
     gate.add_argument("--commit", default=None, help="check this commit (default: latest)")
+
+    publish = _add(
+        sub,
+        "publish",
+        cmd_publish,
+        "asv publish into a fresh folder, made offline, then swapped in as html_dir: "
+        "html_dir is the previous dashboard or the new one, never half",
+    )
+    publish.add_argument("--config", type=Path, default=Path("asv.conf.json"))
 
     dashboard = _add(sub, "dashboard", cmd_dashboard, "the asv dashboard, offline, on 127.0.0.1")
     actions = dashboard.add_subparsers(dest="action", required=True, metavar="ACTION")
