@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .gate import failed_benchmarks
 from .metrics import EXACT, FAILING, METRICS, NOISE_FACTOR, PAIRED_TIME, TIME, judge
 from .plots import write_plots
 from .results import load_results
@@ -164,6 +165,9 @@ def render_markdown(table: pd.DataFrame, *, title: str) -> str:
 def write_summary(results_dir, out_dir) -> Path:
     """Load ``results_dir``, write ``out_dir/summary.md`` and its plots; return the summary path.
 
+    The summary names every failed figure of each machine's latest commit (``gate``'s
+    ``failed_benchmarks``) after the tables.
+
     The plots (``write_plots``) are PNGs in ``out_dir``, shown in the summary as images by
     relative path. Raises ``moe_bench.results.ResultsError`` when there are no results (or a
     figure the metrics table does not know).
@@ -172,6 +176,14 @@ def write_summary(results_dir, out_dir) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     df = load_results(results_dir)
     text = render_markdown(summary_table(df), title="moe-convert-bench: latest results")
+    failed = failed_benchmarks(df)
+    if failed:  # a cell that crashed, hung or raised: named here, its reason in the asv log
+        text += (
+            f"\n## Failed: {len(failed)} figure(s)\n\n"
+            + "".join(f"- `{name}`\n" for name in failed)
+            + "\nEach failed alone, the rest of its grid measured; why (an exception, the signal "
+            "that killed the cell, its time box) is in the run's asv log. The gate fails on them.\n"
+        )
     plots = write_plots(df, out_dir)
     text += "\n## Plots\n\n" + "".join(f"![{p.stem}]({p.relative_to(out_dir)})\n\n" for p in plots)
     path = out_dir / "summary.md"
