@@ -6,7 +6,8 @@ between leaves no dashboard or half of one. ``publish`` has asv write a hidden f
 swaps it in: in one step where the filesystem can (``renameat2``'s ``RENAME_EXCHANGE``: Linux
 ext4, xfs, btrfs, tmpfs), else by two renames (NFS; a kill between them leaves the previous
 dashboard in ``.NAME.old-PID``). A kill before the swap leaves the previous dashboard and a
-hidden folder, which the next ``publish`` removes.
+hidden folder, which the next ``publish`` removes. Results of commits not on the configured
+branches, which asv's graphs leave out silently, are named first (``history.off_branch``).
 
     moe-bench publish [--config asv.conf.json]   # scripts/bench and scripts/nightly
 """
@@ -22,6 +23,7 @@ import sys
 from pathlib import Path
 
 from .dashboard import configured_html_dir, make_offline
+from .history import off_branch
 
 __all__ = ["PublishError", "publish", "swap_in"]
 
@@ -67,6 +69,8 @@ def publish(config: Path) -> Path:
     config's ``html_dir``; return ``html_dir``. Raises ``PublishError`` if asv fails (the
     previous dashboard stays) and ``dashboard.OfflineError`` as ``make_offline`` does."""
     html_dir = Path(configured_html_dir(config)).absolute()
+    for line in off_branch(config):  # asv leaves them out of the graphs without a word
+        print(f"moe-bench publish: {line}", file=sys.stderr)
     for left in html_dir.parent.glob(f".{html_dir.name}.*-*"):  # of a run killed before
         shutil.rmtree(left, ignore_errors=True)
     new = html_dir.with_name(f".{html_dir.name}.new-{os.getpid()}")

@@ -9,6 +9,8 @@ One exception: a commit's result file that is not JSON (empty, or cut short by a
 disk while it was written, by an asv without ``asv_atomic`` or a copy) is left out with one line
 on stderr, so that one lost commit does not hide every other one. That commit counts as not
 measured (``new_commits``), and asv's next run of it writes the file anew (``asv_atomic``).
+Results gathered wrongly from several machines (a folder copied twice, two boxes under one name:
+``moe_bench.history``) are left out in one line each, never counted twice.
 
 Layout read (asv 0.6): ``<results_dir>/benchmarks.json`` (units, parameter names),
 ``<results_dir>/<machine>/machine.json`` and ``<results_dir>/<machine>/<hash8>-<env>.json``.
@@ -33,6 +35,7 @@ from asv.machine import Machine
 from asv.repo import get_repo
 from asv.results import Results, iter_results_for_machine
 
+from .history import left_out
 from .metrics import METRICS
 
 __all__ = [
@@ -139,9 +142,12 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
             f"{root}: no such results directory (run the suite first: scripts/bench)"
         )
     benchmarks = _load_json(root / "benchmarks.json", Benchmarks.api_version)
+    excluded = left_out(root)  # a machine folder copied twice, two boxes under one name
+    for line in excluded.values():
+        print(f"moe-bench: {line}", file=sys.stderr)
     machines = [machine] if machine is not None else machine_names(root)
     rows = []
-    for name in machines:
+    for name in (m for m in machines if root / m not in excluded):
         if machine is None and not (root / name / "machine.json").is_file():
             raise ResultsError(
                 f"{root / name}: results without machine.json (asv writes it beside them: copy the "
@@ -149,7 +155,7 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
             )
         info = _load_json(root / name / "machine.json", Machine.api_version)
         files = sorted(p for p in (root / name).glob("*.json") if p.name != "machine.json")
-        for path in files:
+        for path in (p for p in files if p not in excluded):
             try:
                 result = Results.load(str(path), machine_name=name)
             except (util.UserError, KeyError, TypeError, ValueError) as err:

@@ -253,6 +253,20 @@ def test_a_results_file_killed_while_written(tmp_path, writer):
             json.loads(target.read_bytes())
 
 
+def _summary_lines(results: Path) -> list[str]:
+    """``moe-bench summary`` of ``results`` (a real process; it must succeed): its stderr lines
+    that report something left out."""
+    done = subprocess.run(
+        [sys.executable, "-m", "moe_bench", "summary", "--results", str(results)],
+        cwd=results.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return [line for line in done.stderr.splitlines() if line.startswith("moe-bench:")]
+
+
 @pytest.mark.parametrize("damage", ["truncated", "empty"])
 def test_a_cut_short_results_file_costs_only_its_commit(tmp_path, damage):
     """A result file cut short (or empty) is left out with one line; every other figure loads as
@@ -263,15 +277,7 @@ def test_a_cut_short_results_file_costs_only_its_commit(tmp_path, damage):
     bad.write_bytes(
         bad.read_bytes()[: len(bad.read_bytes()) // 2] if damage == "truncated" else b""
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "moe_bench", "summary", "--results", str(results)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    [line] = [line for line in done.stderr.splitlines() if line.startswith("moe-bench:")]
+    [line] = _summary_lines(results)
     assert line.startswith(f"moe-bench: {bad}: left out, not a readable asv result")
     assert f"commit {NEWEST.name[:8]} counts as not measured" in line
     clean = load_results(FIXTURE_RESULTS)
@@ -344,3 +350,42 @@ def test_gpu_check_without_torch_is_one_line(tmp_path):
         "the GPU box (its python3 has torch), or here with .venv active "
         "(. .venv/bin/activate; scripts/test makes it)"
     ]
+
+
+def _foreign(results: Path, commit: str, **params: str) -> Path:
+    """A copy of the fixture's oldest result as commit ``commit``, with machine ``params``."""
+    data = json.loads(FIXTURE_FILES[0].read_text())
+    data["commit_hash"] = commit
+    data["params"].update(params)
+    path = results / MACHINE / f"{commit[:8]}-{data['env_name']}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_several_machines_gathered_wrongly_are_named_not_counted_twice(tmp_path):
+    """A machine folder copied twice and another box's result in a folder of the same name:
+    one line each, left out; the figures are the clean history's, none counted twice."""
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE_RESULTS, results)
+    shutil.copytree(results / MACHINE, results / f"{MACHINE}-copy")
+    other_box = _foreign(results, "f" * 40, cpu="Another CPU")
+    assert set(_summary_lines(results)) == {
+        f"moe-bench: {results / MACHINE}-copy: left out: its machine.json names machine "
+        f"'{MACHINE}', another folder's (a copy of results/{MACHINE}/?); gather each machine "
+        "folder once, under its name",
+        f"moe-bench: {other_box}: left out: measured on other hardware than "
+        f"{results / MACHINE / 'machine.json'} (cpu 'Another CPU', not 'fixture CPU'): two boxes "
+        "under one machine name; name each apart (MOE_BENCH_MACHINE) and gather each folder once",
+    }
+    assert load_results(results).equals(load_results(FIXTURE_RESULTS))
+
+
+def test_a_result_of_a_commit_not_on_main_is_named_and_the_rest_published(published):
+    repo, previous = published
+    stray = _foreign(repo / "results", "e" * 40)  # a PR commit's result among the nightly's
+    done = _publish(repo)
+    assert done.stderr.splitlines()[0] == (
+        f"moe-bench publish: {stray.relative_to(repo)}: commit eeeeeeee is not on main: not on "
+        "the dashboard (asv graphs branch commits only); the summary and the gate read it"
+    )
+    assert _tree(repo / "html").keys() == previous.keys()
