@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from asv import util
 from fixtures.asv_fixture import CONF, git, make_repo
@@ -253,22 +254,15 @@ def test_a_results_file_killed_while_written(tmp_path, writer):
             json.loads(target.read_bytes())
 
 
-def _summary_lines(results: Path) -> list[str]:
-    """``moe-bench summary`` of ``results`` (a real process; it must succeed): its stderr lines
-    that report something left out."""
-    done = subprocess.run(
-        [sys.executable, "-m", "moe_bench", "summary", "--results", str(results)],
-        cwd=results.parent,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    return [line for line in done.stderr.splitlines() if line.startswith("moe-bench:")]
+def _loaded(results: Path, capsys) -> tuple[pd.DataFrame, list[str]]:
+    """``load_results(results)`` (what summary, gate and compare read) and the lines it wrote
+    on stderr about what it left out."""
+    frame = load_results(results)
+    return frame, [line for line in capsys.readouterr().err.splitlines() if line]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty"])
-def test_a_cut_short_results_file_costs_only_its_commit(tmp_path, damage):
+def test_a_cut_short_results_file_costs_only_its_commit(tmp_path, capsys, damage):
     """A result file cut short (or empty) is left out with one line; every other figure loads as
     before; the nightly measures its commit again, and asv's run of it measures it anew."""
     results = tmp_path / "results"
@@ -277,12 +271,12 @@ def test_a_cut_short_results_file_costs_only_its_commit(tmp_path, damage):
     bad.write_bytes(
         bad.read_bytes()[: len(bad.read_bytes()) // 2] if damage == "truncated" else b""
     )
-    [line] = _summary_lines(results)
+    clean = load_results(FIXTURE_RESULTS)
+    frame, [line] = _loaded(results, capsys)
     assert line.startswith(f"moe-bench: {bad}: left out, not a readable asv result")
     assert f"commit {NEWEST.name[:8]} counts as not measured" in line
-    clean = load_results(FIXTURE_RESULTS)
     kept = clean[~clean["commit"].str.startswith(NEWEST.name[:8])].reset_index(drop=True)
-    assert load_results(results).equals(kept)
+    assert frame.equals(kept)
 
     repo = tmp_path / "repo"
     commits = make_repo(repo)
@@ -362,14 +356,16 @@ def _foreign(results: Path, commit: str, **params: str) -> Path:
     return path
 
 
-def test_several_machines_gathered_wrongly_are_named_not_counted_twice(tmp_path):
+def test_several_machines_gathered_wrongly_are_named_not_counted_twice(tmp_path, capsys):
     """A machine folder copied twice and another box's result in a folder of the same name:
     one line each, left out; the figures are the clean history's, none counted twice."""
     results = tmp_path / "results"
     shutil.copytree(FIXTURE_RESULTS, results)
     shutil.copytree(results / MACHINE, results / f"{MACHINE}-copy")
     other_box = _foreign(results, "f" * 40, cpu="Another CPU")
-    assert set(_summary_lines(results)) == {
+    clean = load_results(FIXTURE_RESULTS)
+    frame, lines = _loaded(results, capsys)
+    assert set(lines) == {
         f"moe-bench: {results / MACHINE}-copy: left out: its machine.json names machine "
         f"'{MACHINE}', another folder's (a copy of results/{MACHINE}/?); gather each machine "
         "folder once, under its name",
@@ -377,7 +373,7 @@ def test_several_machines_gathered_wrongly_are_named_not_counted_twice(tmp_path)
         f"{results / MACHINE / 'machine.json'} (cpu 'Another CPU', not 'fixture CPU'): two boxes "
         "under one machine name; name each apart (MOE_BENCH_MACHINE) and gather each folder once",
     }
-    assert load_results(results).equals(load_results(FIXTURE_RESULTS))
+    assert frame.equals(clean)
 
 
 def test_a_result_of_a_commit_not_on_main_is_named_and_the_rest_published(published):
