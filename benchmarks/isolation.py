@@ -17,17 +17,20 @@ function, which a spawned worker imports).
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import faulthandler
 import multiprocessing
 import signal
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 __all__ = ["measure_cells"]
 
 Cell = tuple[str, str]  # (shape, strategy)
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _poisons_process(error: str) -> bool:
@@ -36,9 +39,19 @@ def _poisons_process(error: str) -> bool:
     return "CUDA error" in error
 
 
+def _die_with_parent() -> None:
+    """Have the kernel kill this process when its parent dies (Linux ``prctl``; elsewhere
+    nothing): asv kills a grid past its ``setup_cache`` timeout, and a hung worker must not
+    outlive it holding a core or GPU memory."""
+    prctl = getattr(ctypes.CDLL(None), "prctl", None)
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _work(measure: Callable[[str, str], Any], cells: Sequence[Cell], send: Connection) -> None:
     """The worker: ``measure`` each cell in turn and send ``(ok, value or error text)``; return
     (ending the worker) after an error that poisons the process."""
+    _die_with_parent()
     faulthandler.enable()  # a crash prints the Python stack on stderr (asv's log)
     for cell in cells:
         try:
@@ -56,7 +69,7 @@ class _Outcome:
     worker_gone: bool  # the worker ended (crashed, timed out, poisoned): start a fresh one
 
 
-def _died(process: multiprocessing.process.BaseProcess) -> str:
+def _died(process: BaseProcess) -> str:
     """Why the worker ended without a result: the signal or the exit status."""
     process.join()
     code = process.exitcode
@@ -65,7 +78,7 @@ def _died(process: multiprocessing.process.BaseProcess) -> str:
     return f"the measuring process exited with status {code} without a result"
 
 
-def _next(receive: Connection, process, timeout_s: float) -> _Outcome:
+def _next(receive: Connection, process: BaseProcess, timeout_s: float) -> _Outcome:
     """The worker's answer for its current cell, or why none came."""
     if not receive.poll(timeout_s):
         process.kill()

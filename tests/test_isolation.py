@@ -13,6 +13,8 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -114,3 +116,42 @@ def test_cells_after_a_sticky_cuda_error_run_in_a_fresh_process():
     assert len(before) == 1 and len(after) == 1 and before != after
     assert os.getpid() not in before | after  # measured in workers, never in the asv process
     assert measured[ordinary] == "ValueError: an ordinary error"
+
+
+_KILLED_PARENT = """
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+from benchmarks import common
+common.SHAPES, common.STRATEGY_AXIS = ("qwen3-30b-a3b/tp1",), ("strided_copy",)
+
+def hang(shape, strategy):
+    print(os.getpid(), flush=True)  # the worker's pid, for the test
+    time.sleep(3600)
+
+common.measure_grid(hang)
+"""
+
+
+def test_a_worker_dies_with_the_process_that_measures_the_grid():
+    """asv kills a grid past its setup_cache timeout: the hung worker goes with it."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_PARENT, str(ROOT)], stdout=subprocess.PIPE, text=True
+    )
+    worker = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(worker):
+        os.kill(worker, signal.SIGKILL)  # not left running after the test
+        raise AssertionError(f"worker {worker} outlived its parent")
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, reaped by init, counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
