@@ -43,9 +43,14 @@ lock_checkout() {  # lock_checkout NAME "$@": one run at a time in this checkout
 }
 
 install_project() {  # install_project EXTRAS  (e.g. "test,bench"); skipped when nothing changed
+  local said
   if [ ! -x "$VENV/bin/python" ]; then
     echo "[setup] creating $VENV" >&2
-    python3 -m venv --system-site-packages "$VENV"
+    if ! said=$(python3 -m venv --system-site-packages "$VENV" 2>&1); then
+      echo "[setup] python3 -m venv failed: $(echo "$said" | grep -m1 . || echo 'no message')" \
+        "(a python3 >= 3.10 with venv on PATH? Debian: apt-get install python3-venv)" >&2
+      exit 2
+    fi
   fi
   # shellcheck disable=SC1091
   . "$VENV/bin/activate"

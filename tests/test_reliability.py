@@ -385,3 +385,25 @@ def test_a_result_of_a_commit_not_on_main_is_named_and_the_rest_published(publis
         "the dashboard (asv graphs branch commits only); the summary and the gate read it"
     )
     assert _tree(repo / "html").keys() == previous.keys()
+
+
+def test_a_python3_that_cannot_make_the_venv_is_one_line(checkout, tmp_path):
+    """A fresh checkout where ``python3 -m venv`` fails (Debian without python3-venv)."""
+    repo, env = checkout
+    bare = tmp_path / "no-venv"
+    bare.mkdir()
+    (bare / "python3").write_text(
+        "#!/bin/sh\necho 'The virtual environment was not created successfully because ensurepip"
+        " is not available.' >&2\necho 'apt install python3-venv' >&2\nexit 1\n"
+    )
+    (bare / "python3").chmod(0o755)
+    done = _script(
+        repo, env, "gate", MOE_VENV=str(tmp_path / "venv"), PATH=f"{bare}:{os.environ['PATH']}"
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"[setup] creating {tmp_path / 'venv'}",
+        "[setup] python3 -m venv failed: The virtual environment was not created successfully "
+        "because ensurepip is not available. (a python3 >= 3.10 with venv on PATH? Debian: "
+        "apt-get install python3-venv)",
+    ]
