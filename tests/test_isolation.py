@@ -155,3 +155,15 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def test_the_spawned_worker_of_cuda_measures_the_same(clean):
+    """On CUDA the worker is spawned (a fork cannot use CUDA): it imports the grid's module-level
+    measure function and gives the forked worker's figures."""
+    from benchmarks import isolation
+
+    cell = (SHAPES[1], "strided_copy")
+    spawned = isolation.measure_cells(
+        bench_convert._count_traffic, [cell], timeout_s=120, start_method="spawn"
+    )
+    assert spawned == {cell: clean[cell]}
