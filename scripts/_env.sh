@@ -10,12 +10,13 @@ VENV="${MOE_VENV:-$ROOT/.venv}"
 TORCH_CPU_PIN="torch==2.13.0"
 # The lock of the checkout (git-ignored): held, through flock, by the run whose command, pid and
 # start time it holds. The kernel drops a flock when its holder dies, so a killed run's lock
-# never blocks; the text left in it is only read while the lock is held.
+# never blocks; the text a dead run left is read only by a run that finds the lock held (the new
+# holder's text replaces it at once).
 LOCK="$ROOT/.run.lock"
 # Seconds a run waits for another one in this checkout (MOE_BENCH_LOCK_WAIT; 0: do not wait). A
 # PR gate takes about 6 min here (docs/timing.md): 15 min covers one queued ahead of it.
 LOCK_WAIT_DEFAULT=900
-EX_TEMPFAIL=75  # sysexits.h: try again later (cron and CI retry on it)
+EX_TEMPFAIL=75  # sysexits.h: a temporary failure, try again later
 
 # On CPU, let glibc keep freed memory in its heap (no mmap for large blocks, no trimming), the way
 # the CUDA caching allocator keeps freed segments. Otherwise every out-of-place conversion pays
