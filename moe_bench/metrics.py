@@ -9,8 +9,8 @@ not in the table or whose unit differs from it.
 
 Gate rules:
 
-- ``exact``: deterministic (bytes, launches, experts, retries, traffic ratio): any change in the
-  worse direction is a regression, everywhere (factor 1.0);
+- ``exact``: deterministic (bytes, launches, experts, retries, driver calls, traffic ratio): any
+  change in the worse direction is a regression, everywhere (factor 1.0);
 - ``paired``: time-derived. The PR gate shows them but the paired A/B run
   (``benchmarks.paired``) decides; where there is no paired run (the nightly history, the summary,
   the dashboard, ``compare`` without ``--paired``) a rise beyond ``NOISE_FACTOR`` regresses;
@@ -35,6 +35,8 @@ __all__ = [
     "PEAK_BYTES",
     "WHOLE_MODEL",
     "PAIRED_TIME",
+    "RANK_LOAD_REPLAY",
+    "RANK_LOAD_TIME",
     "judge",
     "metric",
 ]
@@ -91,6 +93,9 @@ COPY_RATIO = "bench_convert.LayerTime.track_copy_ratio"
 PEAK_BYTES = "bench_convert.PeakMemory.track_peak_transient_bytes"
 WHOLE_MODEL = "bench_convert.LayerTime.track_whole_model_seconds"
 TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
+#: The whole rank's load: its replay's class (every figure exact) and the seconds run on CUDA.
+RANK_LOAD_REPLAY = "bench_allocator.RankLoadReplay"
+RANK_LOAD_TIME = "bench_allocator.RankLoadTime.track_load_seconds"
 #: The paired A/B result's row in the PR verdict (not an asv benchmark: ``benchmarks.paired``).
 PAIRED_TIME = "paired.time_ratio"
 
@@ -118,6 +123,19 @@ _TABLE = [
         EXACT,
         "bytes",
     ),
+    # The whole rank's load (bench_allocator): driver calls replayed (exact), seconds run on CUDA.
+    *(
+        Metric(f"{RANK_LOAD_REPLAY}.track_{event}", unit, True, EXACT, unit)
+        for event, unit in (
+            ("num_device_alloc", "calls"),
+            ("num_device_free", "calls"),
+            ("num_device_alloc_failed", "calls"),
+            ("num_alloc_retries", "retries"),
+            ("peak_reserved_bytes", "bytes"),
+            ("layers_lost_to_oom", "layers"),
+        )
+    ),
+    Metric(RANK_LOAD_TIME, "seconds", True, PAIRED, "seconds"),
     # Retired (the history before LayerTime measured every time figure at once, and before the
     # replayed sleep-mode load was named SleepModeReplay): kept so that results/ still loads and
     # its old series are judged as they were.

@@ -18,9 +18,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from moe_convert.loadtime import read_costs
+
 from .gate import failed_benchmarks
 from .metrics import EXACT, FAILING, METRICS, NOISE_FACTOR, PAIRED_TIME, TIME, judge
-from .plots import write_plots
+from .plots import write_plots, write_rank_load_plot
+from .rankload import layer_curves, rank_load_table, recorded_runs, render_rank_load
 from .results import load_results
 from .units import human
 
@@ -129,14 +132,15 @@ def _cell(row: pd.Series, column: str) -> str:
     return text
 
 
-def render_markdown(table: pd.DataFrame, *, title: str) -> str:
-    """``summary_table`` as markdown: a section per machine, values in human units.
+def render_markdown(table: pd.DataFrame, *, title: str, headline: str = "") -> str:
+    """``summary_table`` as markdown: a section per machine, values in human units, after
+    ``headline`` (markdown placed first, under the title).
 
     A regressed figure is bold with ``⚠`` and its change against the previous result.
     """
     exact = ", ".join(m.title for m in _SUMMARY.values() if m.factor == 1.0)
     timed = ", ".join(m.title for m in _SUMMARY.values() if m.factor == NOISE_FACTOR)
-    lines = [f"# {title}", ""]
+    lines = [f"# {title}", ""] + ([headline] if headline else [])
     lines.append(
         f"⚠: worse than the previous result of the same point by the PR gate's rule: {exact}: any "
         f"rise; {timed}: more than {NOISE_FACTOR:g}x (no paired run in a history; "
@@ -165,17 +169,21 @@ def render_markdown(table: pd.DataFrame, *, title: str) -> str:
 def write_summary(results_dir, out_dir) -> Path:
     """Load ``results_dir``, write ``out_dir/summary.md`` and its plots; return the summary path.
 
-    The summary names every failed figure of each machine's latest commit (``gate``'s
-    ``failed_benchmarks``) after the tables.
-
-    The plots (``write_plots``) are PNGs in ``out_dir``, shown in the summary as images by
-    relative path. Raises ``moe_bench.results.ResultsError`` when there are no results (or a
-    figure the metrics table does not know).
+    The summary opens with the whole rank's load (``moe_bench.rankload``: load time measured or
+    predicted from the last recorded device costs, driver calls, OOM), then the per-layer table,
+    then every failed figure of each machine's latest commit (``gate``'s ``failed_benchmarks``).
+    The plots (``write_plots``, ``write_rank_load_plot``) are PNGs in ``out_dir``, shown in the
+    summary as images by relative path. Raises ``moe_bench.results.ResultsError`` when there are
+    no results (or a figure the metrics table does not know).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     df = load_results(results_dir)
-    text = render_markdown(summary_table(df), title="moe-convert-bench: latest results")
+    costs = read_costs()
+    headline = render_rank_load(rank_load_table(df, costs), costs)
+    text = render_markdown(
+        summary_table(df), title="moe-convert-bench: latest results", headline=headline
+    )
     failed = failed_benchmarks(df)
     if failed:  # a cell that crashed, hung or raised: named here, its reason in the asv log
         text += (
@@ -184,7 +192,9 @@ def write_summary(results_dir, out_dir) -> Path:
             + "\nEach failed alone, the rest of its grid measured; why (an exception, the signal "
             "that killed the cell, its time box) is in the run's asv log. The gate fails on them.\n"
         )
-    plots = write_plots(df, out_dir)
+    plots = write_plots(df, out_dir) + [
+        write_rank_load_plot(layer_curves(), recorded_runs(), out_dir)
+    ]
     text += "\n## Plots\n\n" + "".join(f"![{p.stem}]({p.relative_to(out_dir)})\n\n" for p in plots)
     path = out_dir / "summary.md"
     path.write_text(text)

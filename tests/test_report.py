@@ -177,7 +177,8 @@ def test_write_summary_writes_markdown_and_plots(tmp_path, capsys):
     assert path == tmp_path / "summary" / "summary.md"
     text = path.read_text()
     images = [line[line.index("(") + 1 : -1] for line in text.splitlines() if line.startswith("![")]
-    assert "fixture-box-history.png" in images and len(images) == 4
+    assert "fixture-box-history.png" in images and "rank-load-per-layer.png" in images
+    assert len(images) == 5
     assert all((path.parent / image).stat().st_size > 0 for image in images)
 
 
