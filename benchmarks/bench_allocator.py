@@ -31,20 +31,16 @@ from moe_convert.wholemodel import (
 from . import common
 
 
-def _replay_grid() -> dict[tuple[str, str], RankLoad | str]:
-    """``replay.replay_load`` of every cell of the grid (``common.measure_grid``): the sleep pool
-    at ``VLLM_LOAD_MAX_SPLIT_MB``, an unbounded device, the full-size shape."""
-
-    def measure(shape: str, strategy: str) -> RankLoad:
-        return replay_load(
-            common.full_shape(shape),
-            strategy,
-            max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
-            pool="sleep",
-            device_bytes=None,
-        )
-
-    return common.measure_grid(measure)
+def _replay_cell(shape: str, strategy: str) -> RankLoad:
+    """``replay.replay_load`` of one cell of the grid: the sleep pool at
+    ``VLLM_LOAD_MAX_SPLIT_MB``, an unbounded device, the full-size shape."""
+    return replay_load(
+        common.full_shape(shape),
+        strategy,
+        max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
+        pool="sleep",
+        device_bytes=None,
+    )
 
 
 class SleepModeReplay(common.ShapeStrategyGrid):
@@ -67,7 +63,7 @@ class SleepModeReplay(common.ShapeStrategyGrid):
     unit = "bytes"
 
     def setup_cache(self) -> dict[tuple[str, str], RankLoad | str]:
-        return _replay_grid()
+        return common.measure_grid(_replay_cell)
 
     # The whole grid in one process: 54 cells took about 10 s on the shared 2-core machine.
     setup_cache.timeout = 300.0

@@ -7,6 +7,7 @@
     moe-bench compare RESULTS_DIR BASE HEAD [--paired FILE] [--markdown FILE]   the PR verdict
     moe-bench gate [--results DIR] [--budgets FILE] [--machine NAME] [--commit HASH]   budgets
     moe-bench export RESULTS_DIR --out FILE [--format pytorch-v3] [--machine NAME] [--commit HASH]
+    moe-bench publish [--config asv.conf.json]                 the dashboard, whole or not at all
     moe-bench dashboard offline HTML_DIR | serve [HTML_DIR] [--port N] [--config FILE]
 
 Each subcommand is a ``cmd_NAME(args) -> int`` over the library functions of its module, which
@@ -200,6 +201,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_publish(args: argparse.Namespace) -> int:
+    from .dashboard import OfflineError
+    from .publish import PublishError, publish
+
+    try:
+        html_dir = publish(args.config)
+    except (PublishError, OfflineError) as error:
+        return _error(args, error)
+    print(f"dashboard published in {html_dir} (works offline)")
+    return 0
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from . import dashboard
 
@@ -353,6 +366,14 @@ def build_parser() -> ArgumentParser:
     )
     export.add_argument("--machine", default=None, help="export only this machine's results")
     export.add_argument("--commit", default=None, help="export this commit (default: latest)")
+    publish = _add(
+        sub,
+        "publish",
+        cmd_publish,
+        "asv publish into a fresh folder, made offline, then swapped in as html_dir: "
+        "html_dir is the previous dashboard or the new one, never half",
+    )
+    publish.add_argument("--config", type=Path, default=Path("asv.conf.json"))
 
     dashboard = _add(sub, "dashboard", cmd_dashboard, "the asv dashboard, offline, on 127.0.0.1")
     actions = dashboard.add_subparsers(dest="action", required=True, metavar="ACTION")

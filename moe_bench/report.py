@@ -21,6 +21,7 @@ import pandas as pd
 
 from moe_convert.loadtime import read_costs
 
+from .gate import failed_benchmarks
 from .hardware import copy_scale, copy_seconds
 from .metrics import (
     EXACT,
@@ -260,7 +261,8 @@ def write_summary(results_dir, out_dir) -> Path:
     The summary opens with the questions a vLLM maintainer asks: the whole rank's load
     (``moe_bench.rankload``: load time measured or predicted from the last recorded device costs,
     peak transient and reserved memory, driver calls, OOM, sleep mode) and what changed since
-    the previous results (``changes_markdown``); then the per-layer table.
+    the previous results (``changes_markdown``); then the per-layer table, then every failed
+    figure of each machine's latest commit (``gate``'s ``failed_benchmarks``).
     The plots (``write_plots``, ``write_rank_load_plot``) are PNGs in ``out_dir``, shown in the
     summary as images by relative path. Raises ``moe_bench.results.ResultsError`` when there are
     no results (or a figure the metrics table does not know).
@@ -272,6 +274,14 @@ def write_summary(results_dir, out_dir) -> Path:
     table = summary_table(df)
     headline = render_rank_load(rank_load_table(df, costs), costs) + changes_markdown(table)
     text = render_markdown(table, title="moe-convert-bench: latest results", headline=headline)
+    failed = failed_benchmarks(df)
+    if failed:  # a cell that crashed, hung or raised: named here, its reason in the asv log
+        text += (
+            f"\n## Failed: {len(failed)} figure(s)\n\n"
+            + "".join(f"- `{name}`\n" for name in failed)
+            + "\nEach failed alone, the rest of its grid measured; why (an exception, the signal "
+            "that killed the cell, its time box) is in the run's asv log. The gate fails on them.\n"
+        )
     plots = write_plots(df, out_dir) + [
         write_rank_load_plot(layer_curves(), recorded_runs(), out_dir)
     ]

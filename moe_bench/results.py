@@ -5,6 +5,12 @@ file format via ``asv.util.load_json``), never by parsing its columns by hand. A
 corrupt or empty raises ``ResultsError`` naming the path, so that a gate never passes on
 nothing; so does a figure the metrics table (``moe_bench.metrics``) does not know, a unit other
 than the table's, or an infinite value: every consumer then judges only figures it has a rule for.
+One exception: a commit's result file that is not JSON (empty, or cut short by a kill or a full
+disk while it was written, by an asv without ``asv_atomic`` or a copy) is left out with one line
+on stderr, so that one lost commit does not hide every other one. That commit counts as not
+measured (``new_commits``), and asv's next run of it writes the file anew (``asv_atomic``).
+Results gathered wrongly from several machines (a folder copied twice, two boxes under one name:
+``moe_bench.history``) are left out in one line each, never counted twice.
 
 Layout read (asv 0.6): ``<results_dir>/benchmarks.json`` (units, parameter names),
 ``<results_dir>/<machine>/machine.json`` and ``<results_dir>/<machine>/<hash8>-<env>.json``.
@@ -14,8 +20,10 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 import math
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +35,7 @@ from asv.machine import Machine
 from asv.repo import get_repo
 from asv.results import Results, iter_results_for_machine
 
+from .history import left_out
 from .metrics import METRICS
 
 __all__ = [
@@ -149,9 +158,12 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
             f"{root}: no such results directory (run the suite first: scripts/bench)"
         )
     benchmarks = _load_json(root / "benchmarks.json", Benchmarks.api_version)
+    excluded = left_out(root)  # a machine folder copied twice, two boxes under one name
+    for line in excluded.values():
+        print(f"moe-bench: {line}", file=sys.stderr)
     machines = [machine] if machine is not None else machine_names(root)
     rows = []
-    for name in machines:
+    for name in (m for m in machines if root / m not in excluded):
         if machine is None and not (root / name / "machine.json").is_file():
             raise ResultsError(
                 f"{root / name}: results without machine.json (asv writes it beside them: copy the "
@@ -159,10 +171,18 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
             )
         info = machine_info(root, name)
         files = sorted(p for p in (root / name).glob("*.json") if p.name != "machine.json")
-        for path in files:
+        for path in (p for p in files if p not in excluded):
             try:
                 result = Results.load(str(path), machine_name=name)
             except (util.UserError, KeyError, TypeError, ValueError) as err:
+                if not _is_json(path):  # empty or cut short: one commit lost, not the history
+                    print(
+                        f"moe-bench: {path}: left out, not a readable asv result (empty, or cut "
+                        f"short while it was written); commit {path.name[:8]} counts as not "
+                        "measured: measure it again (scripts/nightly does where it is the newest)",
+                        file=sys.stderr,
+                    )
+                    continue
                 raise ResultsError(f"{path}: corrupt asv result file: {err}") from None
             rows.extend(_rows(result, name, benchmarks, info.get("profile")))
     if not rows:
@@ -180,6 +200,14 @@ def latest(frame: pd.DataFrame, commit: str | None = None) -> pd.DataFrame:
         return frame[frame["commit"].str.startswith(commit)]
     newest = frame.groupby("machine")["date"].transform("max")
     return frame[frame["date"] == newest]
+
+
+def _is_json(path: Path) -> bool:
+    try:
+        json.loads(path.read_bytes())
+    except ValueError:
+        return False
+    return True
 
 
 def _check_metrics(frame: pd.DataFrame, root: Path) -> None:
