@@ -99,7 +99,11 @@ def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> No
             fail(ValueError, name, tensor, f"{fmt.name} has no {name}", "pass None")
         if tensor.dtype != dtype:
             fail(
-                TypeError, name, tensor, f"{fmt.name} needs {dtype}", f"pass the {fmt.name} {name}"
+                TypeError,
+                name,
+                tensor,
+                f"{fmt.name} needs {dtype}",
+                f"pass the {fmt.name} checkpoint's {name} as stored (not dequantized)",
             )
         dims = 2 if name.endswith("bias") else 3
         if tensor.dim() != dims:
