@@ -27,12 +27,8 @@ def peaks_markdown() -> str:
     ]
     for shape in quant_catalog_shapes():
         peaks = [QUANT_STRATEGIES[f"{shape.format}-{kind}"].peak.evaluate(shape) for kind in KINDS]
-        cells = [format_bytes(p, unit="MiB", digits=1) for p in peaks]
-        lines.append(
-            f"| {shape.label} | {shape.format} | {format_bytes(shape.layer_bytes, unit='MiB', digits=1)} | "
-            + " | ".join(cells)
-            + " |"
-        )
+        cells = [format_bytes(n, unit="MiB", digits=1) for n in (shape.layer_bytes, *peaks)]
+        lines.append(f"| {shape.label} | {shape.format} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
