@@ -118,6 +118,18 @@ _TABLE = [
         EXACT,
         "bytes",
     ),
+    # The quantized formats (benchmarks/bench_quant.py): exact, full size on meta.
+    Metric("bench_quant.QuantPeakMemory.track_peak_transient_bytes", "bytes", True, EXACT, "bytes"),
+    Metric(
+        "bench_quant.QuantSleepModeReplay.track_peak_reserved_bytes", "bytes", True, EXACT, "bytes"
+    ),
+    Metric(
+        "bench_quant.QuantSleepModeReplay.track_reserved_growth_per_layer_bytes",
+        "bytes",
+        True,
+        EXACT,
+        "bytes",
+    ),
     # Retired (the history before LayerTime measured every time figure at once, and before the
     # replayed sleep-mode load was named SleepModeReplay): kept so that results/ still loads and
     # its old series are judged as they were.

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from .allocator import K_MIN_LARGE_ALLOC
 from .formulas import Formula
 from .quant_formats import FORMATS
 from .quant_layer import QuantLayer
@@ -93,12 +94,17 @@ def inplace(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
 
     In place: weights and scales are returned in the input's own storage (``data_ptr``
     unchanged; scales viewed float8_e4m3fn); biases are new float32 tensors. Peak transient:
-    the scratch, ``max(S13, S2)`` (a weight expert holds more bytes than its scales), and the
-    biases.
+    the scratch, ``max(S13, S2, 10 MiB)`` (a weight expert holds more bytes than its scales),
+    and the biases.
     """
     experts = layer.w13.shape[0]
     expert_bytes = max(layer.w13.nbytes, layer.w2.nbytes) // experts
-    scratch = torch.empty(expert_bytes, dtype=torch.uint8, device=layer.w13.device)
+    # At least 10 MiB, as strategies.strided_inplace's and for its reason: a smaller scratch
+    # gets a slice of a 20 MiB segment that max_split_size_mb=20 strands after every layer
+    # (quant_replay: 20 MiB growth per layer for kimi-k2-nvfp4/tp8); a large one is reused.
+    scratch = torch.empty(
+        max(expert_bytes, K_MIN_LARGE_ALLOC), dtype=torch.uint8, device=layer.w13.device
+    )
     biases = []
     for weight, scale, bias, index in _weights(layer, _w13_order(fmt, gated)):
         relay_rows_in_place(weight, index, scratch)
@@ -147,7 +153,7 @@ _KINDS = {
         inplace,
         "ours",
         True,
-        Formula("max(S13, S2) + B13 + max(B13 // 2, B2 + B2 // 2)"),
+        Formula("max(S13, S2, 10 MiB) + B13 + max(B13 // 2, B2 + B2 // 2)"),
     ),
     "fast": (fast, "ours", False, Formula("T13 + T2 + F13 + F2 + B13 + B2 + B2 // 2")),
 }
