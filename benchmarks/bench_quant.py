@@ -1,4 +1,4 @@
-"""The quantized formats (NVFP4, MXFP4, FP8): exact peak memory and the replayed sleep-mode load.
+"""The quantized formats (NVFP4, MXFP4, FP8): exact peak memory, work, the replayed load.
 
 Parametrised over quantized catalog shape x kind (``QUANT_SHAPES`` x ``QUANT_KINDS``), the
 parameters named ``shape`` and ``strategy`` as everywhere in the suite (moe_bench keys results
@@ -80,6 +80,14 @@ def _peak(shape, strategy: str) -> int:
     return measure_memory(quant_strategy_call(shape, strategy, "meta")).peak_bytes
 
 
+def _traffic(shape, strategy: str):
+    from moe_convert.quant_registry import quant_strategy_call
+    from moe_convert.traffic import measure_traffic
+
+    measured = measure_traffic(quant_strategy_call(shape, strategy, "meta"))
+    return measured.traffic_bytes, measured.launches
+
+
 def _replay(shape, strategy: str):
     from moe_convert.quant_replay import replay_quant_load
 
@@ -115,6 +123,28 @@ class QuantPeakMemory(QuantGrid):
 
     def track_peak_transient_bytes(self, results: dict, shape: str, kind: str) -> int:
         return self.measured
+
+
+class QuantTraffic(QuantGrid):
+    """Exact bytes read + written and data-moving ops of one full-size quantized layer, on
+    ``meta`` (``moe_convert.traffic``'s rule; each record's ``traffic`` and ``launches``)."""
+
+    version = "1"
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(_traffic)
+
+    setup_cache.timeout = 300.0
+
+    def track_traffic_bytes(self, results: dict, shape: str, kind: str) -> int:
+        return self.measured[0]
+
+    track_traffic_bytes.unit = "bytes"
+
+    def track_launches(self, results: dict, shape: str, kind: str) -> int:
+        return self.measured[1]
+
+    track_launches.unit = "launches"
 
 
 class QuantSleepModeReplay(QuantGrid):

@@ -120,6 +120,8 @@ _TABLE = [
     ),
     # The quantized formats (benchmarks/bench_quant.py): exact, full size on meta.
     Metric("bench_quant.QuantPeakMemory.track_peak_transient_bytes", "bytes", True, EXACT, "bytes"),
+    Metric("bench_quant.QuantTraffic.track_traffic_bytes", "bytes", True, EXACT, "bytes"),
+    Metric("bench_quant.QuantTraffic.track_launches", "launches", True, EXACT, "launches"),
     Metric(
         "bench_quant.QuantSleepModeReplay.track_peak_reserved_bytes", "bytes", True, EXACT, "bytes"
     ),

@@ -33,8 +33,9 @@ QuantFunction = Callable[[QuantLayer, bool], QuantLayer]
 class QuantStrategy:
     """One registered strategy of one quantized format, and the facts about it.
 
-    ``peak`` is exact at full size on ``meta`` (tests/test_quant_memory.py), in the letters of
-    ``moe_convert.formulas`` evaluated on a ``QuantLayerShape``.
+    ``peak``, ``traffic`` and ``launches`` are exact at full size on ``meta``
+    (tests/test_quant_memory.py), in the letters of ``moe_convert.formulas`` evaluated on a
+    ``QuantLayerShape``.
     """
 
     name: str
@@ -43,6 +44,8 @@ class QuantStrategy:
     inplace: bool  # weights and scales come back as views of the input's storage
     origin: str
     peak: Formula  # peak transient bytes, dispatch level, row indices cached
+    traffic: Formula  # bytes read + written (moe_convert.traffic's rule)
+    launches: Formula  # data-moving ops of one call
 
     @property
     def fmt(self) -> QuantFormat:
@@ -54,7 +57,7 @@ QUANT_STRATEGIES: dict[str, QuantStrategy] = {}
 
 
 def register_quant(
-    name: str, *, inplace: bool, origin: str, peak: Formula
+    name: str, *, inplace: bool, origin: str, peak: Formula, traffic: Formula, launches: Formula
 ) -> Callable[[QuantFunction], QuantFunction]:
     """Decorator: register the function as strategy ``name`` (``<format>-<kind>``)."""
     fmt = name.split("-", 1)[0]
@@ -62,7 +65,9 @@ def register_quant(
         raise ValueError(f"strategy {name!r} must start with a format: {', '.join(FORMATS)}")
 
     def decorate(function: QuantFunction) -> QuantFunction:
-        QUANT_STRATEGIES[name] = QuantStrategy(name, fmt, function, inplace, origin, peak)
+        QUANT_STRATEGIES[name] = QuantStrategy(
+            name, fmt, function, inplace, origin, peak, traffic, launches
+        )
         return function
 
     return decorate

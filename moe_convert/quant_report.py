@@ -3,6 +3,7 @@
 ``python -m moe_convert.quant_report`` prints the peak table: per catalog model and TP, the
 layer's bytes and each strategy's peak (``QUANT_STRATEGIES[name].peak``, exact on ``meta``;
 tests/test_quant_memory.py), upstream first. Nothing is allocated.
+``python -m moe_convert.quant_report strategies`` prints every record's formulas;
 ``python -m moe_convert.quant_report replay`` prints the sleep-mode load table
 (``quant_replay``, vLLM's ``max_split_size_mb`` 20): the reserved peak and growth per layer on an
 unbounded device, and the layer that runs out of memory on a GB200 and an H200 (about two
@@ -19,7 +20,7 @@ from .quant_replay import replay_quant_load
 from .units import format_bytes
 from .wholemodel import VLLM_LOAD_MAX_SPLIT_MB
 
-__all__ = ["DEVICES", "peaks_markdown", "replay_markdown"]
+__all__ = ["DEVICES", "peaks_markdown", "replay_markdown", "strategies_markdown"]
 
 #: What each device lends PyTorch's allocator during the load, as the issue states it: a GB200
 #: 184 GiB; an H200 141 GB, of which 139.5 GiB (vLLM PR #45589's reproduction, docs/allocator.md).
@@ -41,6 +42,23 @@ def peaks_markdown() -> str:
         peaks = [QUANT_STRATEGIES[f"{shape.format}-{kind}"].peak.evaluate(shape) for kind in KINDS]
         cells = [format_bytes(n, unit="MiB", digits=1) for n in (shape.layer_bytes, *peaks)]
         lines.append(f"| {shape.label} | {shape.format} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def strategies_markdown() -> str:
+    """Every quantized strategy's record: where it comes from, its result and its formulas."""
+    lines = [
+        "| strategy | from | result | peak transient | traffic | launches |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, record in sorted(QUANT_STRATEGIES.items()):
+        result = "new tensors"
+        if record.inplace:
+            result = "in place (biases new)" if record.fmt.has_bias else "in place"
+        figures = " | ".join(
+            f.describe("`") for f in (record.peak, record.traffic, record.launches)
+        )
+        lines.append(f"| `{name}` | {record.origin} | {result} | {figures} |")
     return "\n".join(lines) + "\n"
 
 
@@ -80,4 +98,5 @@ def replay_markdown() -> str:
 
 
 if __name__ == "__main__":
-    print(replay_markdown() if sys.argv[1:] == ["replay"] else peaks_markdown(), end="")
+    tables = {"replay": replay_markdown, "strategies": strategies_markdown}
+    print(tables.get(" ".join(sys.argv[1:]), peaks_markdown)(), end="")

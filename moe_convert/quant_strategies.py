@@ -23,7 +23,6 @@ import torch
 
 from .allocator import K_MIN_LARGE_ALLOC
 from .formulas import Formula
-from .quant_formats import FORMATS
 from .quant_layer import QuantLayer
 from .quant_ops import (
     gather_rows,
@@ -139,23 +138,52 @@ def fast(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
     return QuantLayer(w13, w2, s13, s2, b13, b2)
 
 
-# kind -> (function, origin, in place, peak); "preallocated" is NVFP4's own in quant_upstream.
-# The bias terms: each float32 bias is made from a bf16 gather (half its bytes) freed after
-# the cast; the last one made, w2's, sits on top of everything else.
+# Each kind's figures. Peak: the bias terms are the float32 biases, each made from a bf16
+# gather (half its bytes) freed after the cast; the last one made, w2's, sits on top of the
+# rest. Traffic and launches per format: a bias costs 5/2 B (the gather, then the cast) and its
+# index, in four launches; a scale gather reads 8 bytes of index per scale factor of one expert
+# (quant_ops.scale_index).
+_BIAS_TRAFFIC = "5 (B13 + B2) // 2 + X13 + X2"
 _KINDS = {
     "preallocated": (
         preallocated,
         "ours, vLLM #55407's form",
         False,
         Formula("T13 + T2 + F13 + F2 + B13 + max(2 (F2 // E), B2 + B2 // 2)"),
+        {
+            "mxfp4": (
+                f"2 (T13 + T2) + 6 (F13 + F2) + 2 E (X13 + X2) + {_BIAS_TRAFFIC}",
+                "8 E + 4",
+            ),
+            "fp8": ("2 (T13 + T2) + E (X13 + X2)", "2 E"),
+        },
     ),
     "inplace": (
         inplace,
         "ours",
         True,
         Formula("max(S13, S2, 10 MiB) + B13 + max(B13 // 2, B2 + B2 // 2)"),
+        {
+            "nvfp4": ("4 (T13 + T2 + F13 + F2) + 2 E (X13 + X2)", "8 E"),
+            "mxfp4": (f"4 (T13 + T2 + F13 + F2) + 2 E (X13 + X2) + {_BIAS_TRAFFIC}", "8 E + 4"),
+            "fp8": ("4 (T13 + T2) + E (X13 + X2)", "4 E"),
+        },
     ),
-    "fast": (fast, "ours", False, Formula("T13 + T2 + F13 + F2 + B13 + B2 + B2 // 2")),
+    "fast": (
+        fast,
+        "ours",
+        False,
+        Formula("T13 + T2 + F13 + F2 + B13 + B2 + B2 // 2"),
+        {
+            "nvfp4": ("2 (T13 + T2 + F13 + F2) + 8 (F13 // E + F2 // E) + X13 + X2", "4"),
+            "mxfp4": (
+                "2 (T13 + T2 + F13 + F2) + 8 (F13 // E + F2 // E) + 2 (X13 + X2) "
+                "+ 5 (B13 + B2) // 2",
+                "8",
+            ),
+            "fp8": ("2 (T13 + T2) + X13 + X2", "2"),
+        },
+    ),
 }
 
 
@@ -163,9 +191,13 @@ def _bind(function, fmt: str):
     return lambda layer, gated: function(layer, gated, fmt)
 
 
-for _fmt in FORMATS:
-    for _kind, (_function, _origin, _inplace, _peak) in _KINDS.items():
-        if (_fmt, _kind) != ("nvfp4", "preallocated"):
-            register_quant(f"{_fmt}-{_kind}", inplace=_inplace, origin=_origin, peak=_peak)(
-                _bind(_function, _fmt)
-            )
+for _kind, (_function, _origin, _inplace, _peak, _work) in _KINDS.items():
+    for _fmt, (_traffic, _launches) in _work.items():
+        register_quant(
+            f"{_fmt}-{_kind}",
+            inplace=_inplace,
+            origin=_origin,
+            peak=_peak,
+            traffic=Formula(_traffic),
+            launches=Formula(_launches),
+        )(_bind(_function, _fmt))

@@ -36,6 +36,12 @@ __all__ = ["fp8_legacy", "mxfp4_legacy", "nvfp4_legacy", "nvfp4_preallocated"]
 EPILOGUE_TILE_M = 128  # the shuffle of rows in blocks of 32 (layout.SHUFFLE_BLOCK)
 
 
+# The launches of _reorder_w1w3_to_w3w1: a clone and two copies per tensor per chunk of rows;
+# M13 = X13 / 8 rows, a chunk is at most 64 MiB of rows of T13 / M13 bytes (the weight's rows
+# are wider than the scales'), and at most half the rows: cdiv(M13 / 2, max(1, rows in 64 MiB)).
+_REORDER_LAUNCHES = "6 cdiv(X13 // 16, max(1, 64 MiB // (8 T13 // X13)))"
+
+
 def _reorder_w1w3_to_w3w1(weight: torch.Tensor, scale: torch.Tensor) -> None:
     """vLLM's ``reorder_w1w3_to_w3w1`` (vLLM #46276, in place, dim -2, 64 MiB chunks)."""
     size = weight.size(-2)
@@ -58,6 +64,11 @@ def _reorder_w1w3_to_w3w1(weight: torch.Tensor, scale: torch.Tensor) -> None:
     inplace=False,
     origin="vLLM 0.29.0, transcribed",
     peak=Formula("2 T13 + T2 + F13 + F2"),
+    traffic=Formula(
+        "7 T13 + 4 T2 + 9 F13 + 6 F2 + 2 E (X13 + X2)",
+        "4 T13 + 4 T2 + 6 F13 + 6 F2 + 2 E (X13 + X2)",
+    ),
+    launches=Formula(f"6 E + 4 + {_REORDER_LAUNCHES}", "6 E + 4"),
 )
 def nvfp4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     """vLLM 0.29.0 ``prepare_static_weights_for_trtllm_fp4_moe``, after the in-place reorder.
@@ -125,6 +136,11 @@ def nvfp4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     inplace=False,
     origin="vLLM #55407 (0.30.0 to 0.33.0), transcribed",
     peak=Formula("T13 + T2 + F13 + F2 + 2 (F13 // E) + F2 // E"),
+    traffic=Formula(
+        "5 T13 + 2 T2 + 9 F13 + 6 F2 + 2 E (X13 + X2)",
+        "2 (T13 + T2) + 6 (F13 + F2) + 2 E (X13 + X2)",
+    ),
+    launches=Formula(f"8 E + {_REORDER_LAUNCHES}", "8 E"),
 )
 def nvfp4_preallocated(layer: QuantLayer, gated: bool) -> QuantLayer:
     """vLLM #55407 (0.33.0's ``prepare_static_weights_for_trtllm_fp4_moe``), after the reorder.
@@ -224,6 +240,8 @@ def _w2_permute_indices(rows: torch.Tensor) -> torch.Tensor:
     inplace=False,
     origin="vLLM 0.33.0, transcribed",
     peak=Formula("3 T13 + T2 + 2 F13 + F2 + 2 B13 + 2 B2"),
+    traffic=Formula("6 T13 + 4 T2 + 8 F13 + 6 F2 + (23 B13 + 19 B2) // 2 + 3 E (X13 + X2)"),
+    launches=Formula("12 E + 11"),
 )
 def mxfp4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     """vLLM 0.33.0 ``convert_to_mxfp4_moe_kernel_format``, the TRTLLM-gen branch.
@@ -298,6 +316,8 @@ def mxfp4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     inplace=False,
     origin="vLLM 0.33.0, transcribed",
     peak=Formula("4 T13 + T2", "3 T13 + 2 T2"),
+    traffic=Formula("10 T13 + 4 T2 + E (2 X13 + X2)", "6 T13 + 4 T2 + E (X13 + X2)"),
+    launches=Formula("3 E + 4", "2 E + 3"),
 )
 def fp8_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     """vLLM 0.33.0 ``rotate_weights_for_fi_trtllm_fp8_per_tensor_moe``, after its caller's swap.

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed 
 
 from benchmarks import bench_quant  # noqa: E402
 
-CLASSES = [bench_quant.QuantPeakMemory, bench_quant.QuantSleepModeReplay]
+CLASSES = [bench_quant.QuantPeakMemory, bench_quant.QuantTraffic, bench_quant.QuantSleepModeReplay]
 
 
 def test_every_quantized_shape_and_strategy_is_benchmarked():

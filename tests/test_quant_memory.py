@@ -1,5 +1,6 @@
-"""Every quantized strategy's registered peak (``QUANT_STRATEGIES[name].peak``) is the measured
-dispatch-level peak: at full size on ``meta`` for every catalog model, and on CPU."""
+"""Every quantized strategy's registered figures are the measured ones: the peak
+(``QUANT_STRATEGIES[name].peak``) at full size on ``meta`` for every catalog model and on CPU,
+traffic and launches (``moe_convert.traffic``'s rule) on ``meta`` at full size and small."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from moe_convert import QUANT_STRATEGIES, QuantLayerShape
 from moe_convert.memory import measure_memory
 from moe_convert.quant_formats import quant_catalog_shapes
 from moe_convert.quant_registry import quant_strategy_call
+from moe_convert.traffic import measure_traffic
 
 CATALOG_CASES = [
     (name, shape)
@@ -50,3 +52,12 @@ def test_peak_is_the_registered_formula_on_cpu(case):
     name, shape = case
     measured = measure_memory(quant_strategy_call(shape, name, "cpu"))
     assert measured.peak_bytes == QUANT_STRATEGIES[name].peak.evaluate(shape)
+
+
+@pytest.mark.parametrize("case", CATALOG_CASES + SMALL_CASES, ids=case_id)
+def test_traffic_and_launches_are_the_registered_formulas_on_meta(case):
+    name, shape = case
+    record = QUANT_STRATEGIES[name]
+    measured = measure_traffic(quant_strategy_call(shape, name, "meta"))
+    assert measured.traffic_bytes == record.traffic.evaluate(shape)
+    assert measured.launches == record.launches.evaluate(shape)
