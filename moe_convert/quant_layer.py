@@ -14,14 +14,11 @@ from dataclasses import dataclass, fields
 import torch
 
 from .checks import _fail as fail
+from .layout import SHUFFLE_BLOCK
 from .quant_formats import QuantFormat, QuantLayerShape
 from .swizzle import COLS_PER_TILE, ROWS_PER_TILE
 
 __all__ = ["QuantLayer", "check_quant_layer", "quant_layer_tensors"]
-
-# Rows are shuffled in blocks of 32 for epilogue_tile_m = 128 (FlashInfer's
-# get_shuffle_matrix_a_row_indices asserts it).
-_SHUFFLE_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -146,7 +143,7 @@ def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> No
             )
     for name in ("w13", "w2"):
         rows = getattr(layer, name).shape[1]
-        need = ROWS_PER_TILE if fmt.scale_block else _SHUFFLE_ROWS
+        need = ROWS_PER_TILE if fmt.scale_block else SHUFFLE_BLOCK
         if rows % need:
             fail(
                 ValueError,

@@ -8,13 +8,14 @@ biases there are. Registered as ``<format>-<kind>``:
 - ``preallocated`` (MXFP4, FP8; NVFP4's is vLLM #55407's own, ``quant_upstream``): the outputs
   allocated once, each expert gathered into its slot, scales through a scratch and the
   interleave, as #55407 does; no reorder pass, the w1/w3 swap folded into the index;
-- ``inplace``: one expert-sized scratch; each expert's rows gathered into it and copied back,
+- ``inplace``: one scratch of an expert (at least 10 MiB); each expert's rows gathered into it
+  and copied back,
   scales swizzled back by a strided copy: weights and scales come back in their own storage;
 - ``fast``: one ``index_select`` per weight over every expert, and one per scale tensor with
   the row order and the swizzle folded into one flat index (``quant_ops.scale_index``).
 
 Biases (MXFP4) are made float32 by every kind with one gather and a cast (their bytes are
-under 0.1 % of a layer's): a float32 bias cannot live in a bf16 one's storage.
+0.12 % of a gpt-oss-120b layer's): a float32 bias cannot live in a bf16 one's storage.
 """
 
 from __future__ import annotations
