@@ -239,9 +239,9 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
     from moe_convert.quant_layer import quant_layer_tensors
     from moe_convert.swizzle import block_scale_interleave
 
-    rows: list[dict] = []
     if dry_run:
-        return [{"shape": "quantized formats", "strategy": "(dry run)", "exact": None}]
+        return []
+    rows: list[dict] = []
     device = _cuda_device()
     try:
         from flashinfer import block_scale_interleave as flashinfer_interleave

@@ -67,3 +67,23 @@ def test_the_replay_finds_the_upstream_oom_and_ours_fit():
     for kind in ("fast", "inplace"):
         ours = load(kind)
         assert ours.oom_layer is None and ours.reserved_growth_per_layer_bytes == 0, kind
+
+
+def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interleave(monkeypatch):
+    # Step 1's quantized part with the CPU standing in for the GPU: FlashInfer's interleave
+    # rejects CPU tensors (its rows fail, saying why), every strategy matches its -legacy.
+    import torch
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_check
+
+    monkeypatch.setattr(gpu_check, "_cuda_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(gpu_check, "QUANT_CHECK_EXPERTS", 1)
+    monkeypatch.setattr(gpu_check, "SWIZZLE_CHECK_SHAPES", ((128, 4),))
+    assert gpu_check._quantized_exact(dry_run=True) == []
+    rows = gpu_check._quantized_exact(dry_run=False)
+    strategies = [row["strategy"] for row in rows if row["strategy"] in QUANT_STRATEGIES]
+    assert sorted(strategies) == sorted(QUANT_STRATEGIES)
+    assert all(row["exact"] for row in rows if row["strategy"] in QUANT_STRATEGIES)
+    (interleave,) = [row for row in rows if row["strategy"] not in QUANT_STRATEGIES]
+    assert interleave["exact"] in (False, None) and "error" in interleave
