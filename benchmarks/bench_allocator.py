@@ -1,38 +1,46 @@
-"""The sleep-mode load replayed through the caching-allocator model: what vLLM's sleep mode
-reserves.
+"""The whole rank's load through the caching allocator: replayed everywhere, run on CUDA.
 
-Parametrised over model shape x strategy (``common.SHAPES`` x ``common.STRATEGY_AXIS``). Each
-figure is ``moe_convert.replay.replay_load`` in the ``sleep`` pool (vLLM's sleep-mode CuMem pool:
-freed segments stay reserved) at ``max_split_size_mb`` 20 (what vLLM sets while loading), on an
-unbounded device with the model's MoE weights only: the bytes the load needs, never an OOM.
-The trace is recorded on ``meta`` at full size, so the figures are exact, deterministic and the
-same on every machine. A strategy that brings back per-layer allocator churn (1-10 MiB
-temporaries whose 20 MiB segments are stranded once free) shows as reserved growth per layer even
-when its peak live bytes look fine.
+Parametrised over model shape x strategy (``common.SHAPES`` x ``common.STRATEGY_AXIS``), every
+MoE layer of the rank (``moe_convert.wholemodel``'s rank load) at ``max_split_size_mb`` 20, what
+vLLM sets while loading. The replays (``moe_convert.replay.replay_load``) record each layer's
+trace on ``meta`` at full size, so their figures are exact, deterministic and the same on every
+machine, in seconds and without a GPU:
+
+- ``SleepModeReplay``: vLLM's sleep-mode pool on an unbounded device: the bytes the load needs;
+- ``RankLoadReplay``: vLLM's load without sleep mode (the default pool) on a device with PR
+  #45589's headroom: the driver calls (``cudaMalloc``, ``cudaFree``, refused ``cudaMalloc``,
+  retries) that made its legacy load 10.7 s instead of 2.4 s, and whether it fits.
+
+A strategy that brings back per-layer allocator churn (1-10 MiB temporaries whose 20 MiB
+segments are stranded once free) shows in both, even when its peak live bytes look fine.
+``RankLoadTime`` runs the same load on CUDA and times it (``wholemodel.run_load``).
 """
 
 from __future__ import annotations
 
+import torch
+
 from moe_convert.replay import replay_load
-from moe_convert.wholemodel import VLLM_LOAD_MAX_SPLIT_MB, SleepModeLoad
+from moe_convert.wholemodel import (
+    PR45589_HEADROOM_BYTES,
+    VLLM_LOAD_MAX_SPLIT_MB,
+    RankLoad,
+    run_load,
+)
 
 from . import common
 
 
-def _replay_grid() -> dict[tuple[str, str], SleepModeLoad | str]:
-    """``replay.replay_load`` of every cell of the grid (``common.measure_grid``): the sleep pool
-    at ``VLLM_LOAD_MAX_SPLIT_MB``, an unbounded device, the full-size shape."""
-
-    def measure(shape: str, strategy: str) -> SleepModeLoad:
-        return replay_load(
-            common.full_shape(shape),
-            strategy,
-            max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
-            pool="sleep",
-            device_bytes=None,
-        )
-
-    return common.measure_grid(measure)
+def _replay_cell(shape: str, strategy: str) -> RankLoad:
+    """``replay.replay_load`` of one cell of the grid: the sleep pool at
+    ``VLLM_LOAD_MAX_SPLIT_MB``, an unbounded device, the full-size shape."""
+    return replay_load(
+        common.full_shape(shape),
+        strategy,
+        max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
+        pool="sleep",
+        device_bytes=None,
+    )
 
 
 class SleepModeReplay(common.ShapeStrategyGrid):
@@ -54,8 +62,8 @@ class SleepModeReplay(common.ShapeStrategyGrid):
     version = "1"
     unit = "bytes"
 
-    def setup_cache(self) -> dict[tuple[str, str], SleepModeLoad | str]:
-        return _replay_grid()
+    def setup_cache(self) -> dict[tuple[str, str], RankLoad | str]:
+        return common.measure_grid(_replay_cell)
 
     # The whole grid in one process: 54 cells took about 10 s on the shared 2-core machine.
     setup_cache.timeout = 300.0
@@ -68,3 +76,118 @@ class SleepModeReplay(common.ShapeStrategyGrid):
 
     def track_reserved_growth_per_layer_bytes(self, loads: dict, shape: str, strategy: str) -> int:
         return self.result.reserved_growth_per_layer_bytes
+
+
+def rank_load_replay(shape: str, strategy: str) -> RankLoad:
+    """``RankLoadReplay``'s load: the default pool at ``VLLM_LOAD_MAX_SPLIT_MB``, the full-size
+    rank's MoE weights and ``PR45589_HEADROOM_BYTES`` to spare (what vLLM #45589's Qwen3-235B
+    TP4 rank had on a 141 GB device)."""
+    full = common.full_shape(shape)
+    return replay_load(
+        full,
+        strategy,
+        max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
+        pool="default",
+        device_bytes=full.model_bytes + PR45589_HEADROOM_BYTES,
+    )
+
+
+class RankLoadReplay(common.ShapeStrategyGrid):
+    """The driver calls of the whole rank's load without sleep mode, replayed (exact; gated).
+
+    Every figure counts the conversions' events (from the end of loading), as
+    ``torch.cuda.memory_stats()`` names them: ``num_device_alloc`` (segments made:
+    ``cudaMalloc``), ``num_device_free`` (segments given back: ``cudaFree``, each waiting for the
+    device), ``num_device_alloc_failed`` (``cudaMalloc`` calls the full device refused: the
+    model's own count) and ``num_alloc_retries`` (full releases of the cache); then the peak
+    reserved bytes and the layers an OOM left unconverted (0 when the load fits).
+    ``moe_bench`` prices the calls with a device's recorded costs (``moe_convert.loadtime``).
+    """
+
+    version = "1"
+
+    def setup_cache(self) -> dict[tuple[str, str], RankLoad | str]:
+        return common.measure_grid(rank_load_replay)
+
+    # The whole grid in one process: about 60 s on the shared 2-core machine (legacy's 94- and
+    # 58-layer replays are most of it).
+    setup_cache.timeout = 600.0
+
+    def setup(self, loads: dict, shape: str, strategy: str) -> None:
+        self.result = common.grid_cell(loads, shape, strategy)
+
+    def track_num_device_alloc(self, loads: dict, shape: str, strategy: str) -> int:
+        return self.result.num_device_alloc
+
+    track_num_device_alloc.unit = "calls"
+
+    def track_num_device_free(self, loads: dict, shape: str, strategy: str) -> int:
+        return self.result.num_device_free
+
+    track_num_device_free.unit = "calls"
+
+    def track_num_device_alloc_failed(self, loads: dict, shape: str, strategy: str) -> int:
+        return self.result.num_device_alloc_failed
+
+    track_num_device_alloc_failed.unit = "calls"
+
+    def track_num_alloc_retries(self, loads: dict, shape: str, strategy: str) -> int:
+        return self.result.num_alloc_retries
+
+    track_num_alloc_retries.unit = "retries"
+
+    def track_peak_reserved_bytes(self, loads: dict, shape: str, strategy: str) -> int:
+        return self.result.peak_reserved_bytes
+
+    track_peak_reserved_bytes.unit = "bytes"
+
+    def track_layers_lost_to_oom(self, loads: dict, shape: str, strategy: str) -> int:
+        return self.result.layers - self.result.layers_converted
+
+    track_layers_lost_to_oom.unit = "layers"
+
+
+def _rank_load_run(shape: str, strategy: str) -> RankLoad:
+    """``RankLoadTime``'s load: ``RankLoadReplay``'s, run on this CUDA device, a ballast first
+    so that it has the same headroom (``PR45589_HEADROOM_BYTES``) whatever its size."""
+    full = common.full_shape(shape)
+    free = torch.cuda.mem_get_info()[0]
+    return run_load(
+        full,
+        strategy,
+        max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
+        other_weights_bytes=max(0, free - full.model_bytes - PR45589_HEADROOM_BYTES),
+    )
+
+
+class RankLoadTime(common.ShapeStrategyGrid):
+    """Seconds of the whole rank's conversions, run on CUDA (``wholemodel.run_load``, the
+    default pool at 20 MiB, a ballast leaving ``RankLoadReplay``'s headroom, so its driver calls
+    are the replayed ones on any device): the load time vLLM's users see, allocator calls
+    included. CUDA only (n/a elsewhere: ``moe_bench`` shows the predicted time there); a rank
+    whose weights do not fit this device is n/a, saying so. One run per cell, all in
+    ``setup_cache``."""
+
+    version = "1"
+
+    def setup_cache(self) -> dict[tuple[str, str], RankLoad | str]:
+        if common.device() != "cuda":
+            return {}
+        return common.measure_grid(_rank_load_run)
+
+    # 6 shapes x the strategies: legacy's loads take seconds each on a GB200.
+    setup_cache.timeout = 1800.0
+
+    def setup(self, loads: dict, shape: str, strategy: str) -> None:
+        common.require_cuda()
+        free = torch.cuda.mem_get_info()[0]
+        if common.full_shape(shape).model_bytes > free:
+            common.skip(f"{shape}'s MoE weights do not fit the {free / 2**30:.1f} GiB free here")
+        self.result = common.grid_cell(loads, shape, strategy)
+        if self.result.oom:  # a partial load's seconds are no load time
+            raise RuntimeError(f"{shape} {strategy}: {self.result.oom_message}")
+
+    def track_load_seconds(self, loads: dict, shape: str, strategy: str) -> float:
+        return self.result.seconds
+
+    track_load_seconds.unit = "seconds"

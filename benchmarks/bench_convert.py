@@ -116,25 +116,18 @@ class CudaMemory(common.ShapeStrategyGrid):
     track_alloc_retries.unit = "retries"
 
 
-def _time_grid() -> dict[tuple[str, str], timing.LayerTiming | str]:
-    """``timing.time_layer`` of every cell of the grid (``common.measure_grid``).
-
-    On ``common.device()`` with ``common.CPU_THREADS`` threads, the profile's expert count, the
-    whole-model figure scaled to the model's experts.
-    """
-    device = common.device()
-
-    def measure(shape: str, strategy: str) -> timing.LayerTiming:
-        return timing.time_layer(
-            common.timed_shape(shape),
-            strategy,
-            device=device,
-            repeats=REPEATS,
-            threads=common.CPU_THREADS,
-            model_experts=common.full_shape(shape).experts,
-        )
-
-    return common.measure_grid(measure)
+def _time_cell(shape: str, strategy: str) -> timing.LayerTiming:
+    """``timing.time_layer`` of one cell of the grid: on ``common.device()`` with
+    ``common.CPU_THREADS`` threads, the profile's expert count, the whole-model figure scaled to
+    the model's experts."""
+    return timing.time_layer(
+        common.timed_shape(shape),
+        strategy,
+        device=common.device(),
+        repeats=REPEATS,
+        threads=common.CPU_THREADS,
+        model_experts=common.full_shape(shape).experts,
+    )
 
 
 class LayerTime(common.ShapeStrategyGrid):
@@ -159,7 +152,7 @@ class LayerTime(common.ShapeStrategyGrid):
     version = "1"  # 1: one measurement for three figures (were TimeConvert, CopyRatio, WholeModel)
 
     def setup_cache(self) -> dict[tuple[str, str], timing.LayerTiming | str]:
-        return _time_grid()
+        return common.measure_grid(_time_cell)
 
     # The whole grid in one process: 54 cells of the cpu profile took 43 s on the shared 2-core
     # machine (niced, beside other jobs); the full profile on an H200 about 20 s (gpu-check step 5).

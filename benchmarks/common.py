@@ -24,12 +24,15 @@ import moe_convert
 from moe_bench.profiles import detect_device, profile_from_env
 from moe_convert.shapes import LayerShape, shape_from_label
 
+from . import isolation
+
 __all__ = [
     "SHAPES",
     "STRATEGY_AXIS",
     "OPTIONAL_STRATEGIES",
     "CPU_PROFILE_EXPERTS",
     "CPU_THREADS",
+    "CELL_TIMEOUT_S",
     "profile",
     "device",
     "full_shape",
@@ -82,6 +85,12 @@ CPU_THREADS = 1
 
 #: Experts converted per timed layer in the cpu profile: per-expert geometry kept, E reduced.
 CPU_PROFILE_EXPERTS = 8
+
+#: Seconds one cell of a grid may take before it is stopped and recorded as failed
+#: (``measure_grid``). The slowest cell found, RankLoadReplay's legacy on qwen3-235b-a22b/tp4,
+#: took 10.6 s on the shared 2-core machine under load 4.2 (docs/reliability.md); LayerTime's
+#: whole grid, 54 cells, 43 s in the cpu profile: 120 s is room for a loaded machine, not a hang.
+CELL_TIMEOUT_S = 120.0
 
 
 def skip(reason: str) -> None:
@@ -140,27 +149,30 @@ class ShapeStrategyGrid:
         require_strategy(strategy)
 
 
-def measure_grid(measure: Callable[[str, str], T]) -> dict[tuple[str, str], T | str]:
+def measure_grid(
+    measure: Callable[[str, str], T], *, timeout_s: float = CELL_TIMEOUT_S
+) -> dict[tuple[str, str], T | str]:
     """``measure(shape, strategy)`` of every ``SHAPES`` x ``STRATEGY_AXIS`` cell whose strategy
-    is registered here, one after another: what a grid benchmark's ``setup_cache`` returns (asv
-    hands it to every cell's process). A cell whose call raises gets its error's text instead,
-    so it fails its own figures (``grid_cell``) and not the grid's.
+    is registered here, one after another in a worker process (``isolation.measure_cells``):
+    what a grid benchmark's ``setup_cache`` returns (asv hands it to every cell's process). A
+    cell whose call raises, kills its process or runs past ``timeout_s`` gets the reason's text
+    instead, so it fails its own figures (``grid_cell``) and not the grid's. On CUDA ``measure``
+    must be a module-level function (the worker is spawned and imports it).
     """
-    results: dict[tuple[str, str], T | str] = {}
-    for shape in SHAPES:
-        for strategy in STRATEGY_AXIS:
-            if strategy not in moe_convert.STRATEGIES:
-                continue
-            try:
-                results[shape, strategy] = measure(shape, strategy)
-            except Exception as error:  # noqa: BLE001 (reported by the cell's own setup)
-                results[shape, strategy] = f"{type(error).__name__}: {error}"
-    return results
+    cells = [
+        (shape, strategy)
+        for shape in SHAPES
+        for strategy in STRATEGY_AXIS
+        if strategy in moe_convert.STRATEGIES
+    ]
+    # fork: torch is imported already, the worker starts at once; CUDA cannot be used after it
+    start_method = "spawn" if device() == "cuda" else "fork"
+    return isolation.measure_cells(measure, cells, timeout_s=timeout_s, start_method=start_method)
 
 
 def grid_cell(results: dict[tuple[str, str], T | str], shape: str, strategy: str) -> T:
     """The cell's result from ``measure_grid``'s: skips a strategy not registered here (n/a);
-    raises ``RuntimeError`` with the error's text where its measurement raised."""
+    raises ``RuntimeError`` with the reason's text where its measurement failed."""
     require_strategy(strategy)
     measured = results[shape, strategy]
     if isinstance(measured, str):

@@ -6,6 +6,8 @@
     moe-bench summary [--results DIR] [--out DIR]              summary.md and plots
     moe-bench compare RESULTS_DIR BASE HEAD [--paired FILE] [--markdown FILE]   the PR verdict
     moe-bench gate [--results DIR] [--budgets FILE] [--machine NAME] [--commit HASH]   budgets
+    moe-bench export RESULTS_DIR --out FILE [--format pytorch-v3] [--machine NAME] [--commit HASH]
+    moe-bench publish [--config asv.conf.json]                 the dashboard, whole or not at all
     moe-bench dashboard offline HTML_DIR | serve [HTML_DIR] [--port N] [--config FILE]
 
 Each subcommand is a ``cmd_NAME(args) -> int`` over the library functions of its module, which
@@ -182,6 +184,35 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import write_records
+    from .results import ResultsError, load_results
+
+    try:
+        frame = load_results(args.results_dir, machine=args.machine)
+        count, commits = write_records(
+            args.results_dir, frame, args.out, machine=args.machine, commit=args.commit
+        )
+    except ResultsError as err:
+        return _error(args, err)
+    print(
+        f"{count} {args.format} records of commit {', '.join(c[:8] for c in commits)} in {args.out}"
+    )
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from .dashboard import OfflineError
+    from .publish import PublishError, publish
+
+    try:
+        html_dir = publish(args.config)
+    except (PublishError, OfflineError) as error:
+        return _error(args, error)
+    print(f"dashboard published in {html_dir} (works offline)")
+    return 0
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from . import dashboard
 
@@ -320,6 +351,29 @@ def build_parser() -> ArgumentParser:
     gate.add_argument("--budgets", default="budgets.json", help="budgets file")
     gate.add_argument("--machine", default=None, help="check only this machine's results")
     gate.add_argument("--commit", default=None, help="check this commit (default: latest)")
+
+    export = _add(
+        sub,
+        "export",
+        cmd_export,
+        "write the figures of a commit as records of the PyTorch OSS benchmark database (v3: "
+        "what the PyTorch HUD reads), one JSON list (docs/ecosystem.md)",
+    )
+    export.add_argument("results_dir")
+    export.add_argument("--out", type=Path, required=True, help="the .json file to write")
+    export.add_argument(
+        "--format", choices=["pytorch-v3"], default="pytorch-v3", help="the record schema"
+    )
+    export.add_argument("--machine", default=None, help="export only this machine's results")
+    export.add_argument("--commit", default=None, help="export this commit (default: latest)")
+    publish = _add(
+        sub,
+        "publish",
+        cmd_publish,
+        "asv publish into a fresh folder, made offline, then swapped in as html_dir: "
+        "html_dir is the previous dashboard or the new one, never half",
+    )
+    publish.add_argument("--config", type=Path, default=Path("asv.conf.json"))
 
     dashboard = _add(sub, "dashboard", cmd_dashboard, "the asv dashboard, offline, on 127.0.0.1")
     actions = dashboard.add_subparsers(dest="action", required=True, metavar="ACTION")

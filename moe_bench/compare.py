@@ -5,14 +5,17 @@ figures (bytes, launches, traffic, experts, retries) fail on any change for the 
 ``paired`` (time-derived) figures are decided by the paired run when ``--paired`` is given
 (``benchmarks.paired``: base and head alternated in one process, a confidence interval on the
 head/base time ratio) and are then shown as ``info (decided by paired)``; without it they
-regress beyond ``metrics.NOISE_FACTOR``; ``info`` figures are never judged. The paired file's
+regress beyond ``metrics.NOISE_FACTOR``, absolute seconds only when the two runs' hosts look
+alike (``moe_bench.hardware``; else ``info (other hardware)``: the copy ratio decides);
+``info`` figures are never judged. The paired file's
 rows join the table as benchmark ``paired.time_ratio``.
 
 Statuses (``metrics.FAILING`` fail the gate): ``regressed``, ``changed`` (a figure without a
 direction changed), ``failed`` (in either commit, also a benchmark new in head), ``missing``
 (in base, absent from head), ``n/a in head`` (measured in base, skipped in head); passing:
 ``same``, ``improved``, ``new``, ``n/a`` (skipped in both, or in base only: nothing to compare),
-``version changed`` (not comparable, as in asv), ``info``, ``info (decided by paired)``.
+``version changed`` (not comparable, as in asv), ``info``, ``info (decided by paired)``,
+``info (other hardware)``.
 
 Usage: ``moe-bench compare RESULTS_DIR BASE HEAD [--paired FILE] [--markdown FILE]``
 (``moe_bench.cli``); exit 0 when nothing fails, 1 otherwise, 2 on missing or corrupt results or
@@ -28,6 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .hardware import copy_scale, copy_seconds
 from .metrics import FAILING, METRICS, PAIRED_TIME, judge
 from .results import ResultsError
 
@@ -93,8 +97,9 @@ def commit_hash(frame: pd.DataFrame, prefix: str) -> str:
     return _commit_rows(frame, prefix)["commit"].iloc[0]
 
 
-def _status(row: pd.Series, paired: bool) -> tuple[str, str]:
-    """``(status, note)`` of one merged row of base and head."""
+def _status(row: pd.Series, paired: bool, scale: float) -> tuple[str, str]:
+    """``(status, note)`` of one merged row of base and head; ``scale``: head's same-size copy
+    time / base's on the row's machine and env (``hardware.copy_scale``)."""
     in_base, in_head = pd.notna(row["unit_base"]), pd.notna(row["unit_head"])
     if not in_head:
         return "missing", "in base, absent from head's results"
@@ -121,7 +126,10 @@ def _status(row: pd.Series, paired: bool) -> tuple[str, str]:
         )
     if math.isnan(base):
         return "n/a", "skipped in base: nothing to compare"
-    return judge(METRICS[row["benchmark"]], base, head, paired=paired), ""
+    status = judge(METRICS[row["benchmark"]], base, head, paired=paired, copy_scale=scale)
+    if status == "info (other hardware)":
+        return status, f"head's same-size copies took {scale:.2f}x base's: the copy ratio decides"
+    return status, ""
 
 
 def compare_commits(
@@ -152,7 +160,16 @@ def compare_commits(
     new = _commit_rows(frame, head)
     cols = _KEYS + ["value", "unit", "failed", "version"]
     merged = old[cols].merge(new[cols], on=_KEYS, how="outer", suffixes=("_base", "_head"))
-    verdicts = [_status(row, paired is not None) for _, row in merged.iterrows()]
+    copies = copy_seconds(pd.concat([old, new]))
+    head_hash, base_hash = new["commit"].iloc[0], old["commit"].iloc[0]
+    scales = {
+        (machine, env): copy_scale(copies, (machine, env, head_hash), (machine, env, base_hash))
+        for machine, env in merged[["machine", "env"]].drop_duplicates().itertuples(index=False)
+    }
+    verdicts = [
+        _status(row, paired is not None, scales[row["machine"], row["env"]])
+        for _, row in merged.iterrows()
+    ]
     merged["status"] = [status for status, _ in verdicts]
     merged["note"] = [note for _, note in verdicts]
     merged["display"] = merged["benchmark"].map(lambda name: METRICS[name].display)

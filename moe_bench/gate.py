@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from .metrics import METRICS
+from .results import latest
 from .units import human
 
 __all__ = [
@@ -131,14 +132,6 @@ def _budget(path: Path, i: int, entry) -> Budget:
     )
 
 
-def _latest(frame: pd.DataFrame, commit: str | None) -> pd.DataFrame:
-    """Rows of ``commit`` (hash prefix), or of each machine's most recent commit."""
-    if commit is not None:
-        return frame[frame["commit"].str.startswith(commit)]
-    newest = frame.groupby("machine")["date"].transform("max")
-    return frame[frame["date"] == newest]
-
-
 def check_budgets(
     frame: pd.DataFrame, budgets: list[Budget], *, commit: str | None = None
 ) -> list[Verdict]:
@@ -149,7 +142,7 @@ def check_budgets(
     failed is ``failed`` and one skipped or NaN is ``n/a``: each an error (``ERRORS``), since a
     budget that names a machine, or none, says the figure must be measured there.
     """
-    rows = _latest(frame, commit)
+    rows = latest(frame, commit)
     verdicts = []
     for budget in budgets:
         machines = sorted(frame["machine"].unique())
@@ -216,7 +209,7 @@ def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
 def failed_benchmarks(frame: pd.DataFrame, commit: str | None = None) -> list[str]:
     """``"benchmark shape strategy on machine at commit"`` of every failed result of the commits
     ``check_budgets`` checks (budgeted or not), sorted."""
-    failed = _latest(frame, commit).query("failed")
+    failed = latest(frame, commit).query("failed")
     return sorted(
         {
             f"{r.benchmark} {r.shape or ''} {r.strategy or ''} on {r.machine} at "

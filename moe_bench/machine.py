@@ -8,7 +8,9 @@ records: the engines' versions separate one engine release's history from the ne
 
 The name says what the machine is: ``cpu-2core-xeon``, ``gb200``, ``h200``; a profile other
 than the device's default (``moe_bench.profiles.default_profile``) is appended
-(``h200-cpu-profile``), so the two never share a history series.
+(``h200-cpu-profile``), so the two never share a history series. Hosts of one kind share
+the name and its history (several GB200 boxes, a CI pool): ``moe_bench.hardware`` tells their
+time figures apart (docs/benchmarks.md).
 
 Usage: ``moe-bench machine [--profile cpu] [--name NAME] [--shell]`` prints the name recorded.
 """

@@ -9,6 +9,11 @@ Per machine, from ``moe_bench.results.load_results``'s frame:
 - ``<machine>-history.png``: the time of each strategy over the machine's commits (oldest
   left), a panel per shape.
 
+And once, from loads rather than results (``write_rank_load_plot``): ``rank-load-per-layer.png``,
+vLLM #45589's whole-rank load layer by layer, a column per ``max_split_size_mb`` setting: the
+reserved GiB after each layer (replayed, the same on every machine) and the seconds of each
+layer (run on CUDA; the panel says so where no run is recorded).
+
 Axes are in human units (ms, GiB, ...); skipped or failed points are left out (a bar is
 labelled n/a).
 """
@@ -16,15 +21,18 @@ labelled n/a).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
 
+from moe_convert.wholemodel import RankLoad
+
 from .metrics import METRICS, PEAK_BYTES, TIME
 from .units import scale
 
-__all__ = ["write_plots"]
+__all__ = ["write_plots", "write_rank_load_plot"]
 
 _PANEL = (4.8, 3.6)  # inches per panel
 _COLUMNS = 3  # panels per row in the per-shape grids
@@ -159,6 +167,44 @@ def _history(machine: str, history: pd.DataFrame, colours: dict) -> Figure:
         axes.set_ylim(bottom=0)
     panels[0].legend(fontsize=8)
     return figure
+
+
+def write_rank_load_plot(replayed: Sequence[RankLoad], runs: Sequence[RankLoad], out_dir) -> Path:
+    """``rank-load-per-layer.png`` in ``out_dir``: reserved GiB per layer from ``replayed``,
+    seconds per layer from ``runs`` (CUDA ``RankLoad``s of the default pool; may be empty), a
+    column per ``max_split_size_mb``, a colour per strategy."""
+    settings = list(dict.fromkeys(load.max_split_size_mb for load in replayed))
+    colours = {
+        name: f"C{i % 10}" for i, name in enumerate(dict.fromkeys(r.strategy for r in replayed))
+    }
+    figure = Figure(figsize=(len(settings) * _PANEL[0], 2 * _PANEL[1]), layout="constrained")
+    panels = figure.subplots(2, len(settings), squeeze=False)
+    figure.suptitle(f"{replayed[0].shape}: the whole rank's load, layer by layer (default pool)")
+    for column, setting in enumerate(settings):
+        reserved, seconds = panels[0][column], panels[1][column]
+        for load in (r for r in replayed if r.max_split_size_mb == setting):
+            reserved.plot(
+                [b / 2**30 for b in load.reserved_after_layer],
+                color=colours[load.strategy],
+                label=load.strategy,
+            )
+        timed = [r for r in runs if r.max_split_size_mb == setting and r.pool == "default"]
+        for load in timed:
+            seconds.plot(
+                [s * 1e3 for s in load.layer_seconds],
+                color=colours.get(load.strategy, "k"),
+                label=load.strategy,
+            )
+        if not timed:
+            seconds.text(0.5, 0.5, "no CUDA run recorded", ha="center", transform=seconds.transAxes)
+        name = "unlimited" if setting is None else f"{setting} MiB"
+        reserved.set_title(f"max_split_size_mb {name}: reserved (replayed)")
+        reserved.set_ylabel("reserved after the layer (GiB)")
+        seconds.set_title(f"max_split_size_mb {name}: time (run on CUDA)")
+        seconds.set_ylabel("seconds of the layer (ms)")
+        seconds.set_xlabel("layer")
+    panels[0][0].legend(fontsize=8)
+    return _save(figure, Path(out_dir) / "rank-load-per-layer.png")
 
 
 def _grid(panels: int) -> tuple[Figure, list]:

@@ -6,7 +6,8 @@ summary column (``moe_bench.metrics``: time of one layer, copy ratio, traffic ra
 transient bytes, whole-model seconds) and the speed-up over ``legacy``, each with its change
 against the previous result of the same point and a mark where the metrics table's rule calls
 the change a regression (``metrics.judge``: the PR gate's rule; time figures, with no paired run
-in a history, beyond ``metrics.NOISE_FACTOR``). ``render_markdown`` prints it in human units;
+in a history, beyond ``metrics.NOISE_FACTOR``, absolute seconds only against a run on
+same-looking hardware, ``moe_bench.hardware``). ``render_markdown`` prints it in human units;
 ``write_summary`` writes ``summary.md`` with the plots linked; ``comment_markdown`` renders
 ``moe_bench.compare``'s verdict table as the PR comment (it decides nothing itself).
 """
@@ -18,12 +19,34 @@ from pathlib import Path
 
 import pandas as pd
 
-from .metrics import EXACT, FAILING, METRICS, NOISE_FACTOR, PAIRED_TIME, TIME, judge
-from .plots import write_plots
+from moe_convert.loadtime import read_costs
+
+from .gate import failed_benchmarks
+from .hardware import copy_scale, copy_seconds
+from .metrics import (
+    EXACT,
+    FAILING,
+    HARDWARE_BAND,
+    METRICS,
+    NOISE_FACTOR,
+    PAIRED_TIME,
+    TIME,
+    judge,
+    same_hardware,
+)
+from .plots import write_plots, write_rank_load_plot
+from .rankload import layer_curves, rank_load_table, recorded_runs, render_rank_load
 from .results import load_results
 from .units import human
 
-__all__ = ["BASELINE", "summary_table", "render_markdown", "write_summary", "comment_markdown"]
+__all__ = [
+    "BASELINE",
+    "changes_markdown",
+    "comment_markdown",
+    "render_markdown",
+    "summary_table",
+    "write_summary",
+]
 
 #: The strategy speed-ups are measured against (vLLM's conversion before #45589).
 BASELINE = "legacy"
@@ -31,6 +54,8 @@ BASELINE = "legacy"
 #: The summary's figures: column -> metric, in the metrics table's order.
 _SUMMARY = {m.column: m for m in METRICS.values() if m.column is not None}
 _POINT = ["machine", "env", "benchmark", "shape", "strategy", "version", "profile"]
+#: The summary's absolute seconds, compared only between runs on same-looking hardware.
+_HOST_BOUND = ", ".join(m.title for m in _SUMMARY.values() if m.host_bound)
 _HEADERS = {
     METRICS[TIME].column: METRICS[TIME].title,
     "speedup": f"speed-up vs {BASELINE}",
@@ -53,12 +78,14 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     (legacy time / time), then the other summary columns of the metrics table
     (``copy_ratio``, ``traffic_ratio``, ``peak_bytes``, ``whole_model``), for each figure but
     ``speedup`` its ``<figure>_change`` (new / previous value; NaN without a previous result),
-    and ``regressions``: a tuple of the figures whose change ``metrics.judge`` fails (the PR
-    gate's rule for the figure, time-derived ones beyond ``NOISE_FACTOR``). "Previous" is the
-    latest earlier valid value of the same point (machine, env, benchmark, parameters,
-    benchmark version and profile), so a failed run in between neither hides nor fakes a
-    regression. Skipped or failed figures are NaN. Rows sorted by machine, shape, strategy as
-    run.
+    ``previous_commit`` and ``copy_scale``: the run the time figure is compared with and this
+    run's same-size copy time / that run's (``moe_bench.hardware.copy_scale``; NaN without
+    one), and ``regressions``: a tuple of the figures whose change ``metrics.judge`` fails (the
+    PR gate's rule for the figure, time-derived ones beyond ``NOISE_FACTOR``, absolute seconds
+    only on same-looking hardware). "Previous" is the latest earlier valid value of the same
+    point (machine, env, benchmark, parameters, benchmark version and profile), so a failed run
+    in between neither hides nor fakes a regression. Skipped or failed figures are NaN. Rows
+    sorted by machine, shape, strategy as run.
 
     Raises
     ------
@@ -77,13 +104,27 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     latest_date = data.groupby("machine")["date"].transform("max")
     latest = data[data["date"] == latest_date]
     earlier = data[(data["date"] < latest_date) & data["value"].notna()]
-    previous = earlier.sort_values("date").groupby(_POINT)["value"].last()
-    latest = latest.join(previous.rename("previous"), on=_POINT)
+    previous = earlier.sort_values("date").groupby(_POINT)[["value", "commit"]].last()
+    latest = latest.join(
+        previous.rename(columns={"value": "previous", "commit": "previous_commit"}), on=_POINT
+    )
     latest["change"] = latest["value"] / latest["previous"]
+    copies = copy_seconds(data)
+    pair = ["machine", "env", "commit", "previous_commit"]
+    pairs = latest[pair].dropna().drop_duplicates().itertuples(index=False)
+    scales = {
+        (m, env, commit, earlier): copy_scale(copies, (m, env, commit), (m, env, earlier))
+        for m, env, commit, earlier in pairs
+    }
+    latest["copy_scale"] = [
+        scales.get(tuple(r), math.nan) for r in latest[pair].itertuples(index=False)
+    ]
     latest["regressed"] = [
-        pd.notna(old) and pd.notna(new) and judge(_SUMMARY[column], old, new) in FAILING
-        for column, old, new in zip(
-            latest["metric"], latest["previous"], latest["value"], strict=True
+        pd.notna(old)
+        and pd.notna(new)
+        and judge(_SUMMARY[column], old, new, copy_scale=scale) in FAILING
+        for column, old, new, scale in zip(
+            latest["metric"], latest["previous"], latest["value"], latest["copy_scale"], strict=True
         )
     ]
 
@@ -92,7 +133,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     # the index levels, so two machines' results gave rows of one machine with the other's commits.
     wide = (
         latest.groupby(index + ["metric"], dropna=False, sort=False)[
-            ["value", "change", "regressed"]
+            ["value", "change", "regressed", "previous_commit", "copy_scale"]
         ]
         .first()
         .unstack("metric")
@@ -108,15 +149,18 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
         for c in _SUMMARY
     }
     table["regressions"] = [tuple(c for c in _SUMMARY if marked[c][i]) for i in range(len(table))]
+    time = METRICS[TIME].column
+    # The time figure's earlier run: the one its absolute seconds are (or are not) compared with.
+    for column in ("previous_commit", "copy_scale"):
+        table[column] = wide.get((column, time), math.nan)
     table = table.reset_index()
     run = ["machine", "env", "commit", "shape"]
-    time = METRICS[TIME].column
     legacy = table[table["strategy"] == BASELINE].set_index(run)[time].rename("legacy")
     table["speedup"] = table.join(legacy, on=run)["legacy"] / table[time]
     order = index + [time, "speedup"]
     figures = [c for c in _SUMMARY if c != time]
     changes = [f"{c}_change" for c in _SUMMARY]
-    return table[order + figures + changes + ["regressions"]]
+    return table[order + figures + changes + ["previous_commit", "copy_scale", "regressions"]]
 
 
 def _cell(row: pd.Series, column: str) -> str:
@@ -128,19 +172,22 @@ def _cell(row: pd.Series, column: str) -> str:
     return text
 
 
-def render_markdown(table: pd.DataFrame, *, title: str) -> str:
-    """``summary_table`` as markdown: a section per machine, values in human units.
+def render_markdown(table: pd.DataFrame, *, title: str, headline: str = "") -> str:
+    """``summary_table`` as markdown: a section per machine, values in human units, after
+    ``headline`` (markdown placed first, under the title).
 
     A regressed figure is bold with ``⚠`` and its change against the previous result.
     """
     exact = ", ".join(m.title for m in _SUMMARY.values() if m.factor == 1.0)
     timed = ", ".join(m.title for m in _SUMMARY.values() if m.factor == NOISE_FACTOR)
-    lines = [f"# {title}", ""]
+    lines = [f"# {title}", ""] + ([headline] if headline else [])
     lines.append(
         f"⚠: worse than the previous result of the same point by the PR gate's rule: {exact}: any "
         f"rise; {timed}: more than {NOISE_FACTOR:g}x (no paired run in a history; "
-        f"moe_bench.metrics.NOISE_FACTOR). Speed-up: `{BASELINE}` time / time. Copy ratio: time / "
-        "a same-size copy's (1 is the out-of-place limit). Traffic ratio: bytes moved / (2 x "
+        f"moe_bench.metrics.NOISE_FACTOR), absolute seconds ({_HOST_BOUND}) only against a run "
+        f"on same-looking hardware (its same-size copies within {HARDWARE_BAND:g}x of this run's; "
+        f"moe_bench.metrics.HARDWARE_BAND). Speed-up: `{BASELINE}` time / time. Copy ratio: time "
+        "/ a same-size copy's (1 is the out-of-place limit). Traffic ratio: bytes moved / (2 x "
         "layer bytes). Whole model: every MoE layer of the model on one rank."
     )
     for (machine, env, profile, commit, date), rows in table.groupby(
@@ -152,6 +199,7 @@ def render_markdown(table: pd.DataFrame, *, title: str) -> str:
             "",
             f"## `{machine}`: commit `{commit[:8]}` ({date:%Y-%m-%d %H:%M} UTC, {run})",
             "",
+            *_hardware_notes(rows),
         ]
         shown = rows[["shape", "strategy"]].copy()
         for column in _HEADERS:
@@ -161,18 +209,82 @@ def render_markdown(table: pd.DataFrame, *, title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def changes_markdown(table: pd.DataFrame) -> str:
+    """What each machine's latest results changed against its previous ones, first: the figures
+    ``summary_table`` marks (the PR gate's rule), or that none got worse."""
+    lines = ["## What changed since the previous results", ""]
+    for (machine, commit), rows in table.groupby(["machine", "commit"], sort=False):
+        worse = [
+            f"{row['shape']} `{row['strategy']}` {_SUMMARY[column].title} "
+            f"{row[f'{column}_change'] - 1:+.0%}"
+            for _, row in rows.iterrows()
+            for column in row["regressions"]
+        ]
+        lines.append(
+            f"- `{machine}` at `{commit[:8]}`: "
+            + ("worse: " + "; ".join(worse) if worse else "no figure worse by the gate's rule")
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _hardware_notes(rows: pd.DataFrame) -> list[str]:
+    """A paragraph per earlier run the section's time figures are compared with: same-looking
+    hardware (every figure judged) or not (absolute seconds shown, the copy ratio judged)."""
+    runs = rows[["previous_commit", "copy_scale"]].dropna(subset=["previous_commit"])
+    notes = []
+    for previous, scale in runs.drop_duplicates().itertuples(index=False):
+        if math.isnan(scale):
+            note = (
+                f"Compared with `{previous[:8]}`: one of the two runs timed no same-size copy, "
+                "so its hardware is taken for the same as this run's; every figure judged."
+            )
+        elif same_hardware(scale):
+            note = (
+                f"Compared with `{previous[:8]}` on same-looking hardware: this run's same-size "
+                f"copies took {scale:.2f}x as long as its (within {HARDWARE_BAND:g}x); every "
+                "figure judged."
+            )
+        else:
+            note = (
+                f"**Other hardware:** compared with `{previous[:8]}`, whose host does not look "
+                f"like this one: this run's same-size copies took {scale:.2f}x as long as its "
+                f"(beyond {HARDWARE_BAND:g}x). Absolute seconds ({_HOST_BOUND}) are shown, not "
+                "judged; the copy ratio (a ratio within one run) is judged instead."
+            )
+        notes += [note, ""]
+    return notes
+
+
 def write_summary(results_dir, out_dir) -> Path:
     """Load ``results_dir``, write ``out_dir/summary.md`` and its plots; return the summary path.
 
-    The plots (``write_plots``) are PNGs in ``out_dir``, shown in the summary as images by
-    relative path. Raises ``moe_bench.results.ResultsError`` when there are no results (or a
-    figure the metrics table does not know).
+    The summary opens with the questions a vLLM maintainer asks: the whole rank's load
+    (``moe_bench.rankload``: load time measured or predicted from the last recorded device costs,
+    peak transient and reserved memory, driver calls, OOM, sleep mode) and what changed since
+    the previous results (``changes_markdown``); then the per-layer table, then every failed
+    figure of each machine's latest commit (``gate``'s ``failed_benchmarks``).
+    The plots (``write_plots``, ``write_rank_load_plot``) are PNGs in ``out_dir``, shown in the
+    summary as images by relative path. Raises ``moe_bench.results.ResultsError`` when there are
+    no results (or a figure the metrics table does not know).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     df = load_results(results_dir)
-    text = render_markdown(summary_table(df), title="moe-convert-bench: latest results")
-    plots = write_plots(df, out_dir)
+    costs = read_costs()
+    table = summary_table(df)
+    headline = render_rank_load(rank_load_table(df, costs), costs) + changes_markdown(table)
+    text = render_markdown(table, title="moe-convert-bench: latest results", headline=headline)
+    failed = failed_benchmarks(df)
+    if failed:  # a cell that crashed, hung or raised: named here, its reason in the asv log
+        text += (
+            f"\n## Failed: {len(failed)} figure(s)\n\n"
+            + "".join(f"- `{name}`\n" for name in failed)
+            + "\nEach failed alone, the rest of its grid measured; why (an exception, the signal "
+            "that killed the cell, its time box) is in the run's asv log. The gate fails on them.\n"
+        )
+    plots = write_plots(df, out_dir) + [
+        write_rank_load_plot(layer_curves(), recorded_runs(), out_dir)
+    ]
     text += "\n## Plots\n\n" + "".join(f"![{p.stem}]({p.relative_to(out_dir)})\n\n" for p in plots)
     path = out_dir / "summary.md"
     path.write_text(text)

@@ -5,6 +5,12 @@ file format via ``asv.util.load_json``), never by parsing its columns by hand. A
 corrupt or empty raises ``ResultsError`` naming the path, so that a gate never passes on
 nothing; so does a figure the metrics table (``moe_bench.metrics``) does not know, a unit other
 than the table's, or an infinite value: every consumer then judges only figures it has a rule for.
+One exception: a commit's result file that is not JSON (empty, or cut short by a kill or a full
+disk while it was written, by an asv without ``asv_atomic`` or a copy) is left out with one line
+on stderr, so that one lost commit does not hide every other one. That commit counts as not
+measured (``new_commits``), and asv's next run of it writes the file anew (``asv_atomic``).
+Results gathered wrongly from several machines (a folder copied twice, two boxes under one name:
+``moe_bench.history``) are left out in one line each, never counted twice.
 
 Layout read (asv 0.6): ``<results_dir>/benchmarks.json`` (units, parameter names),
 ``<results_dir>/<machine>/machine.json`` and ``<results_dir>/<machine>/<hash8>-<env>.json``.
@@ -14,8 +20,10 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 import math
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +35,15 @@ from asv.machine import Machine
 from asv.repo import get_repo
 from asv.results import Results, iter_results_for_machine
 
+from .history import left_out
 from .metrics import METRICS
 
 __all__ = [
     "COLUMNS",
     "ResultsError",
+    "latest",
     "load_results",
+    "machine_info",
     "machine_names",
     "new_commits",
     "unmeasurable",
@@ -49,6 +60,7 @@ COLUMNS = [
     "shape",
     "strategy",
     "value",
+    "samples",
     "unit",
     "failed",
     "version",
@@ -78,6 +90,12 @@ def machine_names(results_dir: str | Path) -> list[str]:
     return sorted({p.parent.name for p in Path(results_dir).glob("*/*.json")})
 
 
+def machine_info(results_dir: str | Path, machine: str) -> dict[str, str]:
+    """What ``moe-bench machine`` recorded for ``machine``: its ``machine.json`` under
+    ``results_dir`` (asv's facts, the GPU, the engines' versions, the profile)."""
+    return _load_json(Path(results_dir) / machine / "machine.json", Machine.api_version)
+
+
 def _param_value(text: str) -> Any:
     """asv stores parameter values as their ``repr``: ``"'qwen3-235b-a22b/tp4'"``."""
     try:
@@ -94,8 +112,12 @@ def _rows(result: Results, machine: str, benchmarks: dict, profile: str | None):
             continue
         params = result.get_result_params(name) or []
         values = result.get_result_value(name, params)  # one per combination; [v] without params
+        # the raw samples where asv kept them (time_ benchmarks under --record-samples): a list
+        # per combination, or None for the whole benchmark
+        samples = result.get_result_samples(name, params) or [None] * len(values)
         names = meta.get("param_names", [])
-        for combo, value in zip(itertools.product(*params), values, strict=True):
+        combos = zip(itertools.product(*params), values, samples, strict=True)
+        for combo, value, raw in combos:
             labels = dict(zip(names, (_param_value(v) for v in combo), strict=True))
             failed = value is None
             yield {
@@ -107,6 +129,7 @@ def _rows(result: Results, machine: str, benchmarks: dict, profile: str | None):
                 "shape": labels.pop("shape", None),
                 "strategy": labels.pop("strategy", None),
                 "value": math.nan if failed else float(value),
+                "samples": None if raw is None else tuple(map(float, raw)),
                 "unit": meta.get("unit"),
                 "failed": failed,
                 "version": result.benchmark_version.get(name),
@@ -121,8 +144,10 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
     One row per (machine, commit, env, benchmark, parameter combination), columns
     ``COLUMNS``: ``date`` a UTC ``Timestamp``; ``value`` a float in ``unit`` (``seconds``,
     ``bytes``, ``ratio``, ...), NaN when the benchmark failed (``failed`` True) or was skipped
-    (n/a, ``failed`` False); ``version`` the benchmark's version as run; ``profile`` the
-    ``profile`` key of the machine's ``machine.json`` (``scripts/bench`` records it), or None.
+    (n/a, ``failed`` False); ``samples`` a tuple of the raw samples (floats, in ``unit``) where
+    asv kept them (``time_`` benchmarks run with ``--record-samples``), else None; ``version``
+    the benchmark's version as run; ``profile`` the ``profile`` key of the machine's
+    ``machine.json`` (``scripts/bench`` records it), or None.
 
     Raises ``ResultsError`` if ``results_dir``, its ``benchmarks.json``, the machine, or any
     result are missing or corrupt, or if no result is found.
@@ -133,20 +158,31 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
             f"{root}: no such results directory (run the suite first: scripts/bench)"
         )
     benchmarks = _load_json(root / "benchmarks.json", Benchmarks.api_version)
+    excluded = left_out(root)  # a machine folder copied twice, two boxes under one name
+    for line in excluded.values():
+        print(f"moe-bench: {line}", file=sys.stderr)
     machines = [machine] if machine is not None else machine_names(root)
     rows = []
-    for name in machines:
+    for name in (m for m in machines if root / m not in excluded):
         if machine is None and not (root / name / "machine.json").is_file():
             raise ResultsError(
                 f"{root / name}: results without machine.json (asv writes it beside them: copy the "
                 "whole machine folder, e.g. rsync -a results/<machine>/)"
             )
-        info = _load_json(root / name / "machine.json", Machine.api_version)
+        info = machine_info(root, name)
         files = sorted(p for p in (root / name).glob("*.json") if p.name != "machine.json")
-        for path in files:
+        for path in (p for p in files if p not in excluded):
             try:
                 result = Results.load(str(path), machine_name=name)
             except (util.UserError, KeyError, TypeError, ValueError) as err:
+                if not _is_json(path):  # empty or cut short: one commit lost, not the history
+                    print(
+                        f"moe-bench: {path}: left out, not a readable asv result (empty, or cut "
+                        f"short while it was written); commit {path.name[:8]} counts as not "
+                        "measured: measure it again (scripts/nightly does where it is the newest)",
+                        file=sys.stderr,
+                    )
+                    continue
                 raise ResultsError(f"{path}: corrupt asv result file: {err}") from None
             rows.extend(_rows(result, name, benchmarks, info.get("profile")))
     if not rows:
@@ -156,6 +192,22 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
     _check_metrics(frame, root)
     extra = [c for c in frame.columns if c not in COLUMNS]
     return frame[COLUMNS[:-1] + extra + ["profile"]]
+
+
+def latest(frame: pd.DataFrame, commit: str | None = None) -> pd.DataFrame:
+    """The rows of ``commit`` (a hash prefix), or of each machine's most recent commit."""
+    if commit is not None:
+        return frame[frame["commit"].str.startswith(commit)]
+    newest = frame.groupby("machine")["date"].transform("max")
+    return frame[frame["date"] == newest]
+
+
+def _is_json(path: Path) -> bool:
+    try:
+        json.loads(path.read_bytes())
+    except ValueError:
+        return False
+    return True
 
 
 def _check_metrics(frame: pd.DataFrame, root: Path) -> None:

@@ -13,11 +13,15 @@ only, and the failure path. Not modelled: several streams or devices, events, CU
 ``expandable_segments``, ``roundup_power2_divisions``, ``garbage_collection_threshold`` (all off
 by default and off in vLLM's sleep-mode pool).
 
-Two pool behaviours (``pool=``):
+Three pool behaviours (``pool=``):
 
 - ``"default"``: requests go to the default pools and no ``use_mem_pool`` context is open, so
   after a failed raw allocation both release steps apply (``release_available_cached_blocks``
   when ``max_split_size`` is set, then ``release_cached_blocks``).
+- ``"mempool"``: every request goes to one ``torch.cuda.MemPool`` under ``use_mem_pool`` (raw
+  allocations by ``cudaMalloc``): ``release_available_cached_blocks`` still frees the pool's own
+  oversize blocks, but while the context is open ``release_cached_blocks`` is skipped, so the
+  next failure is the out-of-memory error (rule 9 of docs/allocator.md).
 - ``"sleep"``: vLLM's sleep mode (``CuMemAllocator.use_memory_pool(tag="weights")``): every
   request goes to one private pool whose raw allocations go through vLLM's CuMem allocator. Its C
   code keeps a global error code that is not reset after a failure, so the first failed raw
@@ -68,8 +72,8 @@ MAX_NON_SPLIT_ROUNDING_SIZE = 20 * MiB
 # parseMaxSplitSize: "max_split_size_mb too small, must be >= 20" (torch 2.13; older: > 20).
 MIN_MAX_SPLIT_SIZE = 20 * MiB
 
-Pool = Literal["default", "sleep"]
-POOLS: tuple[Pool, ...] = ("default", "sleep")
+Pool = Literal["default", "mempool", "sleep"]
+POOLS: tuple[Pool, ...] = ("default", "mempool", "sleep")
 
 
 def round_size(nbytes: int) -> int:
@@ -133,6 +137,9 @@ class AllocatorStats:
     allocated_bytes: int  # sum of allocated block sizes ("allocated_bytes.all.current")
     peak_reserved_bytes: int
     peak_allocated_bytes: int
+    num_device_alloc: int  # raw allocations made (cudaMalloc calls that succeeded)
+    num_device_free: int  # raw allocations given back (cudaFree calls)
+    num_device_alloc_failed: int  # raw allocations refused by the device (not a torch counter)
     num_alloc_retries: int  # raw allocations retried after release_cached_blocks
     num_ooms: int
     segments: tuple[SegmentState, ...]  # in creation order
@@ -210,6 +217,9 @@ class Allocator:
         self.allocated_bytes = 0
         self.peak_reserved_bytes = 0
         self.peak_allocated_bytes = 0
+        self.num_device_alloc = 0
+        self.num_device_free = 0
+        self.num_device_alloc_failed = 0
         self.num_alloc_retries = 0
         self.num_ooms = 0
         self._segments: dict[int, _Segment] = {}  # order -> segment, in creation order
@@ -232,17 +242,17 @@ class Allocator:
         block = self._get_free_block(size, small)
         if block is None:
             block = self._alloc_block(alloc_size, small)
-        if block is None and self.pool == "default":
-            # [malloc] the failure path of the default pools, in PyTorch's order.
+        # [malloc] the failure path, in PyTorch's order. "sleep": the first failed raw allocation
+        # is the OOM (vLLM's CuMem error code sticks), no release step helps.
+        if block is None and self.pool != "sleep":
             if self._release_available_cached_blocks(size, small):
                 block = self._alloc_block(alloc_size, small)
-            if block is None:
+            if block is None and self.pool == "default":
                 # No use_mem_pool context is open (captures_underway is empty), so
                 # release_cached_blocks runs, and alloc_block(isRetry=true) counts the retry.
                 self._release_cached_blocks()
                 self.num_alloc_retries += 1
                 block = self._alloc_block(alloc_size, small)
-        # "sleep": the first failed raw allocation is the OOM (vLLM's CuMem error code sticks).
         if block is None:
             assert self.capacity_bytes is not None  # an unbounded device never fails
             self.num_ooms += 1
@@ -269,6 +279,9 @@ class Allocator:
             allocated_bytes=self.allocated_bytes,
             peak_reserved_bytes=self.peak_reserved_bytes,
             peak_allocated_bytes=self.peak_allocated_bytes,
+            num_device_alloc=self.num_device_alloc,
+            num_device_free=self.num_device_free,
+            num_device_alloc_failed=self.num_device_alloc_failed,
             num_alloc_retries=self.num_alloc_retries,
             num_ooms=self.num_ooms,
             segments=tuple(
@@ -332,7 +345,9 @@ class Allocator:
         lend ``alloc_size`` more bytes (cudaErrorMemoryAllocation)."""
         capacity = self.capacity_bytes
         if capacity is not None and self.reserved_bytes + alloc_size > capacity:
+            self.num_device_alloc_failed += 1
             return None
+        self.num_device_alloc += 1  # [alloc_block] stats.num_device_alloc++ after cudaMalloc
         segment = _Segment(self._next_order, alloc_size, small)
         self._next_order += 1
         self._segments[segment.order] = segment
@@ -371,6 +386,7 @@ class Allocator:
         # Oversize free blocks are always whole segments: a block >= max_split_size is never
         # split, and a split segment's free parts stay below it.
         assert block.prev is None and block.next is None and not block.allocated
+        self.num_device_free += 1  # [release_block] stats.num_device_free++, then cudaFree
         self._remove_free(block)
         del self._segments[block.segment.order]
         self.reserved_bytes -= block.size

@@ -1,7 +1,7 @@
 """``python -m moe_convert``: the catalog, verification against FlashInfer, measurement, replay.
 
-``replay`` replays the sleep-mode load through the allocator model (``replay.replay_load``); its
-old name ``simulate`` still works.
+``replay`` replays the rank load (every layer loaded, then each converted) through the allocator
+model (``replay.replay_load``); its old name ``simulate`` still works.
 
 Every argument is checked before any work starts. A user error ends as one line on stderr,
 ``python -m moe_convert CMD: error: ...`` (what was wrong, the value, what is accepted), with
@@ -38,7 +38,7 @@ from .timing import time_layer
 from .traffic import strategy_traffic
 from .units import format_bytes as _bytes
 from .units import format_seconds as _seconds
-from .wholemodel import VLLM_LOAD_MAX_SPLIT_MB, SleepModeLoad
+from .wholemodel import DEVICE_EVENTS, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 
 __all__ = ["UsageError", "main", "resolve_shape"]
 
@@ -549,8 +549,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay_record(result: SleepModeLoad) -> dict:
-    """One JSON line; its keys (``max_split_mb`` for ``max_split_size_mb``) are kept for users."""
+def _replay_record(result: RankLoad) -> dict:
+    """One JSON line; its keys (``max_split_mb`` for ``max_split_size_mb``) are kept for users.
+    The allocator events carry ``torch.cuda.memory_stats()``'s names (``DEVICE_EVENTS``)."""
     return {
         "strategy": result.strategy,
         "shape": result.shape,
@@ -568,12 +569,13 @@ def _replay_record(result: SleepModeLoad) -> dict:
         "reserved_growth_per_layer_bytes": result.reserved_growth_per_layer_bytes,
         "final_reserved_bytes": result.final_reserved_bytes,
         "stranded_segments": result.stranded_segments,
-        "num_alloc_retries": result.num_alloc_retries,
+        **{event: getattr(result, event) for event in DEVICE_EVENTS},
+        "num_device_alloc_failed": result.num_device_alloc_failed,
         "num_ooms": result.num_ooms,
     }
 
 
-def _print_replay_tables(results: list[SleepModeLoad], max_splits: list[int | None]) -> None:
+def _print_replay_tables(results: list[RankLoad], max_splits: list[int | None]) -> None:
     columns = ["none" if m is None else str(m) for m in max_splits]
     by_key = {(r.strategy, r.max_split_size_mb): r for r in results}
     strategies = list(dict.fromkeys(r.strategy for r in results))
@@ -589,6 +591,10 @@ def _print_replay_tables(results: list[SleepModeLoad], max_splits: list[int | No
                 if r.reserved_growth_per_layer_bytes is None
                 else _bytes(r.reserved_growth_per_layer_bytes)
             ),
+        ),
+        (
+            "allocator events: segments allocated / freed (cudaMalloc / cudaFree), retries",
+            lambda r: f"{r.num_device_alloc} / {r.num_device_free}, {r.num_alloc_retries}",
         ),
     )
     for title, cell in tables:
@@ -715,9 +721,9 @@ def main(argv: list[str] | None = None) -> int:
         sub,
         "replay",
         cmd_replay,
-        "replay the sleep-mode load (every layer loaded, then each converted) through a "
+        "replay the rank load (every layer loaded, then each converted) through a "
         "model of the CUDA caching allocator: OOM layer, peak reserved, reserved growth "
-        "per layer",
+        "per layer, cudaMalloc/cudaFree calls and retries",
         aliases=("simulate",),
     )
     _add_work_args(p)
@@ -746,7 +752,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=POOLS,
         default="sleep",
         help="sleep: vLLM's sleep-mode pool, the first failed raw allocation is an OOM "
-        "(default); default: PyTorch's default pools, cached segments released on failure",
+        "(default); default: PyTorch's default pools (vLLM's load without sleep mode), cached "
+        "segments released on failure; mempool: a torch.cuda.MemPool, only its own oversize "
+        "segments released",
     )
     p.add_argument(
         "--json",

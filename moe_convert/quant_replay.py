@@ -4,7 +4,7 @@
 (weights, scales, bf16 biases) loaded, then each layer converted in turn with its trace
 (recorded on ``meta`` at full size, indices warmed), and the tensors the result replaces freed:
 all of them for an out-of-place strategy, the biases alone for an in-place one (a float32 bias
-cannot live in a bf16 one's storage). The result is a ``wholemodel.SleepModeLoad``, as for BF16.
+cannot live in a bf16 one's storage). The result is a ``wholemodel.RankLoad``, as for BF16.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .quant_formats import QuantLayerShape
 from .quant_layer import quant_layer_tensors
 from .quant_registry import QUANT_STRATEGIES, convert_quant, quant_strategy_call
 from .replay import LayerTrace, WeightsDoNotFit, replay_conversions
-from .wholemodel import SleepModeLoad
+from .wholemodel import RankLoad
 
 __all__ = ["quant_layer_trace", "replay_quant_load"]
 
@@ -55,7 +55,7 @@ def replay_quant_load(
     max_split_size_mb: int | None,
     pool: Pool,
     device_bytes: int | None,
-) -> SleepModeLoad:
+) -> RankLoad:
     """Replay the load of ``shape.moe_layers`` quantized layers, each then converted.
 
     The arguments mean what they do for ``replay.replay_load`` (the model's other weights are

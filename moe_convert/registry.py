@@ -19,6 +19,7 @@ import torch
 
 from .checks import check_disjoint, check_weights
 from .formulas import LEGEND, Formula
+from .nvtx import nvtx_range
 
 __all__ = [
     "STRATEGIES",
@@ -26,6 +27,7 @@ __all__ = [
     "Strategy",
     "StrategyFunction",
     "convert",
+    "range_name",
     "register",
     "strategies_markdown",
     "update_markdown",
@@ -112,6 +114,8 @@ def convert(
     the result is a new tensor or a view of the input's storage is the strategy's contract
     (``STRATEGIES[strategy].inplace``). Bad input raises ``TypeError``/``ValueError`` before any
     byte is written, and so do a ``w13`` and ``w2`` that share bytes, for an in-place strategy.
+
+    On CUDA the call is the NVTX range ``moe_convert/<strategy>/<shape>`` (``range_name``).
     """
     try:
         record = STRATEGIES[strategy]
@@ -122,7 +126,16 @@ def convert(
     check_weights(w13, w2, gated=gated)
     if record.inplace:  # out-of-place strategies only read their input: overlap is harmless
         check_disjoint(w13, w2)
-    return record.function(w13, w2, gated)
+    with nvtx_range(range_name(strategy, w2), w2.device):
+        return record.function(w13, w2, gated)
+
+
+def range_name(strategy: str, w2: torch.Tensor) -> str:
+    """``moe_convert/<strategy>/E<E>xH<H>xI<I>``: the NVTX range of one conversion, named by its
+    sizes (``convert`` sees tensors, not the catalog's ``model/tpN`` label), from ``w2`` bf16
+    ``[E, H, I]``: ``moe_convert/legacy/E128xH4096xI384`` for a Qwen3-235B-A22B TP4 layer."""
+    experts, hidden, intermediate = w2.shape
+    return f"moe_convert/{strategy}/E{experts}xH{hidden}xI{intermediate}"
 
 
 def _code(formula: Formula | None) -> str:

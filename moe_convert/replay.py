@@ -1,4 +1,4 @@
-"""Replay the sleep-mode load (a whole model's load and conversion) through the allocator model.
+"""Replay the rank load (a whole rank's load and conversion) through the allocator model.
 
 Legend: L MoE layers, T13/T2 bytes of one layer's w13/w2 on this rank.
 
@@ -6,7 +6,7 @@ The trace of one layer's conversion (``layer_trace``) is recorded by ``memory.Al
 on ``meta`` at full size, after a warm-up call that fills the strategy's index caches, so it is
 the trace of a steady-state layer. It depends only on the layer shape and the strategy.
 
-The whole-model sequence (``replay_load``) is the way vLLM loads with a post-load conversion:
+The whole-rank sequence (``replay_load``) is the way vLLM loads with a post-load conversion:
 
 1. the model's other weights (one allocation of ``other_weights_bytes``), then every layer's w13
    and w2 (``T13``, ``T2``, layer by layer), all alive from then on;
@@ -17,8 +17,8 @@ The whole-model sequence (``replay_load``) is the way vLLM loads with a post-loa
 
 Nothing else allocates (no activations, no CUDA context, no NCCL buffers): ``device_bytes`` is
 what the device can lend to PyTorch's allocator during the load. The result is a
-``wholemodel.SleepModeLoad``, the same type ``wholemodel.run_load`` gives for the load run on a
-CUDA device: the replay predicts the run field by field.
+``wholemodel.RankLoad``, the same type ``wholemodel.run_load`` gives for the load run on a CUDA
+device: the replay predicts the run field by field, its allocator events count by count.
 """
 
 from __future__ import annotations
@@ -30,8 +30,15 @@ from .allocator import Allocator, MiB, OutOfMemory, Pool
 from .inputs import layer_weights, warm_strategy
 from .memory import AllocationTracker, MemoryEvent
 from .registry import STRATEGIES, convert
-from .shapes import LayerShape
-from .wholemodel import SleepModeLoad
+from .shapes import LayerShape, shape_from_label
+from .wholemodel import (
+    DEVICE_141GB_BYTES,
+    DEVICE_EVENTS,
+    PR45589_BALLAST_BYTES,
+    PR45589_SHAPE,
+    VLLM_LOAD_MAX_SPLIT_MB,
+    RankLoad,
+)
 
 __all__ = [
     "LayerTrace",
@@ -39,6 +46,7 @@ __all__ = [
     "WeightsDoNotFit",
     "layer_trace",
     "load_steps",
+    "pr45589_replay",
     "replay_conversions",
     "replay_load",
 ]
@@ -147,8 +155,8 @@ def replay_load(
     pool: Pool,
     device_bytes: int | None,
     other_weights_bytes: int = 0,
-) -> SleepModeLoad:
-    """Replay the sleep-mode load in the model: all ``shape.moe_layers`` layers loaded, then each
+) -> RankLoad:
+    """Replay the rank load in the model: all ``shape.moe_layers`` layers loaded, then each
     converted with ``strategy``.
 
     Parameters
@@ -160,8 +168,10 @@ def replay_load(
     max_split_size_mb
         The allocator's setting (vLLM sets 20 while loading), or ``None`` for unlimited.
     pool
-        ``"sleep"`` (vLLM's sleep-mode pool: the first failed raw allocation is an OOM) or
-        ``"default"`` (the release steps apply).
+        ``"default"`` (vLLM's load without sleep mode: both release steps apply),
+        ``"mempool"`` (a ``torch.cuda.MemPool``: only the pool's own oversize blocks are
+        released) or ``"sleep"`` (vLLM's sleep-mode pool: the first failed raw allocation is an
+        OOM).
     device_bytes
         What the device can lend to the allocator; ``None`` for an unbounded device.
     other_weights_bytes
@@ -169,7 +179,7 @@ def replay_load(
 
     Raises ``WeightsDoNotFit`` (a ``ValueError``) when the weights alone do not fit on the
     device, before any conversion is replayed. ``reserved_after_layer`` are the raw samples the
-    growth per layer is derived from; every field is known here (``stranded_segments`` too).
+    growth per layer is derived from; every field but the run's seconds is known here.
     """
     if other_weights_bytes < 0:
         raise ValueError(f"other_weights_bytes ({other_weights_bytes}) must be >= 0")
@@ -208,14 +218,14 @@ def replay_conversions(
     *,
     max_split_size_mb: int | None,
     other_weights_bytes: int,
-) -> SleepModeLoad:
+) -> RankLoad:
     """Convert every loaded layer in turn on ``allocator`` (the weights already allocated):
     ``trace`` replayed per layer, then layer ``i``'s blocks in ``freed[i]`` (what the result
     replaces; empty for an in-place strategy) freed, until the first layer that runs out of
     memory. Shared by ``replay_load`` and ``quant_replay.replay_quant_load``.
     """
     shape = trace.shape
-    loaded = allocator.reserved_bytes
+    loaded = allocator.stats()  # the events below count from here: the conversions' own
     reserved_after: list[int] = []
     oom_layer = oom_message = None
     for layer in range(shape.moe_layers):
@@ -228,7 +238,8 @@ def replay_conversions(
             allocator.free(block)
         reserved_after.append(allocator.reserved_bytes)
     stats = allocator.stats()
-    return SleepModeLoad(
+    counted = (*DEVICE_EVENTS, "num_ooms", "num_device_alloc_failed")
+    return RankLoad(
         shape=shape.label,
         strategy=trace.strategy,
         max_split_size_mb=max_split_size_mb,
@@ -238,12 +249,33 @@ def replay_conversions(
         layers=shape.moe_layers,
         oom_layer=oom_layer,
         oom_message=oom_message,
-        loaded_reserved_bytes=loaded,
+        loaded_reserved_bytes=loaded.reserved_bytes,
         reserved_after_layer=tuple(reserved_after),
         peak_reserved_bytes=stats.peak_reserved_bytes,
         peak_allocated_bytes=stats.peak_allocated_bytes,
         final_reserved_bytes=stats.reserved_bytes,
+        **{key: getattr(stats, key) - getattr(loaded, key) for key in counted},
         stranded_segments=stats.stranded_segments,
-        num_alloc_retries=stats.num_alloc_retries,
-        num_ooms=stats.num_ooms,
+        seconds=None,
+        layer_seconds=None,
+    )
+
+
+def pr45589_replay(
+    strategy: str,
+    *,
+    max_split_size_mb: int | None = VLLM_LOAD_MAX_SPLIT_MB,
+    pool: Pool = "default",
+    device_bytes: int | None = DEVICE_141GB_BYTES,
+) -> RankLoad:
+    """vLLM PR #45589's load replayed: ``PR45589_SHAPE``'s 94 layers after a ballast that brings
+    the rank to its 109.61 GiB, by default without sleep mode under vLLM's setting on a 141 GB
+    device (``DEVICE_141GB_BYTES``); give the ``device_bytes`` a run found to predict that run."""
+    return replay_load(
+        shape_from_label(PR45589_SHAPE),
+        strategy,
+        max_split_size_mb=max_split_size_mb,
+        pool=pool,
+        device_bytes=device_bytes,
+        other_weights_bytes=PR45589_BALLAST_BYTES,
     )

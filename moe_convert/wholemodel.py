@@ -1,16 +1,22 @@
-"""Whole-model figures: one layer's conversion times the MoE layers, and the sleep-mode load.
+"""Whole-rank figures: a rank's load, every MoE layer converted in turn, under vLLM's allocator.
 
-A model load converts every MoE layer of a rank one after another, so its conversion time is the
-per-layer time times ``moe_layers`` (``whole_model_seconds``; ``timing.LayerTiming`` derives it
-from its measurement). Its memory is another matter: under
-vLLM's sleep mode every layer's weights are resident in one ``torch.cuda.MemPool`` and freed
-blocks stay reserved in it, while loading sets ``max_split_size_mb:20`` (vLLM #41268); whether
-the load fits is decided by the caching allocator, not by peak live bytes.
+The simplest whole-model figure is one layer's conversion time times ``moe_layers``
+(``whole_model_seconds``; ``timing.LayerTiming`` derives it from its measurement). It misses what
+made vLLM's legacy load slow: vLLM's ``Worker.load_model`` sets ``max_split_size_mb:20`` for every
+load (vLLM #41268), so each 1-10 MiB per-expert temporary takes a 20 MiB segment that, once free,
+serves no smaller request again; a full device then answers new segments only after a failed
+``cudaMalloc`` and a release of cached segments (synchronising ``cudaFree`` calls). Whether a
+load fits, and what it costs beyond the conversions, is decided by the caching allocator.
 
-Vocabulary: that load is **the sleep-mode load**, and its result a ``SleepModeLoad``. It is either
-**replayed** through the caching-allocator model (``replay.replay_load``, any machine; the CLI's
-``replay`` command, formerly ``simulate``) or **run** on a CUDA device (``run_load``), and the two
-results compare field by field (docs/allocator.md has the allocator's rules).
+Vocabulary: **the rank load** is every MoE layer's weights allocated (each parameter its own
+allocation, after one ballast allocation standing for the rest of the model), then each layer
+converted in order, an out-of-place result replacing the layer's parameters (vLLM's
+``replace_parameter``). Its result is a ``RankLoad``, **replayed** through the caching-allocator
+model (``replay.replay_load``, any machine, full size, in seconds; the CLI's ``replay``) or
+**run** on a CUDA device (``run_load``, timed layer by layer); the two compare field by field and
+event count by event count. Pools: ``default`` (vLLM's load without sleep mode, PR #45589's
+10.7 s -> 2.4 s), ``mempool`` (a ``torch.cuda.MemPool``, what a CUDA box without vLLM can run)
+and, replayed only, ``sleep`` (vLLM's sleep-mode CuMem pool). docs/allocator.md has the rules.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import statistics
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
@@ -26,13 +33,22 @@ import torch
 from .allocator import MiB, Pool
 from .inputs import warm_strategy
 from .memory import require_cuda
+from .nvtx import nvtx_range
 from .registry import convert
-from .shapes import LayerShape
+from .shapes import LayerShape, shape_from_label
 
 __all__ = [
+    "DEVICE_141GB_BYTES",
+    "DEVICE_EVENTS",
+    "PR45589_BALLAST_BYTES",
+    "PR45589_HEADROOM_BYTES",
+    "PR45589_LOADED_BYTES",
+    "PR45589_SHAPE",
     "REPLAY_ONLY",
+    "RUN_ONLY",
+    "RUN_POOLS",
     "VLLM_LOAD_MAX_SPLIT_MB",
-    "SleepModeLoad",
+    "RankLoad",
     "allocator_max_split_size",
     "run_load",
     "whole_model_seconds",
@@ -41,6 +57,28 @@ __all__ = [
 #: The allocator's ``max_split_size_mb`` while vLLM loads a model (vLLM #41268): the setting under
 #: which the sleep-mode load is replayed and run unless told otherwise.
 VLLM_LOAD_MAX_SPLIT_MB = 20
+
+#: vLLM PR #45589's load (10.72 s legacy, 2.39 s preallocated, no sleep mode, on an H20-141GB):
+#: a Qwen3-235B-A22B TP4 rank, 109.61 GiB once its weights are loaded; its MoE experts are
+#: 105.75 GiB of it, the ballast of ``replay.pr45589_replay`` and of its run the other 3.86.
+PR45589_SHAPE = "qwen3-235b-a22b/tp4"
+PR45589_LOADED_BYTES = round(109.61 * 2**30)
+PR45589_BALLAST_BYTES = PR45589_LOADED_BYTES - shape_from_label(PR45589_SHAPE).model_bytes
+
+#: What a 141 GB device (PR #45589's H20-141GB, an H200) lends PyTorch's allocator while vLLM
+#: loads: the H200's 143,771 MiB (docs/gpu.md) less about 0.9 GiB of CUDA context and driver.
+#: An estimate for replays; a run measures what its device has free (``RankLoad.device_bytes``).
+DEVICE_141GB_BYTES = round(139.5 * 2**30)
+
+#: What PR #45589's rank had to spare once its weights were loaded (29.89 GiB): the headroom the
+#: suite gives every rank it replays, so that every model meets a device as full as that one.
+PR45589_HEADROOM_BYTES = DEVICE_141GB_BYTES - PR45589_LOADED_BYTES
+
+# The private pool of each device that the strategies' index caches are warmed in (run_load).
+_CACHES_POOL: dict[torch.device, torch.cuda.MemPool] = {}
+
+#: The pools a load can be run in on a CUDA device (``sleep``, vLLM's CuMem pool, needs vLLM).
+RUN_POOLS: tuple[Pool, ...] = ("default", "mempool")
 
 # PyTorch's default max_split_size is SIZE_MAX (no limit); vLLM restores it as this many MiB.
 _UNLIMITED_SPLIT_MB = (2**64 - 1) // MiB
@@ -83,28 +121,36 @@ def allocator_max_split_size(max_split_size_mb: int | None) -> Iterator[None]:
         setter(f"max_split_size_mb:{restore}")
 
 
-#: Fields of a ``SleepModeLoad`` only a replay knows (None in a CUDA run's).
-REPLAY_ONLY = ("pool", "device_bytes", "stranded_segments")
+#: The allocator events a run and a replay both count, as ``torch.cuda.memory_stats()`` names
+#: them: what the PR gate compares exactly and what the load-time model prices.
+DEVICE_EVENTS = ("num_device_alloc", "num_device_free", "num_alloc_retries")
+
+#: Fields of a ``RankLoad`` only a replay knows (None in a run's), and only a run knows.
+REPLAY_ONLY = ("num_device_alloc_failed", "stranded_segments")
+RUN_ONLY = ("seconds", "layer_seconds")
 
 
 @dataclass(frozen=True)
-class SleepModeLoad:
-    """One sleep-mode load: every layer's weights resident, then each layer converted in turn.
+class RankLoad:
+    """One rank load: the ballast and every layer's weights allocated, then each layer converted.
 
     The one result type of the concept, whichever way the load was made: **replayed** through
-    the caching-allocator model on any machine (``replay.replay_load``: full size, seconds, no
-    GPU) or **run** on a CUDA device (``run_load``). Fields mean the same on both sides (bytes
-    above the start of the load; ``REPLAY_ONLY`` fields are None in a run), so the two are
-    compared field by field (``differences``).
+    the caching-allocator model on any machine (``replay.replay_load``: full size, no GPU) or
+    **run** on a CUDA device (``run_load``). Fields mean the same on both sides (bytes and counts
+    from the start of the load, the ballast's allocation included; ``REPLAY_ONLY`` fields are
+    None in a run, ``RUN_ONLY`` ones in a replay), so the two compare field by field
+    (``differences``). The event counts carry ``torch.cuda.memory_stats()``'s names and count
+    the conversions' events only (from the end of loading), so the weights' own allocations,
+    the same for every strategy, are not in them.
     """
 
     strategy: str
     shape: str  # LayerShape.label, ``model/tpN``
     layers: int  # layers held and converted in turn
     max_split_size_mb: int | None  # the allocator's setting; None: unlimited (PyTorch's default)
-    pool: Pool | None  # replay: the model's pool ("sleep", "default"); run: None (a MemPool)
-    device_bytes: int | None  # replay: what the device lends (None: unbounded); run: None
-    other_weights_bytes: int  # non-MoE weights allocated first, as one block (run: 0)
+    pool: Pool  # "default", "mempool" (run or replayed) or "sleep" (replayed only)
+    device_bytes: int | None  # what the device lends: run: free at the start; None: unbounded
+    other_weights_bytes: int  # the ballast: the model's other weights, one allocation, first
     oom_layer: int | None  # 0-based layer whose conversion ran out of memory; None: it loaded
     oom_message: str | None  # the allocator's message (first line); None without an OOM
     loaded_reserved_bytes: int  # once every weight is allocated, before any conversion
@@ -112,14 +158,24 @@ class SleepModeLoad:
     peak_reserved_bytes: int  # weights included
     peak_allocated_bytes: int  # weights included
     final_reserved_bytes: int  # at the end, or at the OOM
-    num_alloc_retries: int  # failed raw allocations answered by releasing cached segments
-    num_ooms: int
+    num_device_alloc: int  # segments allocated (cudaMalloc) by the conversions
+    num_device_free: int  # segments given back (cudaFree, each synchronising the device)
+    num_alloc_retries: int  # allocations retried after releasing every cached segment
+    num_ooms: int  # 0 or 1: an OOM ends the load
+    num_device_alloc_failed: int | None  # replay: cudaMalloc calls refused by the device
     stranded_segments: int | None  # replay: free whole segments >= max_split_size at the end
+    seconds: float | None  # run: wall seconds from the first conversion to the last's end
+    layer_seconds: tuple[float, ...] | None  # run: per converted layer (CUDA events)
 
     @property
     def oom(self) -> bool:
         """Whether a layer's conversion ran out of memory."""
         return self.oom_layer is not None
+
+    @property
+    def layers_converted(self) -> int:
+        """Layers converted before the OOM (``layers`` when the load completed)."""
+        return len(self.reserved_after_layer)
 
     @property
     def transient_reserved_bytes(self) -> int:
@@ -137,15 +193,16 @@ class SleepModeLoad:
             return None
         return statistics.median_low(b - a for a, b in itertools.pairwise(samples))
 
-    def differences(self, other: SleepModeLoad) -> dict[str, tuple[object, object]]:
-        """``{field: (self's, other's)}`` for every field that differs, leaving out a replay-only
-        field (``REPLAY_ONLY``) where one side does not know it (None): empty when a replay
-        predicted a run exactly. The OOM message's wording differs between the two allocators."""
+    def differences(self, other: RankLoad) -> dict[str, tuple[object, object]]:
+        """``{field: (self's, other's)}`` for every field that differs, leaving out a field only
+        one side can know (``REPLAY_ONLY``, ``RUN_ONLY``) where one side has None: empty when a
+        replay predicted a run exactly. The OOM message's wording differs between the two
+        allocators, so a replay and a run that both ran out of memory differ there."""
         found = {}
         for field in fields(self):
             mine, theirs = getattr(self, field.name), getattr(other, field.name)
-            unknown = field.name in REPLAY_ONLY and (mine is None or theirs is None)
-            if mine != theirs and not unknown:
+            one_sided = field.name in REPLAY_ONLY + RUN_ONLY
+            if mine != theirs and not (one_sided and (mine is None or theirs is None)):
                 found[field.name] = (mine, theirs)
         return found
 
@@ -156,43 +213,59 @@ def run_load(
     *,
     layers: int | None = None,
     max_split_size_mb: int | None = VLLM_LOAD_MAX_SPLIT_MB,
-) -> SleepModeLoad:
-    """Run the sleep-mode load on the current CUDA device: ``layers`` layers of ``shape`` held in
-    a ``MemPool``, then converted one after another, as vLLM's sleep mode loads.
+    pool: Pool = "default",
+    other_weights_bytes: int = 0,
+) -> RankLoad:
+    """Run the rank load on the current CUDA device and time it layer by layer.
 
-    All weights (bf16, uninitialised: the bytes do not matter) are allocated in a fresh
-    ``torch.cuda.MemPool`` with ``max_split_size_mb`` set (``None``: unlimited); then each layer
-    is converted in turn, inside the pool: an out-of-place result replaces the layer's weights
-    (the old tensors are freed, their blocks stay in the pool), an in-place result stays where it
-    is. The strategy's index caches are warmed beforehand, outside the pool. A
-    ``torch.OutOfMemoryError`` during a conversion stops the load and is reported with its layer.
-    Figures are device-wide, above the start (everything else is released first); the result is
-    the one ``replay.replay_load`` predicts (``SleepModeLoad.differences``).
+    Under ``max_split_size_mb`` (``None``: unlimited), in ``pool`` (``RUN_POOLS``: ``default``,
+    as vLLM loads without sleep mode, or ``mempool``, a fresh ``torch.cuda.MemPool``): one
+    ballast tensor of ``other_weights_bytes`` (the model's other weights), then every layer's w13
+    and w2 (bf16, uninitialised: the bytes do not matter), each its own allocation as vLLM's
+    parameters are; then each layer converted in order, an out-of-place result replacing the
+    layer's weights (the old tensors freed, as vLLM's ``replace_parameter`` does), an in-place
+    one staying where it is, each layer inside the NVTX range
+    ``moe_load/<strategy>/<model/tpN>/layer<i>``. No synchronisation between layers: one CUDA
+    event after each layer gives ``layer_seconds``, and ``seconds`` is host wall time from the
+    first conversion to the end of the last (synchronised). The strategy's index caches are
+    warmed beforehand. A ``torch.OutOfMemoryError`` stops the load and is reported with its
+    layer.
 
-    ``layers`` is the number of layers to hold (default ``shape.moe_layers``, a whole rank:
-    Qwen3-235B TP4 is 94 layers, 105.75 GiB, which fits a GB200; fewer elsewhere). One difference
-    from vLLM: a plain ``MemPool`` on a failed raw allocation may free its own stranded oversize
-    segments and retry (allocator rule 6b, the replay's ``default`` pool), while vLLM's CuMem
-    allocator reports the first failed allocation as an OOM (the ``sleep`` pool). So
-    ``peak_reserved_bytes`` is the figure to compare with the memory a rank has; an OOM here
-    implies one there, not conversely. ``RuntimeError`` without CUDA.
+    ``device_bytes`` is what the device had free at the start (``torch.cuda.mem_get_info``, after
+    ``empty_cache``), so ``replay.replay_load`` with the same arguments predicts this run event
+    by event (``RankLoad.differences``). ``layers`` defaults to ``shape.moe_layers``, the whole
+    rank (Qwen3-235B TP4: 94 layers, 105.75 GiB). ``RuntimeError`` without CUDA, or when the
+    weights themselves do not fit.
     """
     layers = shape.moe_layers if layers is None else layers
     if layers < 1:
         raise ValueError(f"layers must be >= 1, got {layers}")
+    if pool not in RUN_POOLS:
+        raise ValueError(f"pool {pool!r} cannot be run here: one of {', '.join(RUN_POOLS)}")
+    if other_weights_bytes < 0:
+        raise ValueError(f"other_weights_bytes ({other_weights_bytes}) must be >= 0")
     device = require_cuda("run_load")
-    warm_strategy(shape, strategy, device)
-    oom_layer, oom_message, reserved_after = None, None, []
+    # The index caches live in a pool of their own, so the load starts on an empty default pool,
+    # as its replay does (a trace is recorded after the same warm-up, on meta).
+    if device not in _CACHES_POOL:
+        _CACHES_POOL[device] = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(_CACHES_POOL[device], device=device):
+        warm_strategy(shape, strategy, device)
+    oom_layer, oom_message, reserved_after, ends = None, None, [], []
     with allocator_max_split_size(max_split_size_mb):
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_stats(device)
         base_reserved = torch.cuda.memory_reserved(device)
         base_allocated = torch.cuda.memory_allocated(device)
-        pool = torch.cuda.MemPool()
-        with torch.cuda.use_mem_pool(pool, device=device):
+        device_bytes = torch.cuda.mem_get_info(device)[0]
+        mempool = torch.cuda.MemPool() if pool == "mempool" else None
+        context = (
+            torch.cuda.use_mem_pool(mempool, device=device) if mempool else contextlib.nullcontext()
+        )
+        with context:
             try:
+                ballast = torch.empty(other_weights_bytes, dtype=torch.uint8, device=device)
                 weights = [
                     (
                         torch.empty(shape.w13_shape, dtype=torch.bfloat16, device=device),
@@ -203,35 +276,46 @@ def run_load(
             except torch.OutOfMemoryError as exc:
                 raise RuntimeError(
                     f"layers ({layers}) x {shape.layer_bytes / 2**30:.2f} GiB of {shape.label} "
-                    f"weights do not fit on {device}; hold fewer layers"
+                    f"weights + {other_weights_bytes / 2**30:.2f} GiB ballast do not fit on "
+                    f"{device}; hold fewer layers"
                 ) from exc
             loaded_reserved = torch.cuda.memory_reserved(device) - base_reserved
+            before = torch.cuda.memory_stats(device)  # the events count from here
+            start = torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize(device)
+            started = time.perf_counter()
+            start.record()
             for index in range(layers):
                 w13, w2 = weights[index]
                 try:
-                    weights[index] = convert(w13, w2, strategy=strategy, gated=shape.gated)
+                    with nvtx_range(f"moe_load/{strategy}/{shape.label}/layer{index}", device):
+                        weights[index] = convert(w13, w2, strategy=strategy, gated=shape.gated)
                 except torch.OutOfMemoryError as exc:
                     oom_layer, oom_message = index, str(exc).splitlines()[0]
                     break
                 finally:
                     del w13, w2
+                ends.append(torch.cuda.Event(enable_timing=True))
+                ends[-1].record()
                 reserved_after.append(torch.cuda.memory_reserved(device) - base_reserved)
             torch.cuda.synchronize(device)
+            seconds = time.perf_counter() - started
             final_reserved = torch.cuda.memory_reserved(device) - base_reserved
-            del weights
+            after = torch.cuda.memory_stats(device)  # before anything is freed or released
+            del weights, ballast
         peak_reserved = torch.cuda.max_memory_reserved(device) - base_reserved
         peak_allocated = torch.cuda.max_memory_allocated(device) - base_allocated
-        after = torch.cuda.memory_stats(device)
-        del pool
+        del mempool
         torch.cuda.empty_cache()
-    return SleepModeLoad(
+    marks = [start, *ends]
+    return RankLoad(
         strategy=strategy,
         shape=shape.label,
         layers=layers,
         max_split_size_mb=max_split_size_mb,
-        pool=None,
-        device_bytes=None,
-        other_weights_bytes=0,
+        pool=pool,
+        device_bytes=device_bytes,
+        other_weights_bytes=other_weights_bytes,
         oom_layer=oom_layer,
         oom_message=oom_message,
         loaded_reserved_bytes=loaded_reserved,
@@ -239,7 +323,9 @@ def run_load(
         peak_reserved_bytes=peak_reserved,
         peak_allocated_bytes=peak_allocated,
         final_reserved_bytes=final_reserved,
-        num_alloc_retries=after["num_alloc_retries"] - before["num_alloc_retries"],
-        num_ooms=after["num_ooms"] - before["num_ooms"],
+        **{key: after[key] - before[key] for key in (*DEVICE_EVENTS, "num_ooms")},
+        num_device_alloc_failed=None,
         stranded_segments=None,
+        seconds=seconds,
+        layer_seconds=tuple(a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(marks)),
     )

@@ -3,6 +3,9 @@
 Run by ``scripts/gpu-check OUT [--dry-run]`` from the repository root. Each step runs in its own
 Python process (so an allocator setting, a CUDA error or a hang stays inside it), under its own
 time box, and writes its findings; a failed or timed-out step is reported and the next one runs.
+On CUDA each step but asv is the NVTX range ``gpu_check/<step>``, and every conversion in it
+``moe_convert/<strategy>/<shape>`` (``moe_convert.nvtx``): run under ``nsys profile`` to read
+the trace beside an engine's.
 At the end ``OUT/gpu-check.md`` (the report) and ``OUT/gpu-check.json`` (every figure) are
 written, with ``OUT/asv.zip`` (results and the published dashboard) when step 6 ran.
 
@@ -21,10 +24,13 @@ Steps (budgets in ``STEPS``):
 3. ``allocator``: one recorded load (``replay.load_steps``) replayed in ``moe_convert.allocator``
    and in PyTorch's caching allocator under ``max_split_size_mb:20``, reserved bytes compared
    after every allocation and free; the first step that differs is named.
-4. ``sleep``: the sleep-mode load of every strategy run on CUDA (``wholemodel.run_load``) with
-   the device capped (``set_per_process_memory_fraction``) against the same load replayed for
-   that size (``replay.replay_load``, both pools), the two ``SleepModeLoad`` compared field by
-   field.
+4. ``load``: vLLM #45589's whole rank (``LOAD_SHAPE``, every layer, a ballast to its 109.61 GiB)
+   run on CUDA (``wholemodel.run_load``) for each of ``LOAD_STRATEGIES`` x ``LOAD_CONFIGS``, timed
+   layer by layer, against the same load replayed for the memory the device had free
+   (``replay.pr45589_replay``), field by field and driver call by driver call; the allocator
+   events' costs measured (``loadtime.measure_event_costs``) and each load predicted from them.
+   The costs and the per-layer seconds of step 5 become ``OUT/device-costs.json``: the committed
+   ``docs/gpu-results/device-costs.json`` with this run's record added (copy it over that file).
 5. ``timing``: every strategy and a same-size device copy with CUDA events, per shape of the asv
    suite: copy ratio, GB/s, per-layer and whole-model seconds; then ``TRITON_SWEEPS``.
 6. ``asv``: ``asv run -E existing:python3 --quick`` of ``LayerTime.track_layer_seconds`` on
@@ -59,16 +65,23 @@ sys.path.insert(0, str(ROOT))  # moe_convert and benchmarks from this checkout, 
 #: Full-size shapes of steps 1, 2 and 6: the two per-rank layers of the GPU-check issue
 #: (qwen3-235b-a22b/tp4 is vLLM #45589's).
 CHECK_SHAPES = ("qwen3-235b-a22b/tp4", "deepseek-v3/tp8")
-#: Step 3 and 4: layers of qwen3-235b-a22b/tp4 loaded (1.15 GiB each).
+#: Step 3 and 4: layers of qwen3-235b-a22b/tp4 loaded (1.15 GiB each), vLLM #45589's rank
+#: (``wholemodel.PR45589_SHAPE``: a literal, as the library is imported only inside the steps).
 LOAD_SHAPE = "qwen3-235b-a22b/tp4"
 ALLOCATOR_LAYERS = 24
-SLEEP_LAYERS = 24
-#: Step 4's device cap: weights of SLEEP_LAYERS layers (27.6 GiB) plus 12.4 GiB of headroom,
-#: so legacy (+1.27 GiB reserved per layer) runs out within a few layers.
-SLEEP_DEVICE_BYTES = 40 * 2**30
 #: vLLM's max_split_size_mb while loading (moe_convert.wholemodel.VLLM_LOAD_MAX_SPLIT_MB): a
 #: literal: this module imports the library (and torch) only inside its steps.
 MAX_SPLIT_MB = 20
+#: Step 4: the whole rank's load of these strategies (vLLM's legacy, preallocated and in place,
+#: and this library's best out-of-place and in-place ones, docs/gpu.md), each under vLLM's
+#: setting and PyTorch's default, in the default pool (vLLM without sleep mode) and a MemPool.
+LOAD_STRATEGIES = ("legacy", "preallocated", "inplace", "triton", "triton_inplace")
+LOAD_CONFIGS = (
+    (MAX_SPLIT_MB, "default"),
+    (None, "default"),
+    (MAX_SPLIT_MB, "mempool"),
+    (None, "mempool"),
+)
 CPU_REFERENCE = "strided_copy"
 #: Step 1's quantized part: FlashInfer's test_block_scale_interleave shapes, and one catalog
 #: shape per format with a few experts (the CPU reference is the transcribed upstream path).
@@ -99,10 +112,11 @@ class Step:
     env: tuple[tuple[str, str], ...] = ()  # set before the step's process starts
 
 
-#: Budgets: the H200 run of 2026-11-30 took 33, 17, 21, 16 and 27 s (plus the sweeps) for
-#: steps 1-5; asv gets the rest of the wall budget.
+#: Budgets: the H200 run of 2026-11-30 took 21, 11, 13, 19 and 83 s for exact, memory,
+#: allocator, timing and asv; the whole-rank load (20 loads of 110 GiB, each timed and
+#: replayed) gets the most, and the total stays within the wall budget.
 STEPS = (
-    Step("exact", "byte-exactness on CUDA against the CPU result", 45),
+    Step("exact", "byte-exactness on CUDA against the CPU result", 40),
     Step("memory", "CUDA memory against the dispatch-level formulas", 25),
     Step(
         "allocator",
@@ -110,9 +124,9 @@ STEPS = (
         30,
         (("PYTORCH_ALLOC_CONF", f"max_split_size_mb:{MAX_SPLIT_MB}"),),
     ),
-    Step("sleep", "sleep-mode load (MemPool) with a capped device", 30),
-    Step("timing", "timing with CUDA events against a device copy", 70),
-    Step("asv", "asv run --quick on the box's own python", 150),
+    Step("load", "the whole rank's load run, replayed and predicted", 115),
+    Step("timing", "timing with CUDA events against a device copy", 50),
+    Step("asv", "asv run --quick on the box's own python", 100),
 )
 
 
@@ -409,60 +423,90 @@ def step_allocator(dry_run: bool) -> dict:
 # -- step 4 ------------------------------------------------------------------------------------
 
 
-def step_sleep(dry_run: bool) -> dict:
+def step_load(dry_run: bool) -> dict:
+    """vLLM #45589's whole rank run (``run_load``) and replayed for the device it found
+    (``pr45589_replay``), every configuration of ``LOAD_CONFIGS``; the event costs measured and
+    each load predicted from them (``moe_convert.loadtime``)."""
     from moe_convert import STRATEGIES
-    from moe_convert.allocator import POOLS
-    from moe_convert.replay import replay_load
+    from moe_convert.loadtime import measure_event_costs, predict_replayed
+    from moe_convert.replay import pr45589_replay
+    from moe_convert.wholemodel import DEVICE_141GB_BYTES, PR45589_BALLAST_BYTES, run_load
 
-    shape = dataclasses.replace(_shape(LOAD_SHAPE), moe_layers=SLEEP_LAYERS)
-    device_bytes = SLEEP_DEVICE_BYTES
+    shape = _shape(LOAD_SHAPE)
+    names = [name for name in LOAD_STRATEGIES if name in STRATEGIES]
+    events, layer_seconds = None, {}
     if not dry_run:
         import torch
 
-        from moe_convert.wholemodel import run_load
-
         device = _cuda_device()
-        total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(SLEEP_DEVICE_BYTES / total, device)
+        events = measure_event_costs()
+        print(f"[load] event costs: {events}", flush=True)
+        for name in names:  # one layer's steady-state conversion, for the prediction
+            layer_seconds[name] = _time_strategy(shape, name, device)["seconds"]
+            torch.cuda.empty_cache()
     rows = []
-    for name in STRATEGIES:
-        row = {"strategy": name, "layers": SLEEP_LAYERS, "device_bytes": device_bytes}
-        replayed = {
-            pool: replay_load(
-                shape, name, max_split_size_mb=MAX_SPLIT_MB, pool=pool, device_bytes=device_bytes
-            )
-            for pool in POOLS
-        }
-        for pool, load in replayed.items():
-            row[f"predicted_{pool}_oom_layer"] = load.oom_layer
-            row[f"predicted_{pool}_peak_reserved_bytes"] = load.peak_reserved_bytes
-        if not dry_run:
+    for max_split, pool in LOAD_CONFIGS:
+        for name in names:
+            row = {"strategy": name, "max_split_mb": max_split, "pool": pool}
             try:
-                ran = run_load(shape, name, layers=SLEEP_LAYERS, max_split_size_mb=MAX_SPLIT_MB)
-                row.update(
-                    {
-                        "oom_layer": ran.oom_layer,
-                        "oom_message": ran.oom_message,
-                        "peak_reserved_bytes": ran.peak_reserved_bytes,
-                        "peak_allocated_bytes": ran.peak_allocated_bytes,
-                        "loaded_reserved_bytes": ran.loaded_reserved_bytes,
-                    }
+                ran = None
+                if not dry_run:
+                    ran = run_load(
+                        shape,
+                        name,
+                        max_split_size_mb=max_split,
+                        pool=pool,
+                        other_weights_bytes=PR45589_BALLAST_BYTES,
+                    )
+                    row["run"] = dataclasses.asdict(ran)
+                replayed = pr45589_replay(
+                    name,
+                    max_split_size_mb=max_split,
+                    pool=pool,
+                    device_bytes=DEVICE_141GB_BYTES if ran is None else ran.device_bytes,
                 )
-                # every field both sides know, replayed vs run: {field: [replayed, run]}
-                for pool, load in replayed.items():
-                    row[f"differences_{pool}"] = {
-                        field: list(pair) for field, pair in load.differences(ran).items()
+                row["replayed"] = dataclasses.asdict(replayed)
+                if ran is not None:  # every field both sides know: {field: [replayed, run]}
+                    row["differences"] = {
+                        field: list(pair) for field, pair in replayed.differences(ran).items()
                     }
-                row["matches_prediction"] = ran.oom_layer in (
-                    row["predicted_sleep_oom_layer"],
-                    row["predicted_default_oom_layer"],
-                )
+                if events is not None:
+                    row["predicted_seconds"] = predict_replayed(
+                        replayed, layer_seconds[name], events
+                    )
             except Exception as error:
                 row["error"] = f"{type(error).__name__}: {error}"
-        _record(rows, row)
-        print(f"[sleep] {row}", flush=True)
-    ok = all("error" not in row and row.get("matches_prediction", True) for row in rows)
-    return {"ok": ok, "shape": LOAD_SHAPE, "rows": rows}
+            _record(rows, row)
+            print(f"[load] {_load_line(row)}", flush=True)
+    # The OOM message's wording differs between the allocator and its model: not a finding.
+    ok = all(
+        "error" not in row and set(row.get("differences", ())) <= {"oom_message"} for row in rows
+    )
+    return {
+        "ok": ok,
+        "shape": LOAD_SHAPE,
+        "ballast_bytes": PR45589_BALLAST_BYTES,
+        "events": None if events is None else dataclasses.asdict(events),
+        "layer_seconds": layer_seconds,
+        "rows": rows,
+    }
+
+
+def _load_line(row: dict) -> str:
+    """One printed line of a step-4 row."""
+    head = f"{row['strategy']} max_split {row['max_split_mb']} {row['pool']}: "
+    if "error" in row:
+        return head + row["error"]
+    replayed, ran = row["replayed"], row.get("run")
+    counts = "/".join(str(replayed[e]) for e in ("num_device_alloc", "num_device_free"))
+    if ran is None:
+        return head + f"replayed cudaMalloc/cudaFree {counts}, OOM layer {replayed['oom_layer']}"
+    return head + (
+        f"{ran['seconds']:.3f} s (predicted {row.get('predicted_seconds', float('nan')):.3f}), "
+        f"cudaMalloc/cudaFree {ran['num_device_alloc']}/{ran['num_device_free']} "
+        f"(replayed {counts}), OOM layer {ran['oom_layer']}, "
+        f"differences {sorted(row['differences'])}"
+    )
 
 
 # -- step 5 ------------------------------------------------------------------------------------
@@ -650,7 +694,7 @@ STEP_FUNCTIONS = {
     "exact": step_exact,
     "memory": step_memory,
     "allocator": step_allocator,
-    "sleep": step_sleep,
+    "load": step_load,
     "timing": step_timing,
 }
 
@@ -706,13 +750,6 @@ def run_step(step: Step, out: Path, scratch: Path, dry_run: bool, timeout_s: flo
     }
 
 
-def _differing(row: dict) -> str:
-    """The fields in which the default-pool replay and the CUDA run differ; n/a without a run."""
-    if "oom_layer" not in row:
-        return "n/a"
-    return ", ".join(row.get("differences_default") or ()) or "none"
-
-
 def _gib(nbytes) -> str:
     from moe_convert.units import format_bytes
 
@@ -725,11 +762,17 @@ def _mib(nbytes) -> str:
     return format_bytes(nbytes, unit="MiB")
 
 
+def _seconds(seconds) -> str:
+    return "n/a" if seconds is None else f"{seconds:.3f} s"
+
+
 #: Issue 11's targets: out-of-place and in-place time over a same-size device copy, and the
 #: whole qwen3-235b-a22b/tp4 rank.
 TARGET_OUT_OF_PLACE_RATIO = 1.25
 TARGET_INPLACE_RATIO = 1.6
 TARGET_WHOLE_MODEL_S = 0.060
+#: Issue 17's: vLLM #45589's 4.5x (legacy / preallocated load), within 25 %.
+TARGET_LOAD_RATIO = 3.4
 
 
 def target_lines(rows: list[dict]) -> list[str]:
@@ -767,6 +810,69 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
         "| " + " | ".join(str(cell) for cell in row) + " |" for row in rows
     ]
+
+
+def load_lines(step: dict) -> list[str]:
+    """Step 4's section: each load's seconds measured and predicted, its driver calls run and
+    replayed, and vLLM #45589's ratio against the target of issue 17."""
+    lines = [
+        "",
+        f"## 4. Whole-rank load ({LOAD_SHAPE}, all layers, ballast to 109.61 GiB)",
+        "",
+        f"Event costs: {step.get('events') or 'not measured'}.",
+        "",
+    ]
+    rows = [r for r in step["rows"] if "error" not in r]
+    lines += _table(
+        [
+            "strategy",
+            "max_split_mb",
+            "pool",
+            "seconds",
+            "predicted",
+            "cudaMalloc run/replay",
+            "cudaFree run/replay",
+            "retries run/replay",
+            "OOM layer",
+            "fields differing",
+        ],
+        [
+            [
+                r["strategy"],
+                r["max_split_mb"],
+                r["pool"],
+                _seconds(r.get("run", {}).get("seconds")),
+                _seconds(r.get("predicted_seconds")),
+                *(
+                    f"{r.get('run', {}).get(event, 'n/a')}/{r['replayed'][event]}"
+                    for event in ("num_device_alloc", "num_device_free", "num_alloc_retries")
+                ),
+                r["replayed"]["oom_layer"],
+                ", ".join(r["differences"]) if "differences" in r else "n/a",
+            ]
+            for r in rows
+        ],
+    )
+    lines += [
+        f"- {r['strategy']} {r['max_split_mb']} {r['pool']}: {r['error']}"
+        for r in step["rows"]
+        if "error" in r
+    ]
+    seconds = {
+        (r["strategy"], r["max_split_mb"], r["pool"]): r["run"]["seconds"]
+        for r in rows
+        if "run" in r and r["run"]["oom_layer"] is None
+    }
+    for max_split in (MAX_SPLIT_MB, None):
+        legacy = seconds.get(("legacy", max_split, "default"))
+        preallocated = seconds.get(("preallocated", max_split, "default"))
+        if legacy and preallocated:
+            lines.append(
+                f"- legacy / preallocated, default pool, max_split_size_mb {max_split}: "
+                f"{legacy / preallocated:.2f}x (vLLM #45589: 4.5x at 20; target at 20: "
+                f">= {TARGET_LOAD_RATIO}x)"
+            )
+    return lines
 
 
 def report_markdown(summary: dict) -> str:
@@ -868,36 +974,8 @@ def report_markdown(summary: dict) -> str:
                 for r in rows_of("allocator")
             ],
         )
-    if rows_of("sleep"):
-        lines += [
-            "",
-            f"## 4. Sleep-mode load ({LOAD_SHAPE}, {SLEEP_LAYERS} layers, device capped "
-            f"at {_gib(SLEEP_DEVICE_BYTES)})",
-            "",
-        ]
-        lines += _table(
-            [
-                "strategy",
-                "OOM layer",
-                "predicted (sleep pool)",
-                "predicted (default pool)",
-                "peak reserved",
-                "predicted peak (sleep)",
-                "fields differing (default)",
-            ],
-            [
-                [
-                    r["strategy"],
-                    r.get("oom_layer", r.get("error", "n/a")),
-                    r["predicted_sleep_oom_layer"],
-                    r["predicted_default_oom_layer"],
-                    _gib(r.get("peak_reserved_bytes")),
-                    _gib(r["predicted_sleep_peak_reserved_bytes"]),
-                    _differing(r),
-                ]
-                for r in rows_of("sleep")
-            ],
-        )
+    if rows_of("load"):
+        lines += load_lines(steps["load"])
     if rows_of("timing"):
         lines += [
             "",
@@ -942,6 +1020,31 @@ def report_markdown(summary: dict) -> str:
     if "asv" in steps:
         lines += ["", "## 6. asv", "", str({k: v for k, v in steps["asv"].items() if k != "title"})]
     return "\n".join(lines) + "\n"
+
+
+def costs_record(summary: dict):
+    """This run's ``loadtime.DeviceCosts``: step 4's event costs, with one layer's seconds of
+    every shape and strategy step 5 timed (and step 4's for its strategies); None without
+    step 4's costs (a dry run, or a step that failed before measuring them)."""
+    from moe_convert.loadtime import DeviceCosts, EventCosts
+
+    steps = {step["step"]: step for step in summary["steps"]}
+    load = steps.get("load", {})
+    if not load.get("events"):
+        return None
+    layer_seconds: dict[str, dict[str, float]] = {}
+    for row in steps.get("timing", {}).get("rows") or []:
+        if "error" not in row:
+            layer_seconds.setdefault(row["shape"], {})[row["strategy"]] = row["seconds"]
+    layer_seconds.setdefault(LOAD_SHAPE, {}).update(load.get("layer_seconds") or {})
+    return DeviceCosts(
+        device=summary["device"],
+        torch=summary["torch"],
+        commit=summary["commit"],
+        date=summary["started"],
+        events=EventCosts(**load["events"]),
+        layer_seconds=layer_seconds,
+    )
 
 
 def _environment() -> dict:
@@ -992,10 +1095,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.step:  # inside one step's own process
         global _RESULT_FILE
         _RESULT_FILE = args.result
-        if args.step == "asv":
+        if args.step == "asv":  # asv's own processes do the work: no range, no torch here
             findings = step_asv(args.dry_run, args.out)
         else:
-            findings = STEP_FUNCTIONS[args.step](args.dry_run)
+            import torch
+
+            from moe_convert.nvtx import nvtx_range
+
+            # the step as one NVTX range in an nsys trace of the run (nothing without CUDA)
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            with nvtx_range(f"gpu_check/{args.step}", device):
+                findings = STEP_FUNCTIONS[args.step](args.dry_run)
         args.result.write_text(json.dumps(findings, default=str))
         return 0
     print("\n".join(plan_lines(args.dry_run)), flush=True)
@@ -1032,6 +1142,13 @@ def main(argv: list[str] | None = None) -> int:
         "steps": results,
     }
     (args.out / "gpu-check.json").write_text(json.dumps(summary, indent=1, default=str))
+    record = costs_record(summary)
+    if record is not None:
+        from moe_convert.loadtime import COSTS_FILE, append_costs
+
+        if COSTS_FILE.exists():
+            shutil.copyfile(COSTS_FILE, args.out / COSTS_FILE.name)
+        append_costs(record, args.out / COSTS_FILE.name)
     (args.out / "gpu-check.md").write_text(report_markdown(summary))
     print(report_markdown(summary), flush=True)
     return 0 if all(r["status"] == "passed" for r in results) else 1

@@ -152,10 +152,17 @@ def test_no_merge_across_segments():
     assert segment_sizes_mb(alloc) == [20, 20, 30]
 
 
+def events(alloc: Allocator) -> tuple[int, int, int, int]:
+    """(cudaMalloc calls, cudaFree calls, refused cudaMalloc calls, retries)."""
+    s = alloc.stats()
+    return s.num_device_alloc, s.num_device_free, s.num_device_alloc_failed, s.num_alloc_retries
+
+
 def test_stranded_segments_sleep_pool_runs_out_where_default_pool_releases():
     """Three stranded 20 MiB segments fill a 60 MiB device; a fourth 6 MiB request needs a new
-    segment. The sleep pool fails; the default pool releases one stranded segment (6b) first."""
-    for pool in ("sleep", "default"):
+    segment. The sleep pool fails; the default pool and a MemPool release one stranded segment
+    (6b) first: a refused cudaMalloc, a cudaFree, a cudaMalloc, no retry."""
+    for pool in ("sleep", "default", "mempool"):
         alloc = allocator(20, capacity_mb=60, pool=pool)
         for _ in range(3):
             alloc.free(alloc.malloc(6 * MiB))
@@ -164,11 +171,13 @@ def test_stranded_segments_sleep_pool_runs_out_where_default_pool_releases():
                 alloc.malloc(6 * MiB)
             assert (error.value.request_bytes, error.value.alloc_bytes) == (6 * MiB, 20 * MiB)
             assert (alloc.num_ooms, alloc.reserved_bytes) == (1, 60 * MiB)
+            assert events(alloc) == (3, 0, 1, 0)
         else:
             alloc.malloc(6 * MiB)
             stats = alloc.stats()
             assert (stats.num_ooms, stats.num_alloc_retries) == (0, 0)
             assert (stats.reserved_bytes, stats.stranded_segments) == (60 * MiB, 2)
+            assert events(alloc) == (4, 1, 1, 0)
 
 
 def test_release_available_frees_oversize_blocks_from_the_largest_down():
@@ -181,18 +190,42 @@ def test_release_available_frees_oversize_blocks_from_the_largest_down():
 
 
 def test_release_cached_blocks_then_retry_in_the_default_pool_only():
-    """No max_split_size: 6b does nothing; 6c frees every free whole segment and retries."""
-    for pool in ("default", "sleep"):
+    """No max_split_size: 6b does nothing; 6c frees every free whole segment and retries, only
+    where no use_mem_pool context is open (not in a MemPool, not in the sleep pool)."""
+    for pool in ("default", "mempool", "sleep"):
         alloc = allocator(None, capacity_mb=40, pool=pool)
         alloc.free(alloc.malloc(30 * MiB))
         if pool == "default":
             alloc.malloc(32 * MiB)
             assert segment_sizes_mb(alloc) == [32]
             assert (alloc.num_alloc_retries, alloc.num_ooms) == (1, 0)
+            # cudaMalloc 30, refused 32, cudaFree 30, retried cudaMalloc 32
+            assert events(alloc) == (2, 1, 1, 1)
         else:
             with pytest.raises(OutOfMemory):
                 alloc.malloc(32 * MiB)
             assert (alloc.num_alloc_retries, alloc.num_ooms) == (0, 1)
+            assert events(alloc) == (1, 0, 1, 0)
+
+
+def test_mempool_frees_its_own_oversize_blocks_but_never_flushes():
+    """At 20 MiB a MemPool's failed request releases stranded oversize segments (6b) like the
+    default pool; where those are not enough (a free 10 MiB segment is below max_split_size),
+    the default pool's flush (6c) still finds memory and the MemPool runs out."""
+    for pool in ("default", "mempool"):
+        alloc = allocator(20, capacity_mb=40, pool=pool)
+        alloc.free(alloc.malloc(6 * MiB))  # a stranded 20 MiB segment
+        alloc.free(alloc.malloc(10 * MiB))  # its own free 10 MiB segment: not oversize
+        # A refused cudaMalloc of 30; 6b frees the 20 and, not enough, tries no allocation.
+        if pool == "default":
+            alloc.malloc(30 * MiB)  # 6c frees the 10 and the retried cudaMalloc succeeds
+            assert segment_sizes_mb(alloc) == [30]
+            assert events(alloc) == (3, 2, 1, 1)
+        else:
+            with pytest.raises(OutOfMemory, match=r"Tried to allocate 30\.00 MiB"):
+                alloc.malloc(30 * MiB)
+            assert segment_sizes_mb(alloc) == [10]  # 6b released the 20; then nothing more
+            assert events(alloc) == (2, 1, 1, 0)
 
 
 def test_default_pool_out_of_memory_after_both_release_steps():

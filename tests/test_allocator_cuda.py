@@ -25,7 +25,7 @@ from conftest import requires_cuda
 from moe_convert import STRATEGIES, layer_shape
 from moe_convert.allocator import Allocator, MiB
 from moe_convert.replay import layer_trace, replay_load
-from moe_convert.wholemodel import run_load
+from moe_convert.wholemodel import RUN_POOLS, run_load
 
 pytestmark = requires_cuda
 
@@ -158,26 +158,19 @@ def test_reserved_bytes_match_pytorch_step_by_step(sequence):
         assert model.stats().stranded_segments == 3
 
 
+@pytest.mark.parametrize("pool", RUN_POOLS)
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
-def test_replay_matches_a_real_sleep_mode_style_load(strategy):
-    """The sleep-mode load run on CUDA (``run_load``: the real conversion, layer after layer in a
-    MemPool) against the same load replayed (``replay_load``, whose trace is recorded on
-    ``meta``), field by field: a kernel that allocates for itself would show here."""
+def test_replay_matches_a_real_rank_load(strategy, pool):
+    """The rank load run on CUDA (``run_load``: the real conversion, layer after layer, in the
+    default pool or a MemPool) against the same load replayed for the device it found
+    (``replay_load``, whose trace is recorded on ``meta``), field by field and event by event:
+    a kernel that allocates for itself would show here."""
+    got = run_load(SMALL_QWEN, strategy, max_split_size_mb=MAX_SPLIT_MB, pool=pool)
     want = replay_load(
-        SMALL_QWEN, strategy, max_split_size_mb=MAX_SPLIT_MB, pool="sleep", device_bytes=None
+        SMALL_QWEN,
+        strategy,
+        max_split_size_mb=MAX_SPLIT_MB,
+        pool=pool,
+        device_bytes=got.device_bytes,
     )
-    got = run_load(SMALL_QWEN, strategy, max_split_size_mb=MAX_SPLIT_MB)
-    compared = (
-        "layers",
-        "max_split_size_mb",
-        "oom_layer",
-        "loaded_reserved_bytes",
-        "reserved_after_layer",
-        "peak_reserved_bytes",
-        "final_reserved_bytes",
-        "num_alloc_retries",
-        "num_ooms",
-    )
-    assert {field: getattr(got, field) for field in compared} == {
-        field: getattr(want, field) for field in compared
-    }
+    assert want.differences(got) == {}

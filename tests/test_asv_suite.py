@@ -4,6 +4,7 @@ small subset (existing environment, so no asv environment is built) read back wi
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -15,10 +16,12 @@ import pytest
 from asv.util import load_json
 
 import moe_convert
+from moe_bench import metrics
 from moe_bench.results import load_results
 from moe_convert.registry import UNAVAILABLE
-from moe_convert.replay import replay_load
+from moe_convert.replay import layer_trace, replay_load
 from moe_convert.traffic import strategy_traffic
+from moe_convert.wholemodel import PR45589_HEADROOM_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
@@ -161,6 +164,54 @@ def test_sleep_mode_replay_reads_both_figures_from_one_replay_per_cell(monkeypat
             bench.track_reserved_growth_per_layer_bytes(loads, label, strategy)
             == want.reserved_growth_per_layer_bytes
         )
+
+
+def test_rank_load_replay_reads_every_figure_from_one_replay_per_cell(monkeypatch):
+    # the default pool at 20 MiB, the rank's weights plus PR #45589's headroom
+    label, bench = "qwen3-30b-a3b/tp2", bench_allocator.RankLoadReplay()
+    loads = _grid_cache(monkeypatch, bench, label, ("legacy", "preallocated"))
+    full = common.full_shape(label)
+    for strategy in ("legacy", "preallocated"):
+        want = replay_load(
+            full,
+            strategy,
+            max_split_size_mb=20,
+            pool="default",
+            device_bytes=full.model_bytes + PR45589_HEADROOM_BYTES,
+        )
+        bench.setup(loads, label, strategy)
+        figures = {
+            name: getattr(bench, f"track_{name}")(loads, label, strategy)
+            for name in (
+                "num_device_alloc",
+                "num_device_free",
+                "num_device_alloc_failed",
+                "num_alloc_retries",
+                "peak_reserved_bytes",
+                "layers_lost_to_oom",
+            )
+        }
+        assert figures == {
+            "num_device_alloc": want.num_device_alloc,
+            "num_device_free": want.num_device_free,
+            "num_device_alloc_failed": want.num_device_alloc_failed,
+            "num_alloc_retries": want.num_alloc_retries,
+            "peak_reserved_bytes": want.peak_reserved_bytes,
+            "layers_lost_to_oom": 0,
+        }
+        # preallocated: two outputs and a small-pool segment; legacy strands segments per layer
+        if strategy == "preallocated":
+            assert figures["num_device_alloc"] == 3
+        else:
+            assert figures["num_device_alloc"] > full.moe_layers
+
+
+def test_rank_load_time_is_n_a_without_cuda(monkeypatch):
+    monkeypatch.setattr(common, "device", lambda: "cpu")
+    bench = bench_allocator.RankLoadTime()
+    assert bench.setup_cache() == {}
+    with pytest.raises(NotImplementedError, match="needs a CUDA device"):
+        bench.setup({}, "qwen3-30b-a3b/tp2", "legacy")
 
 
 def test_traffic_reads_its_three_figures_from_one_count_per_cell(monkeypatch):
@@ -351,3 +402,25 @@ def test_the_suite_runs_against_the_oldest_commit_it_can_measure(tmp_path, monke
     assert (
         "LayerTime.track_copy_ratio" in ran and "SleepModeReplay.track_peak_reserved_bytes" in ran
     )
+
+
+def test_bringing_back_per_expert_temporaries_fails_the_gate_without_a_gpu(monkeypatch):
+    """A change that makes ``preallocated`` clone, gather and stack per expert again (``legacy``'s
+    body under its name) regresses the replayed driver calls, exactly, on any machine."""
+    label = "qwen3-30b-a3b/tp2"
+    base = bench_allocator.rank_load_replay(label, "preallocated")
+    reverted = dataclasses.replace(
+        moe_convert.STRATEGIES["preallocated"], function=moe_convert.STRATEGIES["legacy"].function
+    )
+    monkeypatch.setitem(moe_convert.STRATEGIES, "preallocated", reverted)
+    layer_trace.cache_clear()
+    try:
+        head = bench_allocator.rank_load_replay(label, "preallocated")
+    finally:
+        layer_trace.cache_clear()
+    verdict = metrics.judge(
+        metrics.metric(f"{metrics.RANK_LOAD_REPLAY}.track_num_device_alloc"),
+        base.num_device_alloc,
+        head.num_device_alloc,
+    )
+    assert (base.num_device_alloc, verdict) == (3, "regressed")

@@ -178,7 +178,8 @@ def test_load_results_unparametrised_benchmark(tmp_path):
         (
             lambda root: (
                 write_results(root, BASE, GOOD)
-                or (root / "cpu-box" / f"{BASE[:8]}-existing-py.json").write_text("{not json")
+                # JSON, not asv's (not JSON at all, cut short, is left out: test_reliability.py)
+                or (root / "cpu-box" / f"{BASE[:8]}-existing-py.json").write_text('{"not": 1}')
             ),
             "corrupt",
         ),
@@ -535,3 +536,15 @@ def test_gate_errors_are_not_a_pass(tmp_path, capsys, case, message):
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_summary_names_the_failed_cells(tmp_path):
+    """A cell that crashed (asv records its figures as failed) is named after the tables."""
+    from moe_bench.report import write_summary
+
+    write_results(tmp_path / "results", BASE, {**GOOD, RATIO: [1.2, math.nan, None, math.nan]})
+    text = write_summary(tmp_path / "results", tmp_path / "summary").read_text()
+    assert (
+        "## Failed: 1 figure(s)\n\n- `bench_convert.LayerTime.track_copy_ratio deepseek-v3/tp4 "
+        "strided_copy on cpu-box at aaaaaaaa`\n"
+    ) in text

@@ -14,6 +14,7 @@ import pytest
 
 from moe_convert import STRATEGIES
 from moe_convert.shapes import shape_from_label
+from moe_convert.wholemodel import PR45589_SHAPE
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
@@ -27,7 +28,6 @@ def small(monkeypatch):
     """Every shape label resolves to its per-expert geometry with 2 experts, loads to 3 layers."""
     monkeypatch.setattr(gpu_check, "_shape", lambda label: shape_from_label(label).with_experts(2))
     monkeypatch.setattr(gpu_check, "ALLOCATOR_LAYERS", 3)
-    monkeypatch.setattr(gpu_check, "SLEEP_LAYERS", 3)
 
 
 def test_plan_lists_every_step_within_the_wall_budget():
@@ -63,12 +63,88 @@ def test_dry_run_allocator_replays_the_model_per_layer(small):
         assert row["match"] is None and row["real_reserved_after_layer"] is None
 
 
-def test_dry_run_sleep_predicts_with_both_pools(small):
-    rows = gpu_check.step_sleep(dry_run=True)["rows"]
-    assert [row["strategy"] for row in rows] == list(STRATEGIES)
-    for row in rows:
-        assert row["predicted_sleep_peak_reserved_bytes"] <= gpu_check.SLEEP_DEVICE_BYTES
-        assert "oom_layer" not in row
+def test_the_load_step_loads_vllm_45589s_rank():
+    assert gpu_check.LOAD_SHAPE == PR45589_SHAPE
+
+
+def test_dry_run_load_replays_every_configuration(monkeypatch):
+    monkeypatch.setattr(gpu_check, "LOAD_STRATEGIES", ("preallocated", "inplace", "no-such"))
+    findings = gpu_check.step_load(dry_run=True)
+    assert findings["ok"] and findings["events"] is None
+    rows = findings["rows"]
+    assert [(r["strategy"], r["max_split_mb"], r["pool"]) for r in rows] == [
+        (name, max_split, pool)
+        for max_split, pool in gpu_check.LOAD_CONFIGS
+        for name in ("preallocated", "inplace")
+    ]
+    for row in rows:  # full size, replayed only: no run, no prediction without costs
+        assert "run" not in row and "predicted_seconds" not in row
+        assert row["replayed"]["layers"] == 94 and row["replayed"]["oom_layer"] is None
+    assert rows[0]["replayed"]["num_device_alloc"] == 3  # preallocated: two outputs, indices
+
+
+def _load_row(strategy: str, max_split, seconds: float, allocs: int) -> dict:
+    replayed = {
+        "num_device_alloc": allocs,
+        "num_device_free": 0,
+        "num_alloc_retries": 0,
+        "oom_layer": None,
+    }
+    run = {**replayed, "seconds": seconds}
+    return {
+        "strategy": strategy,
+        "max_split_mb": max_split,
+        "pool": "default",
+        "replayed": replayed,
+        "run": run,
+        "differences": {},
+        "predicted_seconds": seconds * 1.1,
+    }
+
+
+def test_load_report_states_the_ratio_against_vllm_45589():
+    step = {
+        "events": {"cuda_malloc_seconds": 1e-4},
+        "rows": [
+            _load_row("legacy", 20, 9.0, 6113),
+            _load_row("preallocated", 20, 2.0, 3),
+            _load_row("legacy", None, 1.3, 68),
+            _load_row("preallocated", None, 1.0, 3),
+            {"strategy": "triton", "max_split_mb": 20, "pool": "default", "error": "boom"},
+        ],
+    }
+    text = "\n".join(gpu_check.load_lines(step))
+    assert "| legacy | 20 | default | 9.000 s | 9.900 s | 6113/6113 |" in text
+    assert "max_split_size_mb 20: 4.50x (vLLM #45589: 4.5x at 20; target at 20: >= 3.4x)" in text
+    assert "max_split_size_mb None: 1.30x" in text
+    assert "- triton 20 default: boom" in text
+
+
+def test_costs_record_takes_step_4s_costs_and_the_timed_layers():
+    costs = {"cuda_malloc_seconds": 1e-4, "cuda_free_seconds": 1e-3}
+    costs |= {"failed_cuda_malloc_seconds": 1e-5, "samples": 192}
+    summary = {
+        "device": "NVIDIA H200",
+        "torch": "2.11.0+cu130",
+        "commit": "abcdef0",
+        "started": "2026-12-01 00:00:00 UTC",
+        "steps": [
+            {"step": "load", "events": costs, "layer_seconds": {"legacy": 0.0097}},
+            {"step": "timing", "rows": [_timing_row("deepseek-v3/tp8", "triton", 1.07, 1.4e-3)]},
+        ],
+    }
+    record = gpu_check.costs_record(summary)
+    assert (record.device, record.commit, record.events.cuda_free_seconds) == (
+        "NVIDIA H200",
+        "abcdef0",
+        1e-3,
+    )
+    assert record.layer_seconds == {
+        "deepseek-v3/tp8": {"triton": 1.4e-3},
+        gpu_check.LOAD_SHAPE: {"legacy": 0.0097},
+    }
+    summary["steps"][0] = {"step": "load", "events": None}  # a dry run
+    assert gpu_check.costs_record(summary) is None
 
 
 def _timing_row(shape: str, strategy: str, ratio: float, seconds: float) -> dict:
@@ -108,18 +184,18 @@ def test_a_failed_or_timed_out_step_is_reported_and_the_next_one_runs(tmp_path, 
         gpu_check,
         "STEPS",
         (
-            gpu_check.Step("sleep", "sleep-mode load", 1),  # importing torch alone takes longer
+            gpu_check.Step("load", "whole-rank load", 1),  # importing torch alone takes longer
             gpu_check.Step("asv", "asv", 60),
         ),
     )
     status = gpu_check.main([str(tmp_path), "--dry-run"])
     summary = json.loads((tmp_path / "gpu-check.json").read_text())
     steps = {step["step"]: step for step in summary["steps"]}
-    assert steps["sleep"]["status"] == "timed out after 1 s"
+    assert steps["load"]["status"] == "timed out after 1 s"
     assert steps["asv"]["status"] in ("passed", "failed")  # ran: asv importable or not
     assert status == 1
     report = (tmp_path / "gpu-check.md").read_text()
-    assert "| sleep: sleep-mode load | timed out after 1 s |" in report
+    assert "| load: whole-rank load | timed out after 1 s |" in report
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import math
 import os
 import re
 import shutil
@@ -20,7 +21,16 @@ from fixtures.asv_fixture import OUT as FIXTURE_RESULTS
 from fixtures.asv_fixture import git, make_repo
 
 from moe_bench import cli
-from moe_bench.metrics import EXACT, INFO, METRICS, NOISE_FACTOR, PAIRED, PAIRED_TIME, judge
+from moe_bench.metrics import (
+    EXACT,
+    HARDWARE_BAND,
+    INFO,
+    METRICS,
+    NOISE_FACTOR,
+    PAIRED,
+    PAIRED_TIME,
+    judge,
+)
 from moe_bench.results import new_commits, unmeasurable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,6 +80,12 @@ def test_the_table_is_consistent():
     assert all(METRICS[name].rule == EXACT for name in deterministic)
     assert METRICS["bench_noise.Noise.track_copy_spread"].rule == INFO
     assert NOISE_FACTOR > 2.11  # the worst unchanged-code rise in results/cpu-2core-xeon
+    # Absolute seconds are host-bound; the paired A/B's ratio is taken on one box.
+    for m in METRICS.values():
+        seconds = m.unit == "seconds" and m.rule == PAIRED and m.benchmark != PAIRED_TIME
+        assert m.host_bound == seconds, m
+    # On same-looking hardware an unchanged layer time (1.43x at worst on one host) stays within.
+    assert HARDWARE_BAND * 1.43 < NOISE_FACTOR
 
 
 def test_the_committed_history_still_loads():
@@ -82,7 +98,8 @@ def test_the_committed_history_still_loads():
 @pytest.mark.parametrize("config", ["asv.conf.json", "asv.pr.conf.json"])
 def test_dashboard_regression_thresholds_follow_the_table(config):
     """asv publish's regressions view, by asv's own resolution of the patterns, judges each
-    benchmark as the table does: threshold = factor - 1, info figures not at all."""
+    benchmark as the table does: threshold = factor - 1; info figures and absolute seconds
+    (host-bound: asv cannot tell one machine name's hosts apart) not at all."""
     conf = Config.load(str(ROOT / config))
     resolver = _GraphDataFilter(conf, repo=None, revisions={"commit": 0})
     graph = type("Graph", (), {"params": {}})()
@@ -91,7 +108,7 @@ def test_dashboard_regression_thresholds_follow_the_table(config):
             continue
         entry = f"{name}('qwen3-235b-a22b/tp4', 'strided_copy')"
         start = resolver._get_start_revision(graph, None, entry)
-        if m.rule == INFO:
+        if m.rule == INFO or m.host_bound:
             assert start is None, name  # regression detection off
             continue
         assert start is not None, name
@@ -113,6 +130,27 @@ def test_dashboard_regression_thresholds_follow_the_table(config):
 def test_judge(rule, base, head, paired, status):
     m = next(m for m in METRICS.values() if m.rule == rule and m.lower_is_better)
     assert judge(m, base, head, paired=paired) == status
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "copy_scale", "status"),
+    [
+        # absolute seconds 3x: a 3x slower host judges nothing, the same host a regression
+        ("bench_convert.LayerTime.track_layer_seconds", 3.0, "info (other hardware)"),
+        ("bench_convert.LayerTime.track_layer_seconds", 1 / 3, "info (other hardware)"),
+        ("bench_convert.LayerTime.track_whole_model_seconds", 3.0, "info (other hardware)"),
+        ("bench_convert.LayerTime.track_layer_seconds", HARDWARE_BAND, "regressed"),
+        ("bench_convert.LayerTime.track_layer_seconds", 1.0, "regressed"),
+        ("bench_convert.LayerTime.track_layer_seconds", math.nan, "regressed"),  # nothing to tell
+        # a ratio within one run is judged on any host
+        ("bench_convert.LayerTime.track_copy_ratio", 3.0, "regressed"),
+        ("bench_convert.PeakMemory.track_peak_transient_bytes", 3.0, "regressed"),
+    ],
+)
+def test_judge_compares_absolute_seconds_only_on_same_looking_hardware(
+    benchmark, copy_scale, status
+):
+    assert judge(METRICS[benchmark], 1.0, 3.0, copy_scale=copy_scale) == status
 
 
 def test_judge_without_direction_fails_any_change():

@@ -18,7 +18,7 @@ from moe_convert.allocator import Allocator, MiB
 from moe_convert.cli import main
 from moe_convert.memory import MemoryEvent
 from moe_convert.replay import LayerTrace, _replay_trace, layer_trace, replay_load
-from moe_convert.wholemodel import SleepModeLoad
+from moe_convert.wholemodel import RankLoad
 
 GiB = 2**30
 QWEN = layer_shape("qwen3-235b-a22b", 4)
@@ -91,6 +91,54 @@ def test_default_pool_releases_stranded_segments_instead_of_failing():
     result = replay_load(QWEN, "legacy", max_split_size_mb=20, **{**SEED, "pool": "default"})
     assert not result.oom and result.num_ooms == 0
     assert result.peak_reserved_bytes <= SEED["device_bytes"]
+
+
+def events(result) -> tuple[int, int, int, int]:
+    """(cudaMalloc, cudaFree, refused cudaMalloc, retries) of the conversions."""
+    return (
+        result.num_device_alloc,
+        result.num_device_free,
+        result.num_device_alloc_failed,
+        result.num_alloc_retries,
+    )
+
+
+def test_preallocated_allocates_three_segments_in_a_whole_rank_load():
+    """Layer 0's two outputs (T13, T2) and one small segment for the index temporaries; every
+    later layer's outputs take the segments of the parameters the previous layer replaced."""
+    for pool in ("default", "mempool", "sleep"):
+        for max_split_size_mb in (20, None):
+            result = replay_load(
+                QWEN, "preallocated", max_split_size_mb=max_split_size_mb, **{**SEED, "pool": pool}
+            )
+            assert events(result) == (3, 0, 0, 0), (pool, max_split_size_mb)
+
+
+def test_legacy_at_20_makes_65_segments_per_layer_and_pays_for_each_once_the_device_is_full():
+    """vLLM #45589's slow load, to the event. Layer 0 makes what a single layer makes; each later
+    layer strands 1300 MiB (65 segments of 20 MiB) at 20 and nothing when unlimited. On the
+    141 GB device of the seed, once the device is full every new segment first fails a
+    cudaMalloc and releases one stranded segment (a cudaFree), never a retry."""
+    one = replay_load(
+        dataclasses.replace(QWEN, moe_layers=1),
+        "legacy",
+        max_split_size_mb=20,
+        pool="default",
+        device_bytes=None,
+    )
+    unbounded = replay_load(QWEN, "legacy", max_split_size_mb=20, pool="default", device_bytes=None)
+    assert unbounded.num_device_alloc == one.num_device_alloc + (QWEN.moe_layers - 1) * 65
+    assert events(unbounded)[1:] == (0, 0, 0)
+    full = replay_load(QWEN, "legacy", max_split_size_mb=20, **{**SEED, "pool": "default"})
+    assert full.num_device_alloc == unbounded.num_device_alloc  # the same requests need segments
+    assert full.num_device_free == full.num_device_alloc_failed > 0
+    assert full.num_alloc_retries == 0 and not full.oom
+    assert (
+        events(replay_load(QWEN, "legacy", max_split_size_mb=20, **{**SEED, "pool": "mempool"}))[:3]
+        == events(full)[:3]
+    )
+    unlimited = replay_load(QWEN, "legacy", max_split_size_mb=None, **{**SEED, "pool": "default"})
+    assert events(unlimited) == (one.num_device_alloc, 0, 0, 0)
 
 
 def test_out_of_place_results_replace_the_weights():
@@ -182,17 +230,23 @@ def test_cli_simulate_is_the_old_name_of_replay(capsys):
     assert out.startswith("replay qwen3-235b-a22b/tp4")
 
 
-def test_replayed_load_is_one_record_of_the_sleep_mode_load():
+def test_replayed_load_is_one_record_of_the_rank_load():
     # The same type as the CUDA run's (wholemodel.run_load): fields a run cannot know are None
     # there and left out of the comparison; the rest compare one by one.
     replayed = seed_replay("strided_copy", 20)
-    assert isinstance(replayed, SleepModeLoad)
+    assert isinstance(replayed, RankLoad)
     assert (replayed.shape, replayed.layers, replayed.max_split_size_mb) == (QWEN.label, 94, 20)
     assert replayed.oom_message is None and isinstance(replayed.stranded_segments, int)
+    assert replayed.seconds is None and replayed.layer_seconds is None
     run = dataclasses.replace(
-        replayed, pool=None, device_bytes=None, stranded_segments=None, other_weights_bytes=0
+        replayed,
+        stranded_segments=None,
+        num_device_alloc_failed=None,
+        seconds=2.5,
+        layer_seconds=(0.1,) * 94,
+        other_weights_bytes=0,
     )
     assert run.differences(replayed) == {"other_weights_bytes": (0, SEED["other_weights_bytes"])}
-    late = dataclasses.replace(run, oom_layer=3, peak_reserved_bytes=1)
-    assert set(late.differences(run)) == {"oom_layer", "peak_reserved_bytes"}
+    late = dataclasses.replace(run, oom_layer=3, peak_reserved_bytes=1, num_device_free=7)
+    assert set(late.differences(run)) == {"oom_layer", "peak_reserved_bytes", "num_device_free"}
     assert replayed.transient_reserved_bytes == QWEN.layer_bytes

@@ -18,7 +18,7 @@ import pytest
 from moe_bench import cli
 from moe_bench.compare import compare_commits
 from moe_bench.metrics import NOISE_FACTOR
-from moe_bench.report import comment_markdown, render_markdown, summary_table
+from moe_bench.report import changes_markdown, comment_markdown, render_markdown, summary_table
 from moe_bench.results import load_results
 from moe_bench.units import human
 
@@ -171,13 +171,22 @@ def test_markdown_in_human_units_with_marks(results):
     assert f"more than {NOISE_FACTOR:g}x" in text
 
 
+def test_the_first_answer_is_what_changed_since_the_previous_results(results):
+    text = changes_markdown(summary_table(results))
+    assert text.startswith("## What changed since the previous results\n")
+    assert (
+        f"- `fixture-box` at `{LATEST}`: worse: {QWEN} `strided_copy` peak transient +50%" in text
+    )
+
+
 def test_write_summary_writes_markdown_and_plots(tmp_path, capsys):
     assert cli.main(["summary", "--results", str(RESULTS), "--out", str(tmp_path / "summary")]) == 0
     path = Path(capsys.readouterr().out.strip())  # scripts/bench cats it
     assert path == tmp_path / "summary" / "summary.md"
     text = path.read_text()
     images = [line[line.index("(") + 1 : -1] for line in text.splitlines() if line.startswith("![")]
-    assert "fixture-box-history.png" in images and len(images) == 4
+    assert "fixture-box-history.png" in images and "rank-load-per-layer.png" in images
+    assert len(images) == 5
     assert all((path.parent / image).stat().st_size > 0 for image in images)
 
 

@@ -1,4 +1,4 @@
-"""Whole-model figures: per-layer time times the MoE layers, and the sleep-mode load run on CUDA."""
+"""Whole-model figures: per-layer time times the MoE layers, and the rank load run on CUDA."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from conftest import requires_cuda
 
 from moe_convert import STRATEGIES, LayerShape, layer_shape
-from moe_convert.wholemodel import run_load, whole_model_seconds
+from moe_convert.wholemodel import RUN_POOLS, run_load, whole_model_seconds
 
 SMALL = LayerShape("small", 1, 8, 1024, 512, 4)
 
@@ -18,9 +18,15 @@ def test_whole_model_seconds_is_per_layer_times_moe_layers():
     assert whole_model_seconds(layer_shape("deepseek-v3", 8), 2.0) == 2.0 * 58
 
 
-def test_run_load_rejects_no_layers():
+def test_run_load_rejects_what_it_cannot_run():
     with pytest.raises(ValueError, match="layers"):
         run_load(SMALL, "strided_copy", layers=0)
+    with pytest.raises(
+        ValueError, match="pool 'sleep' cannot be run here: one of default, mempool"
+    ):
+        run_load(SMALL, "strided_copy", pool="sleep")
+    with pytest.raises(ValueError, match=r"other_weights_bytes \(-1\) must be >= 0"):
+        run_load(SMALL, "strided_copy", other_weights_bytes=-1)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
@@ -30,18 +36,21 @@ def test_run_load_without_cuda_says_why():
 
 
 @requires_cuda
+@pytest.mark.parametrize("pool", RUN_POOLS)
 @pytest.mark.parametrize(
     "name", ["legacy", "preallocated", "strided_copy", "inplace", "strided_inplace"]
 )
-def test_run_load_of_a_few_small_layers(name):
-    result = run_load(SMALL, name, layers=3)
+def test_run_load_of_a_few_small_layers(name, pool):
+    result = run_load(SMALL, name, layers=3, pool=pool, other_weights_bytes=3 * 2**20)
     assert not result.oom and result.oom_message is None and result.num_ooms == 0
     assert result.loaded_reserved_bytes >= 3 * SMALL.layer_bytes
     assert result.peak_allocated_bytes >= 3 * SMALL.layer_bytes
     assert result.peak_reserved_bytes >= result.loaded_reserved_bytes
     assert result.peak_reserved_bytes >= result.final_reserved_bytes
-    assert len(result.reserved_after_layer) == 3
-    assert (result.pool, result.device_bytes, result.stranded_segments) == (None, None, None)
+    assert len(result.reserved_after_layer) == 3 == len(result.layer_seconds)
+    assert result.pool == pool and result.device_bytes > result.peak_reserved_bytes
+    assert (result.stranded_segments, result.num_device_alloc_failed) == (None, None)
+    assert 0 < sum(result.layer_seconds) <= result.seconds
     if STRATEGIES[name].inplace:  # a 2 MiB scratch: one 20 MiB segment, plus a 2 MiB small-pool one
         assert result.transient_reserved_bytes <= 22 * 2**20
     # the setting is restored: a later big block can be split again

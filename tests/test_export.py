@@ -1,0 +1,244 @@
+"""``moe-bench export``: the figures of a commit as PyTorch OSS benchmark database (v3) records,
+checked against the schema of test-infra's ``oss_ci_benchmark_v3`` table (every field, every
+type, every ``extra_info`` a map of strings), with a record for every metric of the table."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from moe_bench import cli
+from moe_bench.export import HUD_METRICS, metric_name
+from moe_bench.metrics import METRICS, PAIRED_TIME, PEAK_BYTES, RANK_LOAD_TIME
+
+SHAPE, STRATEGIES = "qwen3-235b-a22b/tp4", ["legacy", "strided_copy"]
+COMMIT = "c" * 40
+#: Every figure of the metrics table (not the paired run's: no asv benchmark)
+SUITE = [name for name in METRICS if name != PAIRED_TIME]
+#: A time_ benchmark whose raw samples asv kept (--record-samples)
+SAMPLED = "bench_convert.TimeConvert.time_convert"
+SAMPLES = [0.031, 0.029, 0.030]
+MACHINE = {"machine": "gb200", "gpu": "NVIDIA GB200", "torch": "2.13.0", "flashinfer": "0.7.4"}
+
+
+def _params(name: str) -> tuple[list[str], list[list[str]]]:
+    """asv's ``param_names`` and ``params`` (reprs) of ``name``: shape x strategy, shape alone
+    (the profile's expert count) or none (the machine's noise)."""
+    if ".Profile." in name:
+        return ["shape"], [[repr(SHAPE)]]
+    if ".Noise." in name:
+        return [], []
+    return ["shape", "strategy"], [[repr(SHAPE)], [repr(s) for s in STRATEGIES]]
+
+
+def _value(name: str, index: int) -> float:
+    """A distinct value per figure; ``strided_copy``'s peak transient is skipped (NaN)."""
+    if name == PEAK_BYTES and index == 1:
+        return math.nan
+    return 3 * 2**30 + 1 + SUITE.index(name) * 10 + index
+
+
+def _write(path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+@pytest.fixture
+def results(tmp_path):
+    """A results folder, as ``asv run`` writes it, holding one commit with every figure."""
+    benchmarks, results = {"version": 2}, {}
+    for name in SUITE:
+        names, params = _params(name)
+        benchmarks[name] = {
+            "name": name,
+            "param_names": names,
+            "params": params,
+            "unit": METRICS[name].unit,
+            "version": "1",
+            "type": "time" if name == SAMPLED else "track",
+        }
+        count = math.prod(len(p) for p in params)
+        samples = [SAMPLES] * count if name == SAMPLED else None
+        results[name] = [[_value(name, i) for i in range(count)], params, "1", samples]
+    _write(tmp_path / "benchmarks.json", benchmarks)
+    _write(tmp_path / "gb200" / "machine.json", {**MACHINE, "profile": "full", "version": 1})
+    _write(
+        tmp_path / "gb200" / f"{COMMIT[:8]}-existing-py.json",
+        {
+            "commit_hash": COMMIT,
+            "env_name": "existing-py",
+            "date": 1_700_000_000_000,
+            "python": "3.11",
+            "params": {"machine": "gb200", "python": "3.11"},
+            "requirements": {},
+            "env_vars": {},
+            "result_columns": ["result", "params", "version", "samples"],
+            "results": results,
+            "durations": {},
+            "version": 2,
+        },
+    )
+    return tmp_path
+
+
+def export(results, capsys, *args) -> tuple[int, list[dict], pytest.CaptureFixture]:
+    """``moe-bench export RESULTS --out FILE ARGS``: exit code, the records, stdout and stderr."""
+    out = results / "out" / "moe-convert-bench.json"
+    code = cli.main(["export", str(results), "--out", str(out), *args])
+    records = json.loads(out.read_text()) if out.exists() else []
+    return code, records, capsys.readouterr()
+
+
+def check_v3(record: dict) -> None:
+    """Every field of a v3 record present with its type; every extra_info a map of strings.
+
+    The columns of test-infra's clickhouse_db_schema/oss_ci_benchmark_v3/schema.sql this export
+    fills; the uploader adds the run's own (timestamp, repo, head_sha, workflow and job ids,
+    runners)."""
+
+    def strings(value, where):
+        assert isinstance(value, dict), where
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()), where
+
+    def fields(value, names, where):
+        assert isinstance(value, dict) and set(value) == set(names), (where, value)
+        for name in names:
+            if name == "extra_info":
+                strings(value[name], f"{where}.extra_info")
+            elif name not in ("origins", "benchmark_values", "target_value"):
+                assert isinstance(value[name], str), f"{where}.{name}"
+
+    assert set(record) == {"benchmark", "model", "inputs", "dependencies", "metric"}
+    fields(record["benchmark"], ["name", "mode", "dtype", "extra_info"], "benchmark")
+    fields(record["model"], ["name", "type", "backend", "origins", "extra_info"], "model")
+    assert record["model"]["origins"] and all(
+        isinstance(o, str) for o in record["model"]["origins"]
+    )
+    for name, value in record["inputs"].items():
+        fields(value, ["dtype", "extra_info"], f"inputs.{name}")
+    for name, value in record["dependencies"].items():
+        fields(value, ["repo", "branch", "sha", "version", "extra_info"], f"dependencies.{name}")
+    metric = record["metric"]
+    fields(metric, ["name", "benchmark_values", "target_value", "extra_info"], "metric")
+    assert isinstance(metric["benchmark_values"], list) and metric["benchmark_values"]
+    assert all(isinstance(v, float) and math.isfinite(v) for v in metric["benchmark_values"])
+    assert isinstance(metric["target_value"], float)
+
+
+def test_every_figure_is_one_valid_record(results, capsys):
+    code, records, printed = export(results, capsys)
+    assert code == 0
+    assert printed.out.startswith(f"{len(records)} pytorch-v3 records of commit {COMMIT[:8]} in ")
+    for record in records:
+        check_v3(record)
+    infos = [r["benchmark"]["extra_info"] for r in records]
+    exported = {(info["asv_benchmark"], info["strategy"]) for info in infos}
+    expected = {
+        (name, strategy)
+        for name in SUITE
+        if ".Noise." not in name  # no model: the database keys records by model
+        for strategy in ([""] if ".Profile." in name else STRATEGIES)
+        if not (name == PEAK_BYTES and strategy == "strided_copy")  # skipped: NaN
+    }
+    assert exported == expected and len(records) == len(expected)
+
+
+def test_a_record_per_metric_kind_with_names_the_hud_knows(results, capsys):
+    _, records, _ = export(results, capsys)
+    names = {r["metric"]["name"] for r in records}
+    kinds = {metric_name(METRICS[n]) for n in SUITE if ".Noise." not in n}
+    assert names == kinds
+    assert len(kinds) == len(SUITE) - 1  # each figure its own name
+    peak = next(r for r in records if r["metric"]["name"] == "peak_load_mem_usuage(mb)")
+    assert peak["benchmark"]["extra_info"]["asv_benchmark"] == PEAK_BYTES
+    exact = _value(PEAK_BYTES, 0)
+    assert peak["metric"]["benchmark_values"] == [exact / 2**20]  # MiB
+    # Float32 in the database: the exact figure stays in extra_info, in the suite's unit
+    assert peak["metric"]["extra_info"] == {
+        "suite_value": repr(exact),
+        "suite_unit": "bytes",
+        "lower_is_better": "true",
+        "gate_rule": "exact",
+    }
+    assert "PeakMemory.peak_transient_bytes" not in names
+
+
+def test_the_whole_rank_load_time_goes_under_model_load_time_in_ms(results, capsys):
+    """The whole rank's load time measured on CUDA is the HUD's load time, in ms; the one-layer
+    x layers proxy (``WHOLE_MODEL``) keeps this suite's name."""
+    _, records, _ = export(results, capsys)
+    loads = [r for r in records if r["metric"]["name"] == "model_load_time(ms)"]
+    assert [r["benchmark"]["extra_info"]["strategy"] for r in loads] == STRATEGIES
+    for index, record in enumerate(loads):
+        assert record["benchmark"]["extra_info"]["asv_benchmark"] == RANK_LOAD_TIME
+        assert record["metric"]["benchmark_values"] == [_value(RANK_LOAD_TIME, index) * 1e3]
+
+
+def test_raw_samples_where_asv_kept_them(results, capsys):
+    _, records, _ = export(results, capsys)
+    sampled = [r for r in records if r["benchmark"]["extra_info"]["asv_benchmark"] == SAMPLED]
+    assert len(sampled) == 2 and all(r["metric"]["benchmark_values"] == SAMPLES for r in sampled)
+    others = [r for r in records if r not in sampled]
+    assert all(len(r["metric"]["benchmark_values"]) == 1 for r in others)
+
+
+def test_model_benchmark_and_dependencies_say_what_was_measured(results, capsys):
+    _, records, _ = export(results, capsys)
+    record = next(r for r in records if r["benchmark"]["extra_info"]["strategy"] == "legacy")
+    assert record["model"]["name"] == "Qwen/Qwen3-235B-A22B"  # the catalog's Hugging Face id
+    assert record["model"]["backend"] == "flashinfer_trtllm"
+    assert record["model"]["extra_info"] == {"tp": "4", "shape": SHAPE}
+    assert record["benchmark"]["dtype"] == "bfloat16"
+    info = record["benchmark"]["extra_info"]
+    assert (info["tp"], info["profile"], info["machine"], info["gpu"]) == (
+        "4",
+        "full",
+        "gb200",
+        "NVIDIA GB200",
+    )
+    deps = record["dependencies"]
+    assert deps["torch"]["version"] == "2.13.0" and deps["flashinfer"]["version"] == "0.7.4"
+    assert deps["vllm"]["version"] == "not recorded"  # machine.json without it (older records)
+    assert deps["moe-convert-bench"]["sha"] == COMMIT
+
+
+def test_the_table_names_only_hud_metrics_in_their_units():
+    named = [m for m in METRICS.values() if m.pytorch_name is not None]
+    assert named, "the peak transient memory goes under peak_load_mem_usuage(mb)"
+    for m in named:
+        assert m.pytorch_name in HUD_METRICS, m.benchmark
+        assert HUD_METRICS[m.pytorch_name][0] == m.unit, m.benchmark
+    names = [metric_name(m) for m in METRICS.values()]
+    assert len(names) == len(set(names))
+
+
+def test_the_file_is_one_json_list_as_the_uploader_reads_it(results, capsys):
+    code, _, _ = export(results, capsys)
+    text = (results / "out" / "moe-convert-bench.json").read_text()
+    loaded = json.loads(text)
+    assert code == 0 and isinstance(loaded, list) and all("metric" in r for r in loaded)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--commit", "deadbeef"], "no results of commit 'deadbeef' on any machine"),
+        (["--machine", "h200"], "h200"),
+    ],
+)
+def test_nothing_to_export_is_one_error_line(results, capsys, args, message):
+    code, records, printed = export(results, capsys, *args)
+    err = printed.err
+    assert code == 2 and not records
+    assert err.count("\n") == 1 and err.startswith("moe-bench export: error: ") and message in err
+
+
+def test_a_shape_the_catalog_lacks_is_named(results, capsys):
+    path = results / "gb200" / f"{COMMIT[:8]}-existing-py.json"
+    path.write_text(path.read_text().replace(SHAPE, "retired-model/tp4"))
+    bench = results / "benchmarks.json"
+    bench.write_text(bench.read_text().replace(SHAPE, "retired-model/tp4"))
+    code, _, printed = export(results, capsys)
+    assert code == 2 and "'retired-model/tp4'" in printed.err and "catalog" in printed.err

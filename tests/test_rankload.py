@@ -1,0 +1,152 @@
+"""The summary's headline: the whole rank's load per strategy, measured, predicted or n/a."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from moe_bench import rankload
+from moe_bench.metrics import RANK_LOAD_REPLAY, RANK_LOAD_TIME
+from moe_bench.plots import write_rank_load_plot
+from moe_bench.results import COLUMNS
+from moe_convert.loadtime import DeviceCosts, EventCosts, predict_load_seconds
+from moe_convert.replay import pr45589_replay
+
+SHAPE = "qwen3-235b-a22b/tp4"
+DATE = pd.Timestamp("2026-12-01 12:00")
+EVENTS = EventCosts(1e-4, 1e-3, 1e-5, 3)  # round numbers: the arithmetic is under test
+COSTS = DeviceCosts(
+    "NVIDIA H200", "2.11", "abcdef01", "2026-12-01", EVENTS, {SHAPE: {"legacy": 0.01}}
+)
+
+
+def _rows(strategy: str, figures: dict, *, commit: str = "c0ffee11", date=DATE) -> list[dict]:
+    return [
+        dict.fromkeys(COLUMNS)
+        | {
+            "machine": "box",
+            "commit": commit,
+            "date": date,
+            "benchmark": benchmark,
+            "shape": SHAPE,
+            "strategy": strategy,
+            "value": float(value),
+        }
+        for benchmark, value in figures.items()
+    ]
+
+
+def _replayed(allocs: int, frees: int = 0, lost: int = 0) -> dict:
+    return {
+        f"{RANK_LOAD_REPLAY}.track_num_device_alloc": allocs,
+        f"{RANK_LOAD_REPLAY}.track_num_device_free": frees,
+        f"{RANK_LOAD_REPLAY}.track_num_device_alloc_failed": frees,
+        f"{RANK_LOAD_REPLAY}.track_num_alloc_retries": 0,
+        f"{RANK_LOAD_REPLAY}.track_peak_reserved_bytes": 2**30,
+        f"{RANK_LOAD_REPLAY}.track_layers_lost_to_oom": lost,
+    }
+
+
+SLEEP_PEAK = "bench_allocator.SleepModeReplay.track_peak_reserved_bytes"
+GiB = 2**30
+
+
+def frame() -> pd.DataFrame:
+    # the rank's 105.75 GiB + 29.89 GiB of headroom: 135.64 GiB of device
+    rows = _rows("preallocated", _replayed(3) | {RANK_LOAD_TIME: 2.5, SLEEP_PEAK: 107 * GiB})
+    rows += _rows("inplace", _replayed(94))
+    rows += _rows("legacy", _replayed(6113, 4676) | {SLEEP_PEAK: 225 * GiB})
+    rows += _rows("legacy", _replayed(1), commit="01d01d01", date=DATE - pd.Timedelta("1D"))
+    return pd.DataFrame(rows)
+
+
+def test_measured_then_predicted_then_n_a_legacy_first():
+    table = rankload.rank_load_table(frame(), COSTS)
+    assert list(table["strategy"]) == ["legacy", "preallocated", "inplace"]  # the latest commit
+    legacy, preallocated, inplace = (row for _, row in table.iterrows())
+    assert legacy["source"] == "predicted"
+    assert legacy["seconds"] == pytest.approx(
+        predict_load_seconds(
+            layers=94,
+            layer_seconds=0.01,
+            num_device_alloc=6113,
+            num_device_free=4676,
+            num_device_alloc_failed=4676,
+            events=EVENTS,
+        )
+    )
+    assert (preallocated["source"], preallocated["seconds"]) == ("measured", 2.5)
+    assert inplace["source"] == "n/a" and math.isnan(inplace["seconds"])  # no layer time recorded
+
+
+def test_without_costs_only_measured_seconds_remain():
+    table = rankload.rank_load_table(frame(), None)
+    assert dict(zip(table["strategy"], table["source"], strict=True)) == {
+        "legacy": "n/a",
+        "preallocated": "measured",
+        "inplace": "n/a",
+    }
+    text = rankload.render_rank_load(table, None)
+    assert "no device's costs recorded yet" in text
+    cells = {
+        line.split("|")[2].strip(): line.split("|")[3].strip()
+        for line in text.splitlines()
+        if line.startswith(f"| {SHAPE}")
+    }
+    assert cells == {"legacy": "n/a", "preallocated": "2.50 s (measured)", "inplace": "n/a"}
+
+
+def test_the_headline_names_the_device_and_the_ratio_against_vllm_45589():
+    text = rankload.render_rank_load(rankload.rank_load_table(frame(), COSTS), COSTS)
+    assert text.startswith("## Whole-rank load")
+    assert "predicted for NVIDIA H200 from the costs recorded at commit abcdef01" in text
+    legacy = 94 * 0.01 + 6113 * 1e-4 + 4676 * 1e-3 + 4676 * 1e-5
+    assert f"legacy / preallocated {legacy / 2.5:.2f}x" in text
+    assert "6,113" in text and "4,676" in text
+    sleep = {
+        line.split("|")[2].strip(): line.split("|")[-2].strip()
+        for line in text.splitlines()
+        if line.startswith(f"| {SHAPE}")
+    }
+    assert sleep == {
+        "legacy": "OOM (peak 225 GiB)",
+        "preallocated": "fits (peak 107 GiB)",
+        "inplace": "n/a",
+    }
+
+
+def test_no_rank_load_results_no_headline():
+    other = frame().assign(benchmark="bench_convert.LayerTime.track_layer_seconds")
+    table = rankload.rank_load_table(other, COSTS)
+    assert table.empty and rankload.render_rank_load(table, COSTS) == ""
+
+
+def test_recorded_runs_come_from_the_latest_gpu_check_that_ran_the_load(tmp_path):
+    run = dataclasses.replace(
+        pr45589_replay("preallocated"),
+        num_device_alloc_failed=None,
+        stranded_segments=None,
+        seconds=0.8,
+        layer_seconds=(0.008,) * 94,
+    )
+    newer = tmp_path / "2026-12-02-h200"
+    older = tmp_path / "2026-12-01-h200"
+    for folder, steps in (
+        (older, [{"step": "load", "rows": [{"run": dataclasses.asdict(run)}]}]),
+        (newer, [{"step": "load", "rows": [{"error": "boom"}]}]),  # a run that ran no load
+    ):
+        folder.mkdir()
+        (folder / "gpu-check.json").write_text(json.dumps({"steps": steps}))
+    assert rankload.recorded_runs(tmp_path) == [run]
+    assert rankload.recorded_runs(tmp_path / "none") == []
+
+
+def test_per_layer_plot(tmp_path):
+    replayed = [pr45589_replay("preallocated", max_split_size_mb=m) for m in (20, None)]
+    run = dataclasses.replace(replayed[0], seconds=0.8, layer_seconds=(0.008,) * 94)
+    path = write_rank_load_plot(replayed, [run], tmp_path)
+    assert path.name == "rank-load-per-layer.png" and path.stat().st_size > 10_000
