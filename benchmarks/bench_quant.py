@@ -48,20 +48,16 @@ def _shape_and_strategy(label: str, kind: str):
 
 
 def _measure_grid(measure) -> dict[tuple[str, str], object]:
-    """``measure(shape, strategy)`` per cell, as ``common.measure_grid`` (a raising cell holds
-    its error's text); empty where this commit's library has no quantized formats."""
+    """``measure(shape, kind)`` of every quantized cell, as ``common.measure_grid`` measures its
+    own (a worker process; a cell that fails holds the reason's text); empty where this commit's
+    library has no quantized formats."""
     try:
         import moe_convert.quant_registry  # noqa: F401
     except ImportError:
         return {}
-    results: dict[tuple[str, str], object] = {}
-    for label in QUANT_SHAPES:
-        for kind in QUANT_KINDS:
-            try:
-                results[label, kind] = measure(*_shape_and_strategy(label, kind))
-            except Exception as error:  # noqa: BLE001 (reported by the cell's own setup)
-                results[label, kind] = f"{type(error).__name__}: {error}"
-    return results
+    return common.measure_cells(
+        measure, [(label, kind) for label in QUANT_SHAPES for kind in QUANT_KINDS]
+    )
 
 
 def _cell(results: dict, label: str, kind: str):
@@ -73,24 +69,27 @@ def _cell(results: dict, label: str, kind: str):
     return measured
 
 
-def _peak(shape, strategy: str) -> int:
+def _peak(label: str, kind: str) -> int:
     from moe_convert.memory import measure_memory
     from moe_convert.quant_registry import quant_strategy_call
 
+    shape, strategy = _shape_and_strategy(label, kind)
     return measure_memory(quant_strategy_call(shape, strategy, "meta")).peak_bytes
 
 
-def _traffic(shape, strategy: str):
+def _traffic(label: str, kind: str):
     from moe_convert.quant_registry import quant_strategy_call
     from moe_convert.traffic import measure_traffic
 
+    shape, strategy = _shape_and_strategy(label, kind)
     measured = measure_traffic(quant_strategy_call(shape, strategy, "meta"))
     return measured.traffic_bytes, measured.launches
 
 
-def _replay(shape, strategy: str):
+def _replay(label: str, kind: str):
     from moe_convert.quant_replay import replay_quant_load
 
+    shape, strategy = _shape_and_strategy(label, kind)
     return replay_quant_load(
         shape, strategy, max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB, pool="sleep", device_bytes=None
     )
