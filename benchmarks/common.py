@@ -41,6 +41,7 @@ __all__ = [
     "require_strategy",
     "require_cuda",
     "ShapeStrategyGrid",
+    "measure_cells",
     "measure_grid",
     "grid_cell",
 ]
@@ -149,25 +150,35 @@ class ShapeStrategyGrid:
         require_strategy(strategy)
 
 
+def measure_cells(
+    measure: Callable[[str, str], T],
+    cells: list[tuple[str, str]],
+    *,
+    timeout_s: float = CELL_TIMEOUT_S,
+) -> dict[tuple[str, str], T | str]:
+    """``measure(*cell)`` of each cell, one after another in a worker process
+    (``isolation.measure_cells``): a cell whose call raises, kills its process or runs past
+    ``timeout_s`` gets the reason's text instead, so it fails its own figures (``grid_cell``)
+    and not the grid's. On CUDA ``measure`` must be a module-level function (the worker is
+    spawned and imports it)."""
+    # fork: torch is imported already, the worker starts at once; CUDA cannot be used after it
+    start_method = "spawn" if device() == "cuda" else "fork"
+    return isolation.measure_cells(measure, cells, timeout_s=timeout_s, start_method=start_method)
+
+
 def measure_grid(
     measure: Callable[[str, str], T], *, timeout_s: float = CELL_TIMEOUT_S
 ) -> dict[tuple[str, str], T | str]:
-    """``measure(shape, strategy)`` of every ``SHAPES`` x ``STRATEGY_AXIS`` cell whose strategy
-    is registered here, one after another in a worker process (``isolation.measure_cells``):
-    what a grid benchmark's ``setup_cache`` returns (asv hands it to every cell's process). A
-    cell whose call raises, kills its process or runs past ``timeout_s`` gets the reason's text
-    instead, so it fails its own figures (``grid_cell``) and not the grid's. On CUDA ``measure``
-    must be a module-level function (the worker is spawned and imports it).
-    """
+    """``measure_cells`` of every ``SHAPES`` x ``STRATEGY_AXIS`` cell whose strategy is
+    registered here: what a grid benchmark's ``setup_cache`` returns (asv hands it to every
+    cell's process)."""
     cells = [
         (shape, strategy)
         for shape in SHAPES
         for strategy in STRATEGY_AXIS
         if strategy in moe_convert.STRATEGIES
     ]
-    # fork: torch is imported already, the worker starts at once; CUDA cannot be used after it
-    start_method = "spawn" if device() == "cuda" else "fork"
-    return isolation.measure_cells(measure, cells, timeout_s=timeout_s, start_method=start_method)
+    return measure_cells(measure, cells, timeout_s=timeout_s)
 
 
 def grid_cell(results: dict[tuple[str, str], T | str], shape: str, strategy: str) -> T:

@@ -53,6 +53,12 @@ def _work(measure: Callable[[str, str], Any], cells: Sequence[Cell], send: Conne
     (ending the worker) after an error that poisons the process."""
     _die_with_parent()
     faulthandler.enable()  # a crash prints the Python stack on stderr (asv's log)
+    # One intra-op thread: a forked child has none of its parent's OpenMP threads, and libgomp
+    # hangs in the child's next parallel region once the parent has run one (a pytest process
+    # that converted on CPU before). Every timed call uses one thread anyway (CPU_THREADS).
+    import torch
+
+    torch.set_num_threads(1)
     for cell in cells:
         try:
             send.send((True, measure(*cell)))

@@ -162,6 +162,20 @@ _TABLE = [
         EXACT,
         "bytes",
     ),
+    # The quantized formats (benchmarks/bench_quant.py): exact, full size on meta.
+    Metric("bench_quant.QuantPeakMemory.track_peak_transient_bytes", "bytes", True, EXACT, "bytes"),
+    Metric("bench_quant.QuantTraffic.track_traffic_bytes", "bytes", True, EXACT, "bytes"),
+    Metric("bench_quant.QuantTraffic.track_launches", "launches", True, EXACT, "launches"),
+    Metric(
+        "bench_quant.QuantSleepModeReplay.track_peak_reserved_bytes", "bytes", True, EXACT, "bytes"
+    ),
+    Metric(
+        "bench_quant.QuantSleepModeReplay.track_reserved_growth_per_layer_bytes",
+        "bytes",
+        True,
+        EXACT,
+        "bytes",
+    ),
     # The whole rank's load (bench_allocator): driver calls replayed (exact), seconds run on CUDA.
     *(
         Metric(f"{RANK_LOAD_REPLAY}.track_{event}", unit, True, EXACT, unit)

@@ -2,7 +2,9 @@
 
 Legend (``LEGEND``, each a size of a ``LayerShape``): E experts; T13, T2 bytes of the whole w13,
 w2 tensor; S13, S2 bytes of one expert of each; X13 = 8 M13, X2 = 8 H bytes of one int64 row
-index of w13, w2 (M13 rows of one w13 expert); MiB = 2^20.
+index of w13, w2 (M13 rows of one w13 expert); MiB = 2^20. The quantized formats
+(``moe_convert.quant_formats``) add F13, F2, the bytes of the whole w13, w2 scale-factor tensor,
+and B13, B2, of the whole float32 w13, w2 bias (all 0 for BF16).
 
 A formula is text in these letters, as a reader writes it: ``3 T13 + 2 T2``,
 ``max(S13, S2, 10 MiB)``, ``2 (T13 + T2) + E (X13 + X2)``. A space between two terms multiplies;
@@ -41,6 +43,10 @@ LEGEND: dict[str, Symbol] = {
     "S2": Symbol("bytes of one expert of w2", lambda s: s.w2_expert_bytes),
     "X13": Symbol("bytes of one int64 row index of w13 (8 M13)", lambda s: s.w13_index_bytes),
     "X2": Symbol("bytes of one int64 row index of w2 (8 H)", lambda s: s.w2_index_bytes),
+    "F13": Symbol("bytes of the whole w13 scale-factor tensor", lambda s: s.w13_scale_bytes),
+    "F2": Symbol("bytes of the whole w2 scale-factor tensor", lambda s: s.w2_scale_bytes),
+    "B13": Symbol("bytes of the whole float32 w13 bias", lambda s: s.w13_bias_bytes),
+    "B2": Symbol("bytes of the whole float32 w2 bias", lambda s: s.w2_bias_bytes),
     "MiB": Symbol("2^20 bytes", lambda s: 2**20),
 }
 

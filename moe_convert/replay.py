@@ -47,6 +47,7 @@ __all__ = [
     "layer_trace",
     "load_steps",
     "pr45589_replay",
+    "replay_conversions",
     "replay_load",
 ]
 
@@ -200,28 +201,50 @@ def replay_load(
             f"{shape.layer_bytes} bytes + other_weights_bytes ({other_weights_bytes}) ({error}); "
             "give a larger device or a larger TP"
         ) from None
+    freed = [] if STRATEGIES[strategy].inplace else params  # the outputs replace the parameters
+    return replay_conversions(
+        allocator,
+        layer_trace(shape, strategy),
+        freed,
+        max_split_size_mb=max_split_size_mb,
+        other_weights_bytes=other_weights_bytes,
+    )
+
+
+def replay_conversions(
+    allocator: Allocator,
+    trace: LayerTrace,
+    freed: list,
+    *,
+    max_split_size_mb: int | None,
+    other_weights_bytes: int,
+) -> RankLoad:
+    """Convert every loaded layer in turn on ``allocator`` (the weights already allocated):
+    ``trace`` replayed per layer, then layer ``i``'s blocks in ``freed[i]`` (what the result
+    replaces; empty for an in-place strategy) freed, until the first layer that runs out of
+    memory. Shared by ``replay_load`` and ``quant_replay.replay_quant_load``.
+    """
+    shape = trace.shape
     loaded = allocator.stats()  # the events below count from here: the conversions' own
-    trace = layer_trace(shape, strategy)
     reserved_after: list[int] = []
     oom_layer = oom_message = None
-    for layer, (w13, w2) in enumerate(params):
+    for layer in range(shape.moe_layers):
         try:
             _replay_trace(allocator, trace)
         except OutOfMemory as error:
             oom_layer, oom_message = layer, str(error)
             break
-        if not STRATEGIES[strategy].inplace:  # the outputs replace the parameters
-            allocator.free(w13)
-            allocator.free(w2)
+        for block in freed[layer] if freed else ():
+            allocator.free(block)
         reserved_after.append(allocator.reserved_bytes)
     stats = allocator.stats()
     counted = (*DEVICE_EVENTS, "num_ooms", "num_device_alloc_failed")
     return RankLoad(
         shape=shape.label,
-        strategy=strategy,
+        strategy=trace.strategy,
         max_split_size_mb=max_split_size_mb,
-        pool=pool,
-        device_bytes=device_bytes,
+        pool=allocator.pool,
+        device_bytes=allocator.capacity_bytes,
         other_weights_bytes=other_weights_bytes,
         layers=shape.moe_layers,
         oom_layer=oom_layer,

@@ -168,6 +168,10 @@ class LayerShape:
         """T2: the whole w2 tensor."""
         return self.experts * self.w2_expert_bytes
 
+    # BF16 layers have no scale factors and no biases: the quantized formats' letters F13, F2,
+    # B13, B2 (moe_convert.formulas) are 0 for them.
+    w13_scale_bytes = w2_scale_bytes = w13_bias_bytes = w2_bias_bytes = 0
+
     @property
     def layer_bytes(self) -> int:
         return self.w13_bytes + self.w2_bytes

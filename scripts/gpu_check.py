@@ -14,7 +14,10 @@ Steps (budgets in ``STEPS``):
 1. ``exact``: every strategy on CUDA against the CPU result for the full-size
    ``CHECK_SHAPES``, byte for byte. The CPU result is ``strided_copy``'s on the box's CPU
    (``CPU_REFERENCE``: byte-identical to FlashInfer's helpers and ``legacy`` by the CPU tests,
-   and seconds where ``legacy`` takes tens of seconds per layer on CPU).
+   and seconds where ``legacy`` takes tens of seconds per layer on CPU). Then the quantized
+   formats: the torch 128x4 swizzle against FlashInfer's CUDA ``block_scale_interleave`` (or a
+   row saying FlashInfer is absent), and every quantized strategy on CUDA against its format's
+   ``-legacy`` on CPU.
 2. ``memory``: CUDA memory of every strategy (peak requested/allocated/reserved, retries)
    against the dispatch-level peak (``strategy_memory`` on ``meta``) and the allocator model's
    peak reserved for the same call.
@@ -80,6 +83,11 @@ LOAD_CONFIGS = (
     (None, "mempool"),
 )
 CPU_REFERENCE = "strided_copy"
+#: Step 1's quantized part: FlashInfer's test_block_scale_interleave shapes, and one catalog
+#: shape per format with a few experts (the CPU reference is the transcribed upstream path).
+SWIZZLE_CHECK_SHAPES = ((128, 64), (256, 128), (120, 64), (200, 256), (2048, 2048))
+QUANT_CHECK_SHAPES = ("kimi-k2-nvfp4/tp8", "gpt-oss-120b-mxfp4/tp1", "llama-4-maverick-fp8/tp8")
+QUANT_CHECK_EXPERTS = 8
 #: Step 5's experiments, to choose the Triton strategies' constants: (shape, strategy, settings
 #: of ``moe_convert.triton_strategy`` constants), each timed like a strategy, the constants
 #: restored after.
@@ -219,8 +227,75 @@ def step_exact(dry_run: bool) -> dict:
             print(f"[exact] {label} {name}: {rows[-1].get('exact')}", flush=True)
         del ref13, ref2, pristine13, pristine2
         torch.cuda.empty_cache()
+    rows += _quantized_exact(dry_run)
     ok = all(row["exact"] in (True, None) for row in rows)
     return {"ok": ok, "rows": rows}
+
+
+def _layer_to(layer, device):
+    """A copy of the ``QuantLayer`` on ``device`` (strategies may write their input)."""
+    from moe_convert import QuantLayer
+
+    return QuantLayer(
+        *(None if t is None else t.to(device, copy=True) for t in vars(layer).values())
+    )
+
+
+def _quantized_exact(dry_run: bool) -> list[dict]:
+    """The quantized formats' part of step 1 (issue 18): ``swizzle.block_scale_interleave``
+    against FlashInfer's CUDA ``block_scale_interleave`` on FlashInfer's own test shapes, then
+    every quantized strategy on CUDA against its format's ``-legacy`` on CPU, for
+    ``QUANT_CHECK_EXPERTS`` experts of each ``QUANT_CHECK_SHAPES``. A row says where FlashInfer
+    is absent; the dry run computes nothing (the CPU tests check the same on CPU)."""
+    import torch
+
+    from moe_convert import QUANT_STRATEGIES, convert_quant, quant_layer_shape
+    from moe_convert.quant_layer import quant_layer_tensors
+    from moe_convert.swizzle import block_scale_interleave
+
+    if dry_run:
+        return []
+    rows: list[dict] = []
+    device = _cuda_device()
+    try:
+        from flashinfer import block_scale_interleave as flashinfer_interleave
+    except ImportError as error:
+        rows.append(
+            {
+                "shape": "128x4 swizzle",
+                "strategy": "FlashInfer block_scale_interleave",
+                "exact": None,
+                "error": f"FlashInfer absent, not compared ({error})",
+            }
+        )
+        flashinfer_interleave = None
+    for dims in SWIZZLE_CHECK_SHAPES if flashinfer_interleave else ():
+        sf = torch.randint(0, 256, dims, dtype=torch.uint8, device=device)
+        try:
+            bad = int((block_scale_interleave(sf) != flashinfer_interleave(sf)).sum())
+            row = {"exact": bad == 0, "bytes_differing": bad}
+        except Exception as error:  # a wrong output size, an unsupported GPU
+            row = {"exact": False, "error": f"{type(error).__name__}: {error}"}
+        rows.append({"shape": f"scales {dims}", "strategy": "block_scale_interleave", **row})
+    for label in QUANT_CHECK_SHAPES:
+        model, _, tp = label.rpartition("/tp")
+        shape = quant_layer_shape(model, int(tp)).with_experts(QUANT_CHECK_EXPERTS)
+        layer = quant_layer_tensors(shape, "cpu")
+
+        want = convert_quant(_layer_to(layer, "cpu"), strategy=f"{shape.format}-legacy")
+        for name in (n for n, r in QUANT_STRATEGIES.items() if r.format == shape.format):
+            try:
+                got = convert_quant(_layer_to(layer, device), strategy=name)
+                bad = sum(
+                    int((getattr(got, f).cpu().view(torch.uint8) != t.view(torch.uint8)).sum())
+                    for f, t in want.tensors().items()
+                )
+                row = {"exact": bad == 0, "bytes_differing": bad}
+            except Exception as error:  # one strategy's failure must not hide the others'
+                row = {"exact": False, "error": f"{type(error).__name__}: {error}"}
+            rows.append({"shape": f"{label} (E {shape.experts})", "strategy": name, **row})
+            print(f"[exact] {label} {name}: {rows[-1]['exact']}", flush=True)
+    return rows
 
 
 # -- step 2 ------------------------------------------------------------------------------------

@@ -1,0 +1,167 @@
+"""The quantized formats (NVFP4, MXFP4, FP8): exact peak memory, work, the replayed load.
+
+Parametrised over quantized catalog shape x kind (``QUANT_SHAPES`` x ``QUANT_KINDS``), the
+parameters named ``shape`` and ``strategy`` as everywhere in the suite (moe_bench keys results
+by them); a cell's strategy is ``<format>-<kind>``, the format the shape's (``fast`` on
+``kimi-k2-nvfp4/tp8`` is ``nvfp4-fast``), so the grid reads as one row per model and one column
+per kind, with no n/a cells. Every
+figure is full size on ``meta``: exact, deterministic, the same on every machine and in every
+profile (the cpu profile leaves nothing out here). Time is not benchmarked for these formats yet.
+
+asv takes this file from the checkout and the library from the measured commit: a commit
+before the quantized formats has no ``moe_convert.quant_registry``, and every cell is n/a there.
+"""
+
+from __future__ import annotations
+
+from moe_convert.wholemodel import VLLM_LOAD_MAX_SPLIT_MB
+
+from . import common
+
+#: Quantized catalog shapes, ``model/tpN`` (``moe_convert.quant_formats.QUANT_CATALOG``),
+#: written out: parameters must not depend on the installed library.
+QUANT_SHAPES = (
+    "kimi-k2-nvfp4/tp8",
+    "deepseek-r1-nvfp4/tp4",
+    "qwen3-235b-a22b-nvfp4/tp4",
+    "gpt-oss-120b-mxfp4/tp1",
+    "gpt-oss-120b-mxfp4/tp2",
+    "gpt-oss-20b-mxfp4/tp1",
+    "llama-4-maverick-fp8/tp8",
+)
+#: The strategies of each format: the upstream path, then this library's.
+QUANT_KINDS = ("legacy", "preallocated", "inplace", "fast")
+
+
+def full_quant_shape(label: str):
+    """The full-size ``QuantLayerShape`` of ``label`` (``model/tpN``)."""
+    from moe_convert.quant_formats import quant_layer_shape
+
+    model, _, tp = label.rpartition("/tp")
+    return quant_layer_shape(model, int(tp))
+
+
+def _shape_and_strategy(label: str, kind: str):
+    """The full-size shape of ``label`` and its format's strategy of ``kind``."""
+    shape = full_quant_shape(label)
+    return shape, f"{shape.format}-{kind}"
+
+
+def _measure_grid(measure) -> dict[tuple[str, str], object]:
+    """``measure(shape, kind)`` of every quantized cell, as ``common.measure_grid`` measures its
+    own (a worker process; a cell that fails holds the reason's text); empty where this commit's
+    library has no quantized formats."""
+    try:
+        import moe_convert.quant_registry  # noqa: F401
+    except ImportError:
+        return {}
+    return common.measure_cells(
+        measure, [(label, kind) for label in QUANT_SHAPES for kind in QUANT_KINDS]
+    )
+
+
+def _cell(results: dict, label: str, kind: str):
+    if not results:
+        common.skip("this commit's library has no quantized formats (moe_convert.quant_registry)")
+    measured = results[label, kind]
+    if isinstance(measured, str):
+        raise RuntimeError(f"{label} {kind} failed: {measured}")
+    return measured
+
+
+def _peak(label: str, kind: str) -> int:
+    from moe_convert.memory import measure_memory
+    from moe_convert.quant_registry import quant_strategy_call
+
+    shape, strategy = _shape_and_strategy(label, kind)
+    return measure_memory(quant_strategy_call(shape, strategy, "meta")).peak_bytes
+
+
+def _traffic(label: str, kind: str):
+    from moe_convert.quant_registry import quant_strategy_call
+    from moe_convert.traffic import measure_traffic
+
+    shape, strategy = _shape_and_strategy(label, kind)
+    measured = measure_traffic(quant_strategy_call(shape, strategy, "meta"))
+    return measured.traffic_bytes, measured.launches
+
+
+def _replay(label: str, kind: str):
+    from moe_convert.quant_replay import replay_quant_load
+
+    shape, strategy = _shape_and_strategy(label, kind)
+    return replay_quant_load(
+        shape, strategy, max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB, pool="sleep", device_bytes=None
+    )
+
+
+class QuantGrid:
+    """Base of the quantized benchmarks: ``QUANT_SHAPES`` x ``QUANT_KINDS``, measured once per
+    asv run in ``setup_cache``. No benchmark itself."""
+
+    params = [list(QUANT_SHAPES), list(QUANT_KINDS)]
+    param_names = ["shape", "strategy"]
+    timeout = 300.0
+
+    def setup(self, results: dict, shape: str, kind: str) -> None:
+        self.measured = _cell(results, shape, kind)
+
+
+class QuantPeakMemory(QuantGrid):
+    """Exact peak transient bytes of one full-size quantized layer (dispatch level, ``meta``):
+    each strategy's ``QUANT_STRATEGIES[name].peak``. The PR gate compares it exactly."""
+
+    version = "1"
+    unit = "bytes"
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(_peak)
+
+    # 28 cells: about 30 s on the shared 2-core machine (the folded scale indices built once).
+    setup_cache.timeout = 300.0
+
+    def track_peak_transient_bytes(self, results: dict, shape: str, kind: str) -> int:
+        return self.measured
+
+
+class QuantTraffic(QuantGrid):
+    """Exact bytes read + written and data-moving ops of one full-size quantized layer, on
+    ``meta`` (``moe_convert.traffic``'s rule; each record's ``traffic`` and ``launches``)."""
+
+    version = "1"
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(_traffic)
+
+    setup_cache.timeout = 300.0
+
+    def track_traffic_bytes(self, results: dict, shape: str, kind: str) -> int:
+        return self.measured[0]
+
+    track_traffic_bytes.unit = "bytes"
+
+    def track_launches(self, results: dict, shape: str, kind: str) -> int:
+        return self.measured[1]
+
+    track_launches.unit = "launches"
+
+
+class QuantSleepModeReplay(QuantGrid):
+    """The quantized model's sleep-mode load replayed at ``max_split_size_mb`` 20 on an
+    unbounded device (``moe_convert.quant_replay``): the peak reserved bytes, and the reserved
+    growth per converted layer (segments stranded by 1-10 MiB temporaries)."""
+
+    version = "1"
+    unit = "bytes"
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(_replay)
+
+    # 28 cells: about 45 s on the shared 2-core machine.
+    setup_cache.timeout = 600.0
+
+    def track_peak_reserved_bytes(self, results: dict, shape: str, kind: str) -> int:
+        return self.measured.peak_reserved_bytes
+
+    def track_reserved_growth_per_layer_bytes(self, results: dict, shape: str, kind: str) -> int:
+        return self.measured.reserved_growth_per_layer_bytes

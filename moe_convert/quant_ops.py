@@ -1,0 +1,118 @@
+"""The row indices and the moves every quantized strategy is made of.
+
+Legend: E experts, M rows of one expert matrix, K bytes per row (packed weights) or scale
+factors per row (scales), S the shuffle-A row index (``layout.shuffle_row_index``), G the gated
+interleave (``layout.gated_interleave_index``).
+
+The TRTLLM-gen kernels read each expert's weight rows and scale rows in one permuted order
+(``rows_out[r] = rows_in[P[r]]``), and the scales besides in the 128x4 swizzle. ``P`` is, on
+the checkpoint's rows (``row_index``):
+
+- ``"swap_halves"``: a gated ``[w1; w3]`` w13 (NVFP4, FP8): ``(G[S] + M/2) % M``, the w3/w1
+  swap folded into FlashInfer's w3_w1 index ``G[S]``;
+- ``"swap_pairs"``: gpt-oss's interleaved w13 (MXFP4): ``S ^ 1``, vLLM's
+  ``swap_every_two_rows`` folded into FlashInfer's w2 index ``S`` that it applies next;
+- ``"shuffle"``: w2, and a non-gated w13: ``S``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .layout import shuffle_row_index, w13_row_index
+from .swizzle import swizzled_view
+
+__all__ = [
+    "ROW_ORDERS",
+    "gather_rows",
+    "gather_scales",
+    "relay_rows_in_place",
+    "relay_scales_in_place",
+    "row_index",
+    "scale_index",
+]
+
+ROW_ORDERS = ("swap_halves", "swap_pairs", "shuffle")
+
+_CPU = torch.device("cpu")
+
+
+@functools.cache
+def row_index(order: str, rows: int, device: torch.device = _CPU) -> torch.Tensor:
+    """The row index ``P`` of ``order`` (one of ``ROW_ORDERS``), int64 ``[rows]``, cached.
+
+    The cached tensor is shared: never write to it.
+    """
+    if order == "swap_halves":
+        return w13_row_index(rows, True, device)
+    if order == "swap_pairs":
+        return shuffle_row_index(rows, device) ^ 1
+    if order == "shuffle":
+        return shuffle_row_index(rows, device)
+    raise ValueError(f"unknown row order {order!r}; one of {', '.join(ROW_ORDERS)}")
+
+
+@functools.cache
+def scale_index(order: str, rows: int, cols: int, device: torch.device = _CPU) -> torch.Tensor:
+    """Flat int64 ``[rows cols]`` index: the row permutation and the swizzle as one gather.
+
+    ``out.view(-1)[j] = sf.view(-1)[index[j]]`` for one expert's ``[rows, cols]`` scale matrix
+    gives the bytes of gathering its rows with ``row_index(order, rows)`` and then
+    ``swizzle.block_scale_interleave`` (``rows % 128 == 0``, ``cols % 4 == 0``). Cached (8
+    bytes per scale factor of one expert); never write to it.
+    """
+    flat = torch.arange(rows * cols, dtype=torch.int64).view(rows, cols)
+    rows_first = flat[row_index(order, rows)]
+    return swizzled_view(rows_first).reshape(-1).to(device)
+
+
+def gather_rows(weight: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Every expert's rows of ``weight [E, M, K]`` by ``index``, in one ``index_select``.
+
+    A new contiguous tensor of ``weight``'s shape and dtype (bytes moved as uint8).
+    """
+    out = torch.empty(weight.shape, dtype=torch.uint8, device=weight.device)
+    torch.index_select(weight.view(torch.uint8), 1, index, out=out)
+    return out.view(weight.dtype)
+
+
+def gather_scales(scale: torch.Tensor, order: str) -> torch.Tensor:
+    """Every expert's scales ``[E, M, K]``, rows by ``order`` and swizzled, in one gather.
+
+    A new contiguous ``[E, M, K]`` float8_e4m3fn tensor (the swizzled bytes of each expert,
+    as vLLM reshapes them).
+    """
+    experts, rows, cols = scale.shape
+    out = torch.empty(scale.shape, dtype=torch.uint8, device=scale.device)
+    index = scale_index(order, rows, cols, scale.device)
+    flat = scale.view(torch.uint8).view(experts, rows * cols)
+    torch.index_select(flat, 1, index, out=out.view(experts, rows * cols))
+    return out.view(torch.float8_e4m3fn)
+
+
+def relay_rows_in_place(weight: torch.Tensor, index: torch.Tensor, scratch: torch.Tensor) -> None:
+    """Each expert of ``weight [E, M, K]`` gathered by ``index`` into ``scratch``, copied back.
+
+    ``scratch``: uint8, at least one expert's bytes. The result is in ``weight``'s own storage.
+    """
+    _, rows, cols = weight.shape
+    expert_scratch = scratch[: rows * cols].view(rows, cols)
+    for expert in weight.view(torch.uint8):
+        torch.index_select(expert, 0, index, out=expert_scratch)
+        expert.copy_(expert_scratch)
+
+
+def relay_scales_in_place(scale: torch.Tensor, index: torch.Tensor, scratch: torch.Tensor) -> None:
+    """Each expert of ``scale [E, M, K]``: rows gathered into ``scratch``, swizzled back.
+
+    The swizzle is a strided ``copy_`` from the scratch into the expert's own bytes
+    (``swizzle.swizzled_view``), so nothing but ``scratch`` is allocated.
+    """
+    _, rows, cols = scale.shape
+    expert_scratch = scratch[: rows * cols].view(rows, cols)
+    for expert in scale.view(torch.uint8):
+        torch.index_select(expert, 0, index, out=expert_scratch)
+        swizzled = swizzled_view(expert_scratch)
+        expert.view(swizzled.shape).copy_(swizzled)

@@ -1,0 +1,204 @@
+"""This library's strategies for the quantized formats, one of each kind per format.
+
+Legend and formula letters as in ``moe_convert.quant_upstream``. Each kind is one function for
+every format: the format only decides w13's row order (``quant_ops.ROW_ORDERS``: gpt-oss's
+pairs for MXFP4, ``[w1; w3]`` halves for the others when gated) and which of scales and
+biases there are. Registered as ``<format>-<kind>``:
+
+- ``preallocated`` (MXFP4, FP8; NVFP4's is vLLM #55407's own, ``quant_upstream``): the outputs
+  allocated once, each expert gathered into its slot, scales through a scratch and the
+  interleave, as #55407 does; no reorder pass, the w1/w3 swap folded into the index;
+- ``inplace``: one scratch of an expert (at least 10 MiB); each expert's rows gathered into it
+  and copied back,
+  scales swizzled back by a strided copy: weights and scales come back in their own storage;
+- ``fast``: one ``index_select`` per weight over every expert, and one per scale tensor with
+  the row order and the swizzle folded into one flat index (``quant_ops.scale_index``).
+
+Biases (MXFP4) are made float32 by every kind with one gather and a cast (their bytes are
+0.12 % of a gpt-oss-120b layer's): a float32 bias cannot live in a bf16 one's storage.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .allocator import K_MIN_LARGE_ALLOC
+from .formulas import Formula
+from .quant_layer import QuantLayer
+from .quant_ops import (
+    gather_rows,
+    gather_scales,
+    relay_rows_in_place,
+    relay_scales_in_place,
+    row_index,
+)
+from .quant_registry import register_quant
+from .swizzle import block_scale_interleave
+
+__all__ = ["fast", "inplace", "preallocated"]
+
+
+def _w13_order(fmt: str, gated: bool) -> str:
+    if fmt == "mxfp4":
+        return "swap_pairs"
+    return "swap_halves" if gated else "shuffle"
+
+
+def _gather_bias(bias: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor | None:
+    """bf16 ``[E, M]`` -> its rows by ``index``, as a new float32 ``[E, M]`` (None: None)."""
+    return None if bias is None else torch.index_select(bias, 1, index).to(torch.float32)
+
+
+def _as_scale(scale: torch.Tensor | None) -> torch.Tensor | None:
+    """Scales are returned as float8_e4m3fn, the dtype vLLM gives the relaid ones."""
+    return None if scale is None else scale.view(torch.float8_e4m3fn)
+
+
+def _weights(layer: QuantLayer, order13: str):
+    """(weight, scale, bias, row index) of w13, then of w2."""
+    w13, w2 = layer.w13, layer.w2
+    return (
+        (w13, layer.w13_scale, layer.w13_bias, row_index(order13, w13.shape[1], w13.device)),
+        (w2, layer.w2_scale, layer.w2_bias, row_index("shuffle", w2.shape[1], w2.device)),
+    )
+
+
+def preallocated(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
+    """Outputs allocated once; per expert, rows ``index_select``-ed into the expert's slot and
+    scale rows into a scratch whose interleave is copied into the slot (vLLM #55407's loop).
+
+    Out of place: new tensors; the input is unchanged. Peak transient: the outputs, the
+    scratch of the weight being converted, one interleave result, and the biases.
+    """
+    converted = []
+    for weight, scale, bias, index in _weights(layer, _w13_order(fmt, gated)):
+        out = torch.empty(weight.shape, dtype=torch.uint8, device=weight.device)
+        out_scale = scratch = None
+        if scale is not None:
+            out_scale = torch.empty(scale.shape, dtype=torch.uint8, device=scale.device)
+            scratch = torch.empty(scale.shape[1:], dtype=torch.uint8, device=scale.device)
+        for e in range(weight.shape[0]):
+            torch.index_select(weight[e].view(torch.uint8), 0, index, out=out[e])
+            if scale is not None:
+                torch.index_select(scale[e].view(torch.uint8), 0, index, out=scratch)
+                out_scale[e].view(-1).copy_(block_scale_interleave(scratch))
+        del scratch
+        converted.append((out.view(weight.dtype), _as_scale(out_scale), _gather_bias(bias, index)))
+    (w13, s13, b13), (w2, s2, b2) = converted
+    return QuantLayer(w13, w2, s13, s2, b13, b2)
+
+
+def inplace(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
+    """One scratch of one expert's weight; per expert, rows gathered into it and copied back;
+    scale rows gathered into it and swizzled back by a strided ``copy_``.
+
+    In place: weights and scales are returned in the input's own storage (``data_ptr``
+    unchanged; scales viewed float8_e4m3fn); biases are new float32 tensors. Peak transient:
+    the scratch, ``max(S13, S2, 10 MiB)`` (a weight expert holds more bytes than its scales),
+    and the biases.
+    """
+    experts = layer.w13.shape[0]
+    expert_bytes = max(layer.w13.nbytes, layer.w2.nbytes) // experts
+    # At least 10 MiB, as strategies.strided_inplace's and for its reason: a smaller scratch
+    # gets a slice of a 20 MiB segment that max_split_size_mb=20 strands after every layer
+    # (quant_replay: 20 MiB growth per layer for kimi-k2-nvfp4/tp8); a large one is reused.
+    scratch = torch.empty(
+        max(expert_bytes, K_MIN_LARGE_ALLOC), dtype=torch.uint8, device=layer.w13.device
+    )
+    biases = []
+    for weight, scale, bias, index in _weights(layer, _w13_order(fmt, gated)):
+        relay_rows_in_place(weight, index, scratch)
+        if scale is not None:
+            relay_scales_in_place(scale, index, scratch)
+        biases.append(_gather_bias(bias, index))
+    del scratch
+    return QuantLayer(
+        layer.w13, layer.w2, _as_scale(layer.w13_scale), _as_scale(layer.w2_scale), *biases
+    )
+
+
+def fast(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
+    """One gather per weight over all experts; one per scale tensor, the swizzle folded in.
+
+    Out of place: new tensors; the input is unchanged. Peak transient: the outputs, nothing
+    else (the flat scale index is cached: 8 bytes per scale factor of one expert).
+    """
+    order13 = _w13_order(fmt, gated)
+    converted = []
+    for (weight, scale, bias, index), order in zip(
+        _weights(layer, order13), (order13, "shuffle"), strict=True
+    ):
+        converted.append(
+            (
+                gather_rows(weight, index),
+                None if scale is None else gather_scales(scale, order),
+                _gather_bias(bias, index),
+            )
+        )
+    (w13, s13, b13), (w2, s2, b2) = converted
+    return QuantLayer(w13, w2, s13, s2, b13, b2)
+
+
+# Each kind's figures. Peak: the bias terms are the float32 biases, each made from a bf16
+# gather (half its bytes) freed after the cast; the last one made, w2's, sits on top of the
+# rest. Traffic and launches per format: a bias costs 5/2 B (the gather, then the cast) and its
+# index, in four launches; a scale gather reads 8 bytes of index per scale factor of one expert
+# (quant_ops.scale_index).
+_BIAS_TRAFFIC = "5 (B13 + B2) // 2 + X13 + X2"
+_KINDS = {
+    "preallocated": (
+        preallocated,
+        "ours, vLLM #55407's form",
+        False,
+        Formula("T13 + T2 + F13 + F2 + B13 + max(2 (F2 // E), B2 + B2 // 2)"),
+        {
+            "mxfp4": (
+                f"2 (T13 + T2) + 6 (F13 + F2) + 2 E (X13 + X2) + {_BIAS_TRAFFIC}",
+                "8 E + 4",
+            ),
+            "fp8": ("2 (T13 + T2) + E (X13 + X2)", "2 E"),
+        },
+    ),
+    "inplace": (
+        inplace,
+        "ours",
+        True,
+        Formula("max(S13, S2, 10 MiB) + B13 + max(B13 // 2, B2 + B2 // 2)"),
+        {
+            "nvfp4": ("4 (T13 + T2 + F13 + F2) + 2 E (X13 + X2)", "8 E"),
+            "mxfp4": (f"4 (T13 + T2 + F13 + F2) + 2 E (X13 + X2) + {_BIAS_TRAFFIC}", "8 E + 4"),
+            "fp8": ("4 (T13 + T2) + E (X13 + X2)", "4 E"),
+        },
+    ),
+    "fast": (
+        fast,
+        "ours",
+        False,
+        Formula("T13 + T2 + F13 + F2 + B13 + B2 + B2 // 2"),
+        {
+            "nvfp4": ("2 (T13 + T2 + F13 + F2) + 8 (F13 // E + F2 // E) + X13 + X2", "4"),
+            "mxfp4": (
+                "2 (T13 + T2 + F13 + F2) + 8 (F13 // E + F2 // E) + 2 (X13 + X2) "
+                "+ 5 (B13 + B2) // 2",
+                "8",
+            ),
+            "fp8": ("2 (T13 + T2) + X13 + X2", "2"),
+        },
+    ),
+}
+
+
+def _bind(function, fmt: str):
+    return lambda layer, gated: function(layer, gated, fmt)
+
+
+for _kind, (_function, _origin, _inplace, _peak, _work) in _KINDS.items():
+    for _fmt, (_traffic, _launches) in _work.items():
+        register_quant(
+            f"{_fmt}-{_kind}",
+            inplace=_inplace,
+            origin=_origin,
+            peak=_peak,
+            traffic=Formula(_traffic),
+            launches=Formula(_launches),
+        )(_bind(_function, _fmt))

@@ -1,0 +1,143 @@
+"""Bad quantized input: the right exception, one line naming the tensor, its shape and what was
+expected, and no byte written; and the quantized catalog's shapes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from moe_convert import QUANT_STRATEGIES, QuantLayer, QuantLayerShape, convert_quant
+from moe_convert.quant_formats import quant_catalog_shapes, quant_layer_shape
+from moe_convert.quant_layer import quant_layer_tensors
+
+NVFP4 = QuantLayerShape("bad", 1, "nvfp4", 2, 256, 128, 1)  # w13 [2, 256, 128], w2 [2, 256, 64]
+MXFP4 = QuantLayerShape("bad", 1, "mxfp4", 2, 256, 128, 1)
+FP8 = QuantLayerShape("bad", 1, "fp8", 2, 64, 32, 1)
+
+
+def nvfp4(**changes: torch.Tensor | None) -> QuantLayer:
+    return dataclasses.replace(quant_layer_tensors(NVFP4, "cpu"), **changes)
+
+
+def u8(*shape: int) -> torch.Tensor:
+    return torch.zeros(shape, dtype=torch.uint8)
+
+
+def e4m3(*shape: int) -> torch.Tensor:
+    return u8(*shape).view(torch.float8_e4m3fn)
+
+
+# id -> (strategy format, make the layer, gated, exception, fragments the message must hold)
+BAD = {
+    "bf16-weights-as-nvfp4": (
+        "nvfp4",
+        lambda: nvfp4(w13=torch.zeros(2, 256, 128, dtype=torch.bfloat16)),
+        True,
+        TypeError,
+        ["w13", "(2, 256, 128)", "torch.bfloat16", "torch.uint8"],
+    ),
+    "scale-wrong-dtype": (
+        "nvfp4",
+        lambda: nvfp4(w2_scale=u8(2, 256, 8)),
+        True,
+        TypeError,
+        ["w2_scale", "(2, 256, 8)", "torch.uint8", "float8_e4m3fn"],
+    ),
+    "scale-wrong-shape": (
+        "nvfp4",
+        lambda: nvfp4(w13_scale=e4m3(2, 256, 8)),
+        True,
+        ValueError,
+        ["w13_scale", "(2, 256, 8)", "(2, 256, 16)"],
+    ),
+    "scale-of-another-layer": (
+        "nvfp4",
+        lambda: nvfp4(w2_scale=e4m3(3, 256, 8)),
+        True,
+        ValueError,
+        ["w2_scale", "(3, 256, 8)", "(2, 256, 8)"],
+    ),
+    "odd-packed-width": (
+        "nvfp4",
+        lambda: nvfp4(w13=u8(2, 256, 132)),
+        True,
+        ValueError,
+        ["w13", "(2, 256, 132)", "264 elements", "16"],
+    ),
+    "rows-not-128": (
+        "nvfp4",
+        lambda: QuantLayer(u8(2, 192, 128), u8(2, 256, 48), e4m3(2, 192, 16), e4m3(2, 256, 6)),
+        True,
+        ValueError,
+        ["w13", "(2, 192, 128)", "multiple of 128"],
+    ),
+    "mxfp4-not-gated": (
+        "mxfp4",
+        lambda: quant_layer_tensors(MXFP4, "cpu"),
+        False,
+        ValueError,
+        ["mxfp4", "gated"],
+    ),
+    "mxfp4-bias-missing": (
+        "mxfp4",
+        lambda: dataclasses.replace(quant_layer_tensors(MXFP4, "cpu"), w2_bias=None),
+        True,
+        ValueError,
+        ["w2_bias", "missing", "bfloat16"],
+    ),
+    "fp8-with-block-scales": (
+        "fp8",
+        lambda: dataclasses.replace(quant_layer_tensors(FP8, "cpu"), w13_scale=e4m3(2, 64, 4)),
+        True,
+        ValueError,
+        ["w13_scale", "(2, 64, 4)", "fp8 has no w13_scale"],
+    ),
+    "fp8-weights-as-uint8": (
+        "fp8",
+        lambda: dataclasses.replace(quant_layer_tensors(FP8, "cpu"), w2=u8(2, 64, 32)),
+        True,
+        TypeError,
+        ["w2", "(2, 64, 32)", "float8_e4m3fn"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_input_is_one_line_before_any_byte_is_written(case):
+    fmt, make, gated, exception, fragments = BAD[case]
+    for name, record in QUANT_STRATEGIES.items():
+        if record.format != fmt:
+            continue
+        layer = make()
+        before = {key: t.clone() for key, t in layer.tensors().items()}
+        with pytest.raises(exception) as raised:
+            convert_quant(layer, strategy=name, gated=gated)
+        message = str(raised.value)
+        assert "\n" not in message
+        for fragment in fragments:
+            assert fragment in message, (fragment, message)
+        for key, tensor in layer.tensors().items():
+            assert torch.equal(tensor.view(torch.uint8), before[key].view(torch.uint8)), key
+
+
+def test_unknown_strategy_names_the_valid_ones():
+    with pytest.raises(ValueError, match="nvfp4-fast"):
+        convert_quant(nvfp4(), strategy="nvfp4-nope")
+
+
+def test_catalog_shapes_are_vllms_padded_ones():
+    kimi = quant_layer_shape("kimi-k2-nvfp4", 8)
+    assert kimi.w13_shape == (384, 512, 3584) and kimi.w13_scale_shape == (384, 512, 448)
+    assert kimi.w2_shape == (384, 7168, 128) and kimi.w2_scale_shape == (384, 7168, 16)
+    oss = quant_layer_shape("gpt-oss-120b-mxfp4", 1)  # H 2880 -> 3072, I 2880 -> 2944
+    assert oss.w13_shape == (128, 5888, 1536) and oss.w13_bias_shape == (128, 5888)
+    assert quant_layer_shape("gpt-oss-120b-mxfp4", 2).intermediate == 1536  # 1440 -> 1536
+    maverick = quant_layer_shape("llama-4-maverick-fp8", 8)
+    assert maverick.w13_shape == (128, 2048, 5120) and maverick.w13_scale_shape is None
+    with pytest.raises(ValueError, match="kimi-k2-nvfp4"):
+        quant_layer_shape("kimi-k2", 8)
+    for shape in quant_catalog_shapes():  # every catalog shape converts (on meta: no memory)
+        layer = quant_layer_tensors(shape, "meta")
+        convert_quant(layer, strategy=f"{shape.format}-fast", gated=shape.gated)

@@ -1,0 +1,63 @@
+"""Every quantized strategy's registered figures are the measured ones: the peak
+(``QUANT_STRATEGIES[name].peak``) at full size on ``meta`` for every catalog model and on CPU,
+traffic and launches (``moe_convert.traffic``'s rule) on ``meta`` at full size and small."""
+
+from __future__ import annotations
+
+import pytest
+
+from moe_convert import QUANT_STRATEGIES, QuantLayerShape
+from moe_convert.memory import measure_memory
+from moe_convert.quant_formats import quant_catalog_shapes
+from moe_convert.quant_registry import quant_strategy_call
+from moe_convert.traffic import measure_traffic
+
+CATALOG_CASES = [
+    (name, shape)
+    for shape in quant_catalog_shapes()
+    for name, record in sorted(QUANT_STRATEGIES.items())
+    if record.format == shape.format
+]
+SMALL = [
+    QuantLayerShape("small", 1, "nvfp4", 3, 256, 128, 1),
+    QuantLayerShape("small", 1, "nvfp4", 2, 256, 256, 1, gated=False),
+    QuantLayerShape("small", 1, "mxfp4", 3, 384, 256, 1),
+    QuantLayerShape("small", 1, "fp8", 3, 96, 64, 1),
+    QuantLayerShape("small", 1, "fp8", 2, 64, 96, 1, gated=False),
+]
+SMALL_CASES = [
+    (name, shape)
+    for shape in SMALL
+    for name, record in sorted(QUANT_STRATEGIES.items())
+    if record.format == shape.format
+]
+
+
+def case_id(case: tuple[str, QuantLayerShape]) -> str:
+    name, shape = case
+    dims = f"E{shape.experts}H{shape.hidden}I{shape.intermediate}g{int(shape.gated)}"
+    return f"{name}-{shape.label}-{dims}"
+
+
+@pytest.mark.parametrize("case", CATALOG_CASES, ids=case_id)
+def test_peak_is_the_registered_formula_on_meta_at_full_size(case):
+    name, shape = case
+    measured = measure_memory(quant_strategy_call(shape, name, "meta"))
+    assert measured.peak_bytes == QUANT_STRATEGIES[name].peak.evaluate(shape)
+    assert measured.end_bytes == 0
+
+
+@pytest.mark.parametrize("case", SMALL_CASES, ids=case_id)
+def test_peak_is_the_registered_formula_on_cpu(case):
+    name, shape = case
+    measured = measure_memory(quant_strategy_call(shape, name, "cpu"))
+    assert measured.peak_bytes == QUANT_STRATEGIES[name].peak.evaluate(shape)
+
+
+@pytest.mark.parametrize("case", CATALOG_CASES + SMALL_CASES, ids=case_id)
+def test_traffic_and_launches_are_the_registered_formulas_on_meta(case):
+    name, shape = case
+    record = QUANT_STRATEGIES[name]
+    measured = measure_traffic(quant_strategy_call(shape, name, "meta"))
+    assert measured.traffic_bytes == record.traffic.evaluate(shape)
+    assert measured.launches == record.launches.evaluate(shape)

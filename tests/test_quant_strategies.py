@@ -1,0 +1,167 @@
+"""The quantized formats: every strategy byte-identical to its format's transcribed upstream
+path on ten shapes per format, the row indices FlashInfer's own, and the contracts (in place or
+not, what the input is left as)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import requires_flashinfer
+
+from moe_convert import QUANT_STRATEGIES, QuantLayer, QuantLayerShape, convert_quant
+from moe_convert.layout import swap_w13_to_w31
+from moe_convert.quant_layer import quant_layer_tensors
+from moe_convert.quant_ops import row_index
+from moe_convert.swizzle import block_scale_interleave
+
+# (E, H, I, gated) per format: the smallest aligned shapes and odd ones (one expert, I not a
+# power of two, H much larger or smaller than I, non-gated where the format has it).
+# NVFP4: H % 64 and I % 64 (scale columns % 4), rows % 128. MXFP4: gated only, H and I % 128.
+# FP8: rows % 32 only.
+SHAPES = {
+    "nvfp4": [
+        (1, 128, 64, True), (2, 256, 64, True), (3, 128, 128, True), (2, 384, 192, True),
+        (2, 640, 320, True), (1, 896, 64, True), (3, 256, 576, True), (4, 256, 128, False),
+        (2, 128, 384, False), (2, 1152, 128, False),
+    ],
+    "mxfp4": [
+        (1, 128, 128, True), (2, 256, 128, True), (3, 128, 256, True), (2, 384, 384, True),
+        (2, 640, 128, True), (1, 128, 640, True), (4, 256, 256, True), (2, 896, 384, True),
+        (3, 1152, 128, True), (1, 384, 768, True),
+    ],
+    "fp8": [
+        (1, 32, 16, True), (2, 64, 48, True), (2, 160, 80, True), (4, 128, 64, True),
+        (3, 64, 112, True), (2, 288, 16, True), (3, 96, 32, False), (1, 224, 96, False),
+        (2, 32, 160, False), (1, 96, 224, False),
+    ],
+}  # fmt: skip
+CASES = [
+    QuantLayerShape("test", 1, fmt, experts, hidden, inter, 1, gated)
+    for fmt, shapes in SHAPES.items()
+    for experts, hidden, inter, gated in shapes
+]
+
+
+# vLLM's NVFP4 paths reorder a gated w13 and its scales to [w3; w1] in place first.
+REORDER_IN_PLACE = ("nvfp4-legacy", "nvfp4-preallocated")
+
+
+def case_id(shape: QuantLayerShape) -> str:
+    return f"{shape.format}-E{shape.experts}H{shape.hidden}I{shape.intermediate}g{int(shape.gated)}"
+
+
+def copy_of(layer: QuantLayer) -> QuantLayer:
+    return QuantLayer(*(None if t is None else t.clone() for t in vars(layer).values()))
+
+
+def assert_same_bytes(got: QuantLayer, want: QuantLayer) -> None:
+    assert got.tensors().keys() == want.tensors().keys()
+    for name, tensor in want.tensors().items():
+        other = getattr(got, name)
+        assert (other.shape, other.dtype) == (tensor.shape, tensor.dtype), name
+        assert torch.equal(other.view(torch.uint8), tensor.view(torch.uint8)), name
+
+
+def test_every_format_has_the_four_kinds():
+    for fmt in SHAPES:
+        kinds = {name.split("-", 1)[1] for name, r in QUANT_STRATEGIES.items() if r.format == fmt}
+        assert kinds == {"legacy", "preallocated", "inplace", "fast"}
+
+
+@pytest.mark.parametrize("shape", CASES, ids=case_id)
+def test_every_strategy_gives_the_legacy_bytes(shape):
+    layer = quant_layer_tensors(shape, "cpu")
+    want = convert_quant(copy_of(layer), strategy=f"{shape.format}-legacy", gated=shape.gated)
+    for name, record in QUANT_STRATEGIES.items():
+        if record.format != shape.format:
+            continue
+        given = copy_of(layer)
+        got = convert_quant(given, strategy=name, gated=shape.gated)
+        assert_same_bytes(got, want)
+        if record.inplace:  # weights and scales in their own storage
+            for field in ("w13", "w2", "w13_scale", "w2_scale"):
+                if getattr(given, field) is not None:
+                    assert getattr(got, field).data_ptr() == getattr(given, field).data_ptr()
+        elif name in REORDER_IN_PLACE and shape.gated:  # vLLM's reorder, in place on the input
+            assert torch.equal(given.w13, swap_w13_to_w31(layer.w13))
+            assert torch.equal(
+                given.w13_scale.view(torch.uint8),
+                swap_w13_to_w31(layer.w13_scale).view(torch.uint8),
+            )
+        else:
+            assert_same_bytes(given, layer)
+
+
+# FlashInfer's pure-torch helpers, called as vLLM calls them: the row indices are theirs.
+@requires_flashinfer
+@pytest.mark.parametrize("rows", [128, 256, 384, 1024])
+def test_row_indices_are_flashinfers(rows):
+    from flashinfer.fused_moe.core import (
+        _maybe_get_cached_w3_w1_permute_indices,
+        get_w2_permute_indices_with_cache,
+    )
+
+    weight = torch.empty(rows, 64, dtype=torch.uint8)
+    scale = torch.empty(rows, 8, dtype=torch.uint8)
+    w3_w1 = _maybe_get_cached_w3_w1_permute_indices({}, weight, 128)
+    w3_w1_sf = _maybe_get_cached_w3_w1_permute_indices({}, scale, 128, num_elts_per_sf=16)
+    shuffle = get_w2_permute_indices_with_cache({}, weight, 128)
+    shuffle_sf = get_w2_permute_indices_with_cache({}, scale, 128, num_elts_per_sf=16)
+    assert torch.equal(w3_w1, w3_w1_sf) and torch.equal(shuffle, shuffle_sf)
+    # Applied to [w3; w1] rows (swap_w13_to_w31) = applied to [w1; w3] rows with the swap folded.
+    assert torch.equal(row_index("swap_halves", rows), (w3_w1 + rows // 2) % rows)
+    assert torch.equal(row_index("shuffle", rows), shuffle)
+    # gpt-oss: the w2 index applied to swap_every_two_rows' output.
+    assert torch.equal(
+        row_index("swap_pairs", rows), torch.arange(rows).view(-1, 2).flip(1).reshape(-1)[shuffle]
+    )
+
+
+def flashinfer_fp8(layer: QuantLayer, gated: bool) -> QuantLayer:
+    """vLLM's FP8 per-tensor path on FlashInfer's own ``reorder_rows_for_gated_act_gemm`` and
+    ``shuffle_matrix_a`` (pure torch)."""
+    from flashinfer import reorder_rows_for_gated_act_gemm, shuffle_matrix_a
+
+    w13 = swap_w13_to_w31(layer.w13) if gated else layer.w13
+    w13 = torch.stack([reorder_rows_for_gated_act_gemm(x) if gated else x for x in w13])
+    out13 = torch.stack([shuffle_matrix_a(x.view(torch.uint8), 128) for x in w13])
+    out2 = torch.stack([shuffle_matrix_a(x.view(torch.uint8), 128) for x in layer.w2])
+    return QuantLayer(out13.view(torch.float8_e4m3fn), out2.view(torch.float8_e4m3fn))
+
+
+def flashinfer_nvfp4(layer: QuantLayer, gated: bool) -> QuantLayer:
+    """vLLM 0.29.0's NVFP4 path on FlashInfer's index helpers; the interleave (a CUDA op) is
+    ``block_scale_interleave``, its torch definition."""
+    from flashinfer.fused_moe.core import (
+        _maybe_get_cached_w3_w1_permute_indices,
+        get_w2_permute_indices_with_cache,
+    )
+
+    cache: dict = {}
+    w13 = swap_w13_to_w31(layer.w13) if gated else layer.w13
+    s13 = swap_w13_to_w31(layer.w13_scale.view(torch.uint8)) if gated else layer.w13_scale
+    out = {key: [] for key in ("w13", "w2", "s13", "s2")}
+    for e in range(w13.shape[0]):
+        i13 = _maybe_get_cached_w3_w1_permute_indices(cache, w13[e], 128, is_gated_act_gemm=gated)
+        out["w13"].append(w13[e][i13])
+        out["s13"].append(block_scale_interleave(s13[e].view(torch.uint8)[i13]))
+        i2 = get_w2_permute_indices_with_cache(cache, layer.w2[e], 128)
+        out["w2"].append(layer.w2[e][i2])
+        out["s2"].append(block_scale_interleave(layer.w2_scale[e].view(torch.uint8)[i2]))
+    scales = [
+        torch.stack(out[key]).view(torch.float8_e4m3fn).view(tensor.shape)
+        for key, tensor in (("s13", layer.w13_scale), ("s2", layer.w2_scale))
+    ]
+    return QuantLayer(torch.stack(out["w13"]), torch.stack(out["w2"]), *scales)
+
+
+@requires_flashinfer
+@pytest.mark.parametrize(
+    "shape", [s for s in CASES if s.format in ("fp8", "nvfp4")][::3], ids=case_id
+)
+def test_legacy_is_vllm_on_flashinfers_helpers(shape):
+    layer = quant_layer_tensors(shape, "cpu")
+    reference = {"fp8": flashinfer_fp8, "nvfp4": flashinfer_nvfp4}[shape.format]
+    want = reference(layer, shape.gated)
+    got = convert_quant(copy_of(layer), strategy=f"{shape.format}-legacy", gated=shape.gated)
+    assert_same_bytes(got, want)
