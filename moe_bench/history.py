@@ -24,8 +24,11 @@ from asv.repo import get_repo
 
 __all__ = ["HARDWARE", "left_out", "off_branch"]
 
-#: The machine fields that tell one box from another (asv's and ``moe_bench.machine``'s).
-HARDWARE = ("arch", "cpu", "num_cpu", "ram", "gpu", "gpus")
+#: The machine fields that tell one box from another (asv's and ``moe_bench.machine``'s). Not
+#: ``ram``: hosts of one kind report it a few bytes apart (25,276,502,016 and 25,275,990,016 on
+#: two of this project's 2-core machines, issue 22), and a faster or slower host of the same kind
+#: shares the history, its seconds judged by ``moe_bench.hardware``'s copy rule.
+HARDWARE = ("arch", "cpu", "num_cpu", "gpu", "gpus")
 
 
 def _result_files(folder: Path) -> list[Path]:

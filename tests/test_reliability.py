@@ -376,6 +376,18 @@ def test_several_machines_gathered_wrongly_are_named_not_counted_twice(tmp_path,
     assert frame.equals(clean)
 
 
+def test_a_host_of_the_same_kind_shares_the_history(tmp_path, capsys):
+    """RAM a few bytes apart (issue 22's two hosts): the same hardware, kept and read."""
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE_RESULTS, results)
+    (results / MACHINE / "machine.json").write_text(
+        json.dumps({"cpu": "fixture CPU", "machine": MACHINE, "ram": "25276502016", "version": 1})
+    )
+    _foreign(results, "e" * 40, ram="25275990016")
+    frame, lines = _loaded(results, capsys)
+    assert lines == [] and (frame["commit"] == "e" * 40).any()
+
+
 def test_a_result_of_a_commit_not_on_main_is_named_and_the_rest_published(published):
     repo, previous = published
     stray = _foreign(repo / "results", "e" * 40)  # a PR commit's result among the nightly's
