@@ -109,8 +109,8 @@ class RankLoadReplay(common.ShapeStrategyGrid):
     def setup_cache(self) -> dict[tuple[str, str], RankLoad | str]:
         return common.measure_grid(rank_load_replay)
 
-    # The whole grid in one process: about 60 s on the shared 2-core machine (legacy's 94- and
-    # 58-layer replays are most of it).
+    # The whole grid: 76 s wall (42 s of CPU) on the shared 2-core machine under load 5.4
+    # (`RankLoadReplay().setup_cache()`, timed); legacy's 94- and 58-layer replays are most of it.
     setup_cache.timeout = 600.0
 
     def setup(self, loads: dict, shape: str, strategy: str) -> None:
