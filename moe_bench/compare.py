@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .hardware import copy_scale, copy_seconds
+from .hardware import copy_scale, copy_seconds, strategy_changes
 from .metrics import FAILING, METRICS, PAIRED_TIME, judge
 from .results import ResultsError
 
@@ -97,9 +97,10 @@ def commit_hash(frame: pd.DataFrame, prefix: str) -> str:
     return _commit_rows(frame, prefix)["commit"].iloc[0]
 
 
-def _status(row: pd.Series, paired: bool, scale: float) -> tuple[str, str]:
+def _status(row: pd.Series, paired: bool, scale: float, change: float) -> tuple[str, str]:
     """``(status, note)`` of one merged row of base and head; ``scale``: head's same-size copy
-    time / base's on the row's machine and env (``hardware.copy_scale``)."""
+    time / base's on the row's machine and env (``hardware.copy_scale``); ``change``: the row's
+    strategy's median change over shapes (``hardware.strategy_changes``; NaN where not known)."""
     in_base, in_head = pd.notna(row["unit_base"]), pd.notna(row["unit_head"])
     if not in_head:
         return "missing", "in base, absent from head's results"
@@ -126,9 +127,12 @@ def _status(row: pd.Series, paired: bool, scale: float) -> tuple[str, str]:
         )
     if math.isnan(base):
         return "n/a", "skipped in base: nothing to compare"
-    status = judge(METRICS[row["benchmark"]], base, head, paired=paired, copy_scale=scale)
+    m = METRICS[row["benchmark"]]
+    status = judge(m, base, head, paired=paired, copy_scale=scale, strategy_change=change)
     if status == "info (other hardware)":
         return status, f"head's same-size copies took {scale:.2f}x base's: the copy ratio decides"
+    if status != "same" and m.by_strategy and not math.isnan(change):
+        return status, f"{row['strategy']}: {change:.2f}x in the median over its shapes"
     return status, ""
 
 
@@ -160,14 +164,30 @@ def compare_commits(
     new = _commit_rows(frame, head)
     cols = _KEYS + ["value", "unit", "failed", "version"]
     merged = old[cols].merge(new[cols], on=_KEYS, how="outer", suffixes=("_base", "_head"))
-    copies = copy_seconds(pd.concat([old, new]))
+    both = pd.concat([old, new])
+    copies = copy_seconds(both)
     head_hash, base_hash = new["commit"].iloc[0], old["commit"].iloc[0]
     scales = {
         (machine, env): copy_scale(copies, (machine, env, head_hash), (machine, env, base_hash))
         for machine, env in merged[["machine", "env"]].drop_duplicates().itertuples(index=False)
     }
+    moved = {
+        (machine, env, name): strategy_changes(
+            both, name, (machine, env, head_hash), (machine, env, base_hash), copies
+        )
+        for machine, env in scales
+        for name in merged["benchmark"].unique()
+        if name in METRICS and METRICS[name].by_strategy
+    }
     verdicts = [
-        _status(row, paired is not None, scales[row["machine"], row["env"]])
+        _status(
+            row,
+            paired is not None,
+            scales[row["machine"], row["env"]],
+            moved.get((row["machine"], row["env"], row["benchmark"]), {}).get(
+                row["strategy"], math.nan
+            ),
+        )
         for _, row in merged.iterrows()
     ]
     merged["status"] = [status for status, _ in verdicts]

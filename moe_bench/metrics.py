@@ -15,7 +15,9 @@ Gate rules:
   (``benchmarks.paired``) decides; where there is no paired run (the nightly history, the summary,
   the dashboard, ``compare`` without ``--paired``) a rise beyond ``NOISE_FACTOR`` regresses.
   Absolute seconds (``Metric.host_bound``) are compared so only between runs on same-looking
-  hardware (``same_hardware``); otherwise the copy ratio, a ratio within one run, decides;
+  hardware (``same_hardware``); otherwise the copy ratio, a ratio within one run, decides.
+  A ratio within one run (the copy ratio) also regresses beyond ``STRATEGY_FACTOR`` when its
+  strategy rose so in the median over its shapes, between two ``steady`` runs;
 - ``info``: recorded for the reader (e.g. how noisy the machine was), never judged.
 """
 
@@ -31,6 +33,8 @@ __all__ = [
     "RULES",
     "NOISE_FACTOR",
     "HARDWARE_BAND",
+    "STRATEGY_FACTOR",
+    "STEADY_SPREAD",
     "Metric",
     "METRICS",
     "FAILING",
@@ -44,6 +48,7 @@ __all__ = [
     "judge",
     "metric",
     "same_hardware",
+    "steady",
 ]
 
 EXACT, PAIRED, INFO = "exact", "paired", "info"
@@ -65,6 +70,22 @@ NOISE_FACTOR = 2.5
 #: committed one (docs/verdicts.md). 1.5 keeps unchanged code within ``NOISE_FACTOR`` on
 #: same-looking hardware: 1.5 x the worst same-host rise of one layer's time (1.43x) is 2.15.
 HARDWARE_BAND = 1.5
+
+#: Allowed rise of a ratio within one run (the copy ratio) for a whole strategy: the median of
+#: its change over the shapes both runs timed (``moe_bench.hardware.strategy_changes``). A code
+#: change that slows a strategy slows it at every shape; noise moves one cell at a time, and a
+#: host unlike the history's moves a strategy by its memory pattern: unchanged code between two
+#: steady runs on hosts 3.39x apart (results/cpu-2core-epyc, d65cf1b -> 2fe0e2a) moved by
+#: 0.79-1.30x per strategy, the cells by 0.60-1.51x. 1.4 marks a 1.5x slowdown of one strategy
+#: (issue 22) and not those.
+STRATEGY_FACTOR = 1.4
+
+#: A run is steady (``steady``) when the same-size copies of each shape's cells, which copy the
+#: same bytes, spread by at most this factor in the median over shapes
+#: (``moe_bench.hardware.copy_spread``): 1.19 and 1.31 in the two quiet runs of
+#: results/cpu-2core-epyc, more under load (docs/verdicts.md, "Whole strategies"). Only between
+#: two steady runs does ``STRATEGY_FACTOR`` judge.
+STEADY_SPREAD = 1.5
 
 #: Statuses that fail a verdict (``judge``'s and ``moe_bench.compare``'s).
 FAILING = frozenset({"regressed", "changed", "failed", "missing", "n/a in head"})
@@ -101,6 +122,12 @@ class Metric:
     def factor(self) -> float | None:
         """Allowed worse/better ratio unpaired: 1.0 exact, ``NOISE_FACTOR``; None: info."""
         return {EXACT: 1.0, PAIRED: NOISE_FACTOR, INFO: None}[self.rule]
+
+    @property
+    def by_strategy(self) -> bool:
+        """Whether a whole strategy's move judges it too (``STRATEGY_FACTOR``): time-derived
+        ratios within one run (the copy ratio), which no host speed moves."""
+        return self.rule == PAIRED and self.unit == "ratio"
 
     @property
     def short(self) -> str:
@@ -253,8 +280,20 @@ def same_hardware(copy_scale: float) -> bool:
     return math.isnan(copy_scale) or 1 / HARDWARE_BAND <= copy_scale <= HARDWARE_BAND
 
 
+def steady(copy_spread: float) -> bool:
+    """Whether a run's host was steady: its ``copy_spread`` (``moe_bench.hardware.copy_spread``)
+    within ``STEADY_SPREAD``. NaN (no copy timed) is not: nothing measured says it was."""
+    return copy_spread <= STEADY_SPREAD
+
+
 def judge(
-    m: Metric, base: float, head: float, *, paired: bool = False, copy_scale: float = 1.0
+    m: Metric,
+    base: float,
+    head: float,
+    *,
+    paired: bool = False,
+    copy_scale: float = 1.0,
+    strategy_change: float = math.nan,
 ) -> str:
     """The verdict on one figure going from ``base`` to ``head`` (both finite, in ``m.unit``).
 
@@ -262,8 +301,11 @@ def judge(
     ``paired`` (a paired run judges time); ``info (other hardware)`` for absolute seconds
     (``m.host_bound``) when the head run's same-size copies took ``copy_scale`` times the base
     run's and that is not ``same_hardware`` (the copy ratio is judged instead); otherwise
-    ``same``, ``improved``, ``regressed`` (worse beyond ``m.factor``) or, for a figure without a
-    direction, ``changed``. Statuses in ``FAILING`` fail.
+    ``same``, ``improved``, ``regressed`` (worse beyond ``m.factor``, or, for a ratio within one
+    run, worse beyond ``STRATEGY_FACTOR`` as its strategy's ``strategy_change`` is: the median
+    change over its shapes between two steady runs, ``moe_bench.hardware.strategy_changes``;
+    NaN where not known) or, for a figure without a direction, ``changed``. Statuses in
+    ``FAILING`` fail.
     """
     if m.rule == INFO:
         return "info"
@@ -281,4 +323,11 @@ def judge(
         return "regressed"
     if worse * factor < better:
         return "improved"
+    if m.by_strategy and not math.isnan(strategy_change):
+        # the strategy as a whole: its cells that moved beyond the factor as its median did
+        whole = strategy_change if m.lower_is_better else 1 / strategy_change
+        if worse > better * STRATEGY_FACTOR and whole > STRATEGY_FACTOR:
+            return "regressed"
+        if worse * STRATEGY_FACTOR < better and whole * STRATEGY_FACTOR < 1:
+            return "improved"
     return "same"

@@ -22,7 +22,7 @@ import pandas as pd
 from moe_convert.loadtime import read_costs
 
 from .gate import failed_benchmarks
-from .hardware import copy_scale, copy_seconds
+from .hardware import copy_scale, copy_seconds, copy_spread, strategy_changes
 from .metrics import (
     EXACT,
     FAILING,
@@ -30,9 +30,12 @@ from .metrics import (
     METRICS,
     NOISE_FACTOR,
     PAIRED_TIME,
+    STEADY_SPREAD,
+    STRATEGY_FACTOR,
     TIME,
     judge,
     same_hardware,
+    steady,
 )
 from .plots import write_plots, write_rank_load_plot
 from .rankload import layer_curves, rank_load_table, recorded_runs, render_rank_load
@@ -53,6 +56,8 @@ BASELINE = "legacy"
 
 #: The summary's figures: column -> metric, in the metrics table's order.
 _SUMMARY = {m.column: m for m in METRICS.values() if m.column is not None}
+#: What the summary says of the run its time figures are compared with (``summary_table``).
+_COMPARED = ["previous_commit", "copy_scale", "copy_spread", "previous_copy_spread"]
 _POINT = ["machine", "env", "benchmark", "shape", "strategy", "version", "profile"]
 #: The summary's absolute seconds, compared only between runs on same-looking hardware.
 _HOST_BOUND = ", ".join(m.title for m in _SUMMARY.values() if m.host_bound)
@@ -110,21 +115,40 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     )
     latest["change"] = latest["value"] / latest["previous"]
     copies = copy_seconds(data)
+    # Per pair of runs (this one, the one its figures are compared with): how their hosts
+    # compare (moe_bench.hardware) and which strategies moved as a whole.
     pair = ["machine", "env", "commit", "previous_commit"]
-    pairs = latest[pair].dropna().drop_duplicates().itertuples(index=False)
-    scales = {
-        (m, env, commit, earlier): copy_scale(copies, (m, env, commit), (m, env, earlier))
-        for m, env, commit, earlier in pairs
-    }
-    latest["copy_scale"] = [
-        scales.get(tuple(r), math.nan) for r in latest[pair].itertuples(index=False)
+    compared = {}
+    for key in latest[pair].dropna().drop_duplicates().itertuples(index=False, name=None):
+        run, earlier = key[:3], (*key[:2], key[3])
+        moved = {
+            name: strategy_changes(data, name, run, earlier, copies)
+            for name in names
+            if METRICS[name].by_strategy
+        }
+        spreads = copy_spread(copies, run), copy_spread(copies, earlier)
+        compared[key] = (copy_scale(copies, run, earlier), *spreads, moved)
+    found = [
+        compared.get(key, (math.nan, math.nan, math.nan, {}))  # NaN keys (no previous) miss
+        for key in latest[pair].itertuples(index=False, name=None)
+    ]
+    for i, column in enumerate(_COMPARED[1:]):
+        latest[column] = [f[i] for f in found]
+    latest["strategy_change"] = [
+        f[3][name].get(strategy, math.nan) if name in f[3] else math.nan
+        for f, name, strategy in zip(found, latest["benchmark"], latest["strategy"], strict=True)
     ]
     latest["regressed"] = [
         pd.notna(old)
         and pd.notna(new)
-        and judge(_SUMMARY[column], old, new, copy_scale=scale) in FAILING
-        for column, old, new, scale in zip(
-            latest["metric"], latest["previous"], latest["value"], latest["copy_scale"], strict=True
+        and judge(_SUMMARY[column], old, new, copy_scale=scale, strategy_change=change) in FAILING
+        for column, old, new, scale, change in zip(
+            latest["metric"],
+            latest["previous"],
+            latest["value"],
+            latest["copy_scale"],
+            latest["strategy_change"],
+            strict=True,
         )
     ]
 
@@ -133,7 +157,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     # the index levels, so two machines' results gave rows of one machine with the other's commits.
     wide = (
         latest.groupby(index + ["metric"], dropna=False, sort=False)[
-            ["value", "change", "regressed", "previous_commit", "copy_scale"]
+            ["value", "change", "regressed", *_COMPARED]
         ]
         .first()
         .unstack("metric")
@@ -151,7 +175,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     table["regressions"] = [tuple(c for c in _SUMMARY if marked[c][i]) for i in range(len(table))]
     time = METRICS[TIME].column
     # The time figure's earlier run: the one its absolute seconds are (or are not) compared with.
-    for column in ("previous_commit", "copy_scale"):
+    for column in _COMPARED:
         table[column] = wide.get((column, time), math.nan)
     table = table.reset_index()
     run = ["machine", "env", "commit", "shape"]
@@ -160,7 +184,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     order = index + [time, "speedup"]
     figures = [c for c in _SUMMARY if c != time]
     changes = [f"{c}_change" for c in _SUMMARY]
-    return table[order + figures + changes + ["previous_commit", "copy_scale", "regressions"]]
+    return table[order + figures + changes + _COMPARED + ["regressions"]]
 
 
 def _cell(row: pd.Series, column: str) -> str:
@@ -186,7 +210,9 @@ def render_markdown(table: pd.DataFrame, *, title: str, headline: str = "") -> s
         f"rise; {timed}: more than {NOISE_FACTOR:g}x (no paired run in a history; "
         f"moe_bench.metrics.NOISE_FACTOR), absolute seconds ({_HOST_BOUND}) only against a run "
         f"on same-looking hardware (its same-size copies within {HARDWARE_BAND:g}x of this run's; "
-        f"moe_bench.metrics.HARDWARE_BAND). Speed-up: `{BASELINE}` time / time. Copy ratio: time "
+        f"moe_bench.metrics.HARDWARE_BAND); between two steady runs, also a copy ratio beyond "
+        f"{STRATEGY_FACTOR:g}x where its strategy rose so in the median over its shapes "
+        "(moe_bench.metrics.STRATEGY_FACTOR). Speed-up: `{BASELINE}` time / time. Copy ratio: time "
         "/ a same-size copy's (1 is the out-of-place limit). Traffic ratio: bytes moved / (2 x "
         "layer bytes). Whole model: every MoE layer of the model on one rank."
     )
@@ -229,10 +255,11 @@ def changes_markdown(table: pd.DataFrame) -> str:
 
 def _hardware_notes(rows: pd.DataFrame) -> list[str]:
     """A paragraph per earlier run the section's time figures are compared with: same-looking
-    hardware (every figure judged) or not (absolute seconds shown, the copy ratio judged)."""
-    runs = rows[["previous_commit", "copy_scale"]].dropna(subset=["previous_commit"])
+    hardware (every figure judged) or not (absolute seconds shown, the copy ratio judged), and
+    whether both runs were steady (whole strategies judged by ``STRATEGY_FACTOR``) or not."""
+    runs = rows[_COMPARED].dropna(subset=["previous_commit"])
     notes = []
-    for previous, scale in runs.drop_duplicates().itertuples(index=False):
+    for previous, scale, spread, previous_spread in runs.drop_duplicates().itertuples(index=False):
         if math.isnan(scale):
             note = (
                 f"Compared with `{previous[:8]}`: one of the two runs timed no same-size copy, "
@@ -251,8 +278,27 @@ def _hardware_notes(rows: pd.DataFrame) -> list[str]:
                 f"(beyond {HARDWARE_BAND:g}x). Absolute seconds ({_HOST_BOUND}) are shown, not "
                 "judged; the copy ratio (a ratio within one run) is judged instead."
             )
+        spreads = (
+            f"each shape's copies spread {_spread(spread)} here, {_spread(previous_spread)} there"
+        )
+        if steady(spread) and steady(previous_spread):
+            note += (
+                f" Both runs steady ({spreads}; within {STEADY_SPREAD:g}x): a strategy whose "
+                f"copy ratio rose beyond {STRATEGY_FACTOR:g}x in the median over its shapes is "
+                "marked where it rose so."
+            )
+        else:
+            note += (
+                f" **Not both steady** ({spreads}; beyond {STEADY_SPREAD:g}x or not timed): a "
+                f"copy ratio is marked only beyond {NOISE_FACTOR:g}x; smaller steps are the "
+                "paired run's (scripts/compare)."
+            )
         notes += [note, ""]
     return notes
+
+
+def _spread(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.2f}x"
 
 
 def write_summary(results_dir, out_dir) -> Path:

@@ -1,10 +1,11 @@
 """One machine name, two hosts: the summary's marks on results of the committed history's shape.
 
-The first run is ``results/cpu-2core-epyc``'s real asv result of d65cf1b. The second is the same
-file written as the next commit, measured on another host behind the same name: every absolute
-second (layer, whole model) ``HOST`` times the first's, copy ratios equal, as two hosts behind
-``cpu-2core-epyc`` measured unchanged code (issue 22: 3-4x apart, legacy's copy ratio 12.3 vs
-12.8). A strategy slowed by the code slows its copy ratio by the same factor on any host.
+The first run is ``results/cpu-2core-epyc``'s real asv result of d65cf1b. The second is either
+the real one of 2fe0e2a, measured on another host behind the same name (its same-size copies
+3.39x slower, copy ratios 0.79-1.30x per strategy: issue 22), or the first written again as the
+next commit, on a host ``HOST`` times slower: every absolute second (layer, whole model) x
+``HOST``, copy ratios equal. A strategy slowed by the code slows its copy ratio by the same
+factor on any host.
 """
 
 from __future__ import annotations
@@ -18,39 +19,83 @@ import pytest
 
 from moe_bench import hardware
 from moe_bench.compare import compare_commits
-from moe_bench.metrics import COPY_RATIO, HARDWARE_BAND, NOISE_FACTOR, TIME, WHOLE_MODEL
+from moe_bench.metrics import (
+    COPY_RATIO,
+    HARDWARE_BAND,
+    NOISE_FACTOR,
+    STEADY_SPREAD,
+    STRATEGY_FACTOR,
+    TIME,
+    WHOLE_MODEL,
+)
 from moe_bench.report import render_markdown, summary_table
 from moe_bench.results import load_results
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 MACHINE = "cpu-2core-epyc"
-FIRST = RESULTS / MACHINE / "d65cf1b4-virtualenv-py3.11-flashinfer-python-torch2.13.0.json"
+ENV = "virtualenv-py3.11-flashinfer-python-torch2.13.0"
+FIRST = RESULTS / MACHINE / f"d65cf1b4-{ENV}.json"
+REAL_SECOND = RESULTS / MACHINE / f"2fe0e2a2-{ENV}.json"  # the other host, unchanged code
 SECOND = "5ec0bd00" * 5  # the next commit, a day later
 HOST = 3.0  # the second host's same-size copies (and all else) take 3x as long
 SLOWED = "preallocated"
+TIMED = (TIME, COPY_RATIO, WHOLE_MODEL)
 
 
-def write_second_run(root: Path, host: float, slowdown: float = 1.0) -> None:
-    """``root``: a results dir with the first run and the second (``host``, ``SLOWED`` x
-    ``slowdown``) as asv wrote them."""
+def scaled(data: dict, scale) -> dict:
+    """``data`` (an asv result file's JSON) with each timed figure times ``scale(name,
+    shape, strategy)``."""
+    columns = data["result_columns"]
+    for name, row in data["results"].items():
+        if name not in TIMED:
+            continue
+        shapes, strategies = (
+            [json.loads(v.replace("'", '"')) for v in axis] for axis in row[columns.index("params")]
+        )
+        values = row[columns.index("result")]
+        for i, value in enumerate(values):
+            shape, strategy = shapes[i // len(strategies)], strategies[i % len(strategies)]
+            values[i] = value * scale(name, shape, strategy)
+    return data
+
+
+def write_runs(root: Path, second: dict) -> None:
+    """``root``: a results dir with the first run and ``second`` as asv wrote them."""
     shutil.copy(RESULTS / "benchmarks.json", root / "benchmarks.json")
-    (root / MACHINE).mkdir()  # the first run alone: the committed history grows after it
+    (root / MACHINE).mkdir()  # the named runs alone: the committed history grows after them
     for path in (RESULTS / MACHINE / "machine.json", FIRST):
         shutil.copy(path, root / MACHINE / path.name)
+    (root / MACHINE / f"{second['commit_hash'][:8]}-{ENV}.json").write_text(json.dumps(second))
+
+
+def first_as_next_commit() -> dict:
+    """The first run's asv result file, written as the next commit a day later."""
     data = json.loads(FIRST.read_text())
     data["commit_hash"] = SECOND
     data["date"] += 86_400_000
-    columns = data["result_columns"]
-    for name, row in data["results"].items():
-        axes = row[columns.index("params")]
-        if name not in (TIME, COPY_RATIO, WHOLE_MODEL):
-            continue
-        strategies = [json.loads(v.replace("'", '"')) for v in axes[1]]
-        values = row[columns.index("result")]
-        for i, value in enumerate(values):
-            code = slowdown if strategies[i % len(strategies)] == SLOWED else 1.0
-            values[i] = value * code * (1.0 if name == COPY_RATIO else host)
-    (root / MACHINE / f"{SECOND[:8]}-{data['env_name']}.json").write_text(json.dumps(data))
+    return data
+
+
+def write_second_run(
+    root: Path, host: float, slowdown: float = 1.0, shapes: tuple[str, ...] | None = None
+) -> None:
+    """The first run and the synthetic second (``host``; ``SLOWED`` x ``slowdown`` at
+    ``shapes``, every shape where None)."""
+    data = first_as_next_commit()
+
+    def scale(name, shape, strategy):
+        code = slowdown if strategy == SLOWED and (shapes is None or shape in shapes) else 1.0
+        return code * (1.0 if name == COPY_RATIO else host)
+
+    write_runs(root, scaled(data, scale))
+
+
+def write_real_second_run(root: Path, slowdown: float = 1.0) -> None:
+    """The first run and the real one of the other host, ``SLOWED`` x ``slowdown``."""
+    data = json.loads(REAL_SECOND.read_text())
+    write_runs(
+        root, scaled(data, lambda name, shape, strategy: slowdown if strategy == SLOWED else 1.0)
+    )
 
 
 def marks(root: Path) -> dict[tuple[str, str], tuple[str, ...]]:
@@ -86,10 +131,70 @@ def test_a_slowed_strategy_is_marked_on_either_host(tmp_path, host):
 
 
 @pytest.mark.parametrize("host", [HOST, 1.0])
-def test_a_slowdown_within_the_noise_is_left_to_the_paired_run_on_either_host(tmp_path, host):
-    # 1.5x: within NOISE_FACTOR, unmarked on the same host and, alike, on the slower one.
+def test_a_slowdown_of_one_strategy_within_the_noise_is_marked_on_either_host(tmp_path, host):
+    # 1.5x: within NOISE_FACTOR at each cell, but at every shape: the strategy moved as a whole.
     write_second_run(tmp_path, host, slowdown=1.5)
+    found = marks(tmp_path)
+    assert set(found) == {(shape, SLOWED) for shape, _ in found} and len(found) == 6
+    assert set(found.values()) == {("copy_ratio",)}  # absolute seconds: within 2.5x, or info
+
+
+def test_one_odd_shape_is_not_a_strategy_slowdown(tmp_path):
+    # 2x at one shape of six: the median over shapes is 1.0, within STRATEGY_FACTOR.
+    write_second_run(tmp_path, HOST, slowdown=2.0, shapes=("qwen3-235b-a22b/tp4",))
     assert marks(tmp_path) == {}
+
+
+def test_an_unsteady_run_leaves_small_steps_to_the_paired_run(tmp_path):
+    # Every other strategy and its copy 2x slower (a loaded host), SLOWED not among them: each
+    # shape's same-size copies spread 2x, so whole strategies are not judged and 1.5x is unmarked.
+    data = first_as_next_commit()
+    row = data["results"][TIME]
+    strategies = sorted(row[data["result_columns"].index("params")][1])
+    loaded = {json.loads(s.replace("'", '"')) for s in strategies[::2]} - {SLOWED}
+
+    def scale(name, shape, strategy):
+        code = 1.5 if strategy == SLOWED else 1.0
+        return code if name == COPY_RATIO else code * (2.0 if strategy in loaded else 1.0)
+
+    write_runs(tmp_path, scaled(data, scale))
+    table = summary_table(load_results(tmp_path))
+    assert (table.dropna(subset=["time"])["copy_spread"] > STEADY_SPREAD).all()
+    assert marks(tmp_path) == {}
+    assert "**Not both steady**" in render_markdown(table, title="t")
+
+
+def test_the_two_real_hosts_of_the_committed_history_mark_nothing(tmp_path):
+    write_real_second_run(tmp_path)
+    df = load_results(tmp_path)
+    table = summary_table(df)
+    timed = table.dropna(subset=["time"])
+    assert len(timed) == 54
+    assert (timed["copy_scale"] > HARDWARE_BAND).all()  # another host: 3-4x slower copies
+    assert (timed["copy_spread"] <= STEADY_SPREAD).all()  # both steady
+    assert (timed["previous_copy_spread"] <= STEADY_SPREAD).all()
+    copies = hardware.copy_seconds(df)
+    first, second = sorted(copies.columns, key=lambda run: not run[2].startswith("d65cf1b4"))
+    moved = hardware.strategy_changes(df, COPY_RATIO, second, first, copies)
+    assert len(moved) == 9 and moved.between(1 / STRATEGY_FACTOR, STRATEGY_FACTOR).all()
+    assert marks(tmp_path) == {}
+    text = render_markdown(table, title="t")
+    assert "⚠" not in text.split("\n", 3)[3] and "Both runs steady" in text
+
+
+def test_a_real_slowdown_of_one_strategy_on_the_slower_host_is_marked(tmp_path):
+    write_real_second_run(tmp_path)
+    unchanged = summary_table(load_results(tmp_path)).set_index(["shape", "strategy"])
+    change = unchanged.xs(SLOWED, level="strategy")["copy_ratio_change"] * 1.5
+    shutil.rmtree(tmp_path / MACHINE)
+    write_real_second_run(tmp_path, slowdown=1.5)
+    found = marks(tmp_path)
+    # marked where the cell rose beyond STRATEGY_FACTOR: the median over shapes did
+    assert change.median() > STRATEGY_FACTOR
+    assert found == {
+        (shape, SLOWED): ("copy_ratio",) for shape in change[change > STRATEGY_FACTOR].index
+    }
+    assert len(found) >= hardware.MIN_SHAPES
 
 
 def test_copy_seconds_and_scale_from_the_committed_run(tmp_path):
@@ -111,6 +216,12 @@ def test_copy_seconds_and_scale_from_the_committed_run(tmp_path):
     few.iloc[0, few.columns.get_loc(second)] = math.nan
     assert math.isnan(hardware.copy_scale(few, second, first))
     assert hardware.copy_scale(copies.iloc[:3], second, first) == pytest.approx(HOST)
+    # how steady: one shape's cells copy the same bytes; a run not timed says nothing
+    assert hardware.copy_spread(copies, first) == pytest.approx(
+        hardware.copy_spread(copies, second)
+    )
+    assert 1 < hardware.copy_spread(copies, first) <= STEADY_SPREAD
+    assert math.isnan(hardware.copy_spread(copies, (MACHINE, "other-env", SECOND)))
     # a run without LayerTime (the memory benchmarks only) has no copy time
     assert hardware.copy_seconds(df[df["benchmark"].str.contains("PeakMemory")]).empty
 
@@ -126,3 +237,12 @@ def test_compare_of_the_two_runs_judges_alike(tmp_path):
     seconds = table[table["benchmark"].isin([TIME, WHOLE_MODEL]) & table["value_base"].notna()]
     assert len(seconds) == 2 * 54 and set(seconds["status"]) == {"info (other hardware)"}
     assert seconds["note"].str.startswith("head's same-size copies took 3.00x base's").all()
+
+
+def test_compare_marks_a_strategy_that_moved_as_a_whole(tmp_path):
+    write_second_run(tmp_path, HOST, slowdown=1.5)
+    table = compare_commits(load_results(tmp_path), "d65cf1b4", SECOND[:8])
+    failing = table[table["failing"]]
+    assert set(failing["benchmark"]) == {COPY_RATIO} and set(failing["strategy"]) == {SLOWED}
+    assert len(failing) == 6 and set(failing["status"]) == {"regressed"}
+    assert (failing["note"] == f"{SLOWED}: 1.50x in the median over its shapes").all()

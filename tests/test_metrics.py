@@ -22,6 +22,7 @@ from fixtures.asv_fixture import git, make_repo
 
 from moe_bench import cli
 from moe_bench.metrics import (
+    COPY_RATIO,
     EXACT,
     HARDWARE_BAND,
     INFO,
@@ -29,7 +30,12 @@ from moe_bench.metrics import (
     NOISE_FACTOR,
     PAIRED,
     PAIRED_TIME,
+    PEAK_BYTES,
+    STEADY_SPREAD,
+    STRATEGY_FACTOR,
+    TIME,
     judge,
+    steady,
 )
 from moe_bench.results import new_commits, unmeasurable
 
@@ -86,6 +92,8 @@ def test_the_table_is_consistent():
         assert m.host_bound == seconds, m
     # On same-looking hardware an unchanged layer time (1.43x at worst on one host) stays within.
     assert HARDWARE_BAND * 1.43 < NOISE_FACTOR
+    # A whole strategy slowed 1.5x (issue 22) is marked; the cell's own factor is the wider.
+    assert 1 < STRATEGY_FACTOR < 1.5 < NOISE_FACTOR
 
 
 def test_the_committed_history_still_loads():
@@ -151,6 +159,34 @@ def test_judge_compares_absolute_seconds_only_on_same_looking_hardware(
     benchmark, copy_scale, status
 ):
     assert judge(METRICS[benchmark], 1.0, 3.0, copy_scale=copy_scale) == status
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "head", "strategy_change", "status"),
+    [
+        # a ratio within one run: its strategy moved as a whole beyond the factor, and so did it
+        (COPY_RATIO, 1.5, 1.5, "regressed"),
+        (COPY_RATIO, 1.5, STRATEGY_FACTOR, "same"),  # the median within: one cell's noise
+        (COPY_RATIO, STRATEGY_FACTOR, 1.5, "same"),  # the strategy moved, this cell not so far
+        (COPY_RATIO, 1.5, math.nan, "same"),  # not known (an unsteady run): NOISE_FACTOR alone
+        (COPY_RATIO, 1 / 1.5, 1 / 1.5, "improved"),
+        (COPY_RATIO, NOISE_FACTOR * 1.01, 1.0, "regressed"),  # beyond the cell's own factor
+        # absolute seconds move with the host: never judged by strategy
+        (TIME, 1.5, 1.5, "same"),
+        # exact figures: any rise, as always
+        (PEAK_BYTES, 1.5, 1.0, "regressed"),
+    ],
+)
+def test_judge_marks_a_strategy_that_moved_as_a_whole(benchmark, head, strategy_change, status):
+    m = METRICS[benchmark]
+    assert m.by_strategy == (benchmark == COPY_RATIO)
+    assert judge(m, 1.0, head, strategy_change=strategy_change) == status
+
+
+def test_steady():
+    assert steady(1.0) and steady(STEADY_SPREAD)
+    assert not steady(STEADY_SPREAD * 1.01)
+    assert not steady(math.nan)  # no copy timed: nothing says it was steady
 
 
 def test_judge_without_direction_fails_any_change():
