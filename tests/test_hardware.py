@@ -27,6 +27,7 @@ from moe_bench.metrics import (
     STRATEGY_FACTOR,
     TIME,
     WHOLE_MODEL,
+    steady,
 )
 from moe_bench.report import render_markdown, summary_table
 from moe_bench.results import load_results
@@ -36,6 +37,7 @@ MACHINE = "cpu-2core-epyc"
 ENV = "virtualenv-py3.11-flashinfer-python-torch2.13.0"
 FIRST = RESULTS / MACHINE / f"d65cf1b4-{ENV}.json"
 REAL_SECOND = RESULTS / MACHINE / f"2fe0e2a2-{ENV}.json"  # the other host, unchanged code
+LOADED = Path(__file__).resolve().parent / "fixtures" / "loaded_runs"
 SECOND = "5ec0bd00" * 5  # the next commit, a day later
 HOST = 3.0  # the second host's same-size copies (and all else) take 3x as long
 SLOWED = "preallocated"
@@ -162,6 +164,18 @@ def test_an_unsteady_run_leaves_small_steps_to_the_paired_run(tmp_path):
     assert (table.dropna(subset=["time"])["copy_spread"] > STEADY_SPREAD).all()
     assert marks(tmp_path) == {}
     assert "**Not both steady**" in render_markdown(table, title="t")
+
+
+@pytest.mark.parametrize("run", ["1", "2", "3"])
+def test_runs_under_load_are_not_steady(tmp_path, run):
+    # Three real runs of unchanged code under a load of 3-4 (fixtures/loaded_runs/README.md):
+    # whole strategies moved by up to 1.49x there, so none may count as steady.
+    shutil.copy(RESULTS / "benchmarks.json", tmp_path / "benchmarks.json")
+    shutil.copytree(LOADED / run, tmp_path / "noise-probe")
+    shutil.copy(LOADED / "machine.json", tmp_path / "noise-probe" / "machine.json")
+    copies = hardware.copy_seconds(load_results(tmp_path))
+    (only,) = copies.columns
+    assert not steady(hardware.copy_spread(copies, only))
 
 
 def test_the_two_real_hosts_of_the_committed_history_mark_nothing(tmp_path):
