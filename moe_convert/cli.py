@@ -5,305 +5,51 @@ model (``replay.replay_load``); its old name ``simulate`` still works.
 
 Every argument is checked before any work starts. A user error ends as one line on stderr,
 ``python -m moe_convert CMD: error: ...`` (what was wrong, the value, what is accepted), with
-exit status 2: argparse's own errors, the argument types below (``ArgumentTypeError``), and
-``UsageError`` for rules that involve several arguments, which ``main`` hands to the
-subcommand's ``parser.error``. Anything else is a bug and shows its traceback.
+exit status 2: argparse's own errors, the argument types (``ArgumentTypeError``) and
+``UsageError`` for rules that involve several arguments (both in ``moe_convert.cli_args``),
+which ``main`` hands to the subcommand's ``parser.error``. Anything else is a bug and shows
+its traceback.
 
-To add a subcommand: a ``cmd_NAME(args) -> int`` handler and ``_add_command(...)`` in ``main``.
+To add a subcommand: a ``cmd_NAME(args) -> int`` handler and ``add_command(...)`` in ``main``.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
-import math
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
 
 import torch
 from tqdm import tqdm
 
 from . import inputs, reference
 from .allocator import POOLS, MiB
+from .cli_args import (
+    Parser,
+    UsageError,
+    add_command,
+    add_work_args,
+    bounded_int,
+    check_fits,
+    device_choice,
+    gib_amount,
+    max_split_list,
+    resolve_shape,
+)
 from .engines import ENGINES, check_engine
 from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
 from .registry import STRATEGIES, UNAVAILABLE, convert, strategies_markdown, update_markdown
 from .replay import WeightsDoNotFit, replay_load
-from .shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, catalog_shapes, spec_from_hf_config
+from .shapes import LayerShape, catalog_shapes
 from .timing import time_layer
 from .traffic import strategy_traffic
 from .units import format_bytes as _bytes
 from .units import format_seconds as _seconds
 from .wholemodel import DEVICE_EVENTS, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 
-__all__ = ["UsageError", "main", "resolve_shape"]
-
-
-class UsageError(Exception):
-    """Arguments that cannot work together; ``main`` prints it as a usage error (exit 2)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with every usage error on one line, ``PROG: error: MESSAGE`` (exit 2); the
-    usage block it would print first is what ``--help`` shows."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-# Argument types: argparse reports their ArgumentTypeError as "argument --X: MESSAGE", exit 2.
-
-
-def _bounded_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < minimum or (maximum is not None and value > maximum):
-            accepted = (
-                f"an integer >= {minimum}"
-                if maximum is None
-                else f"an integer from {minimum} to {maximum}"
-            )
-            raise argparse.ArgumentTypeError(f"{text!r} is not {accepted}")
-        return value
-
-    return parse
-
-
-def _gib(*, zero_ok: bool) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a finite number of GiB {'>= 0' if zero_ok else '> 0'} "
-                "(e.g. 139.5)"
-            )
-        return value
-
-    return parse
-
-
-def _strategy_names(text: str) -> list[str]:
-    """``all`` or ``NAME[,NAME...]`` of registered strategies."""
-    if text == "all":
-        return sorted(STRATEGIES)
-    names = text.split(",")
-    unknown = [name for name in names if name not in STRATEGIES]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown strategy {', '.join(map(repr, unknown))}; valid: all, or a comma-separated "
-            f"list of {', '.join(sorted(STRATEGIES))}"
-        )
-    return names
-
-
-def _device(*kinds: str) -> Callable[[str], str]:
-    """A torch device string of one of ``kinds`` that this machine has."""
-
-    def parse(text: str) -> str:
-        try:
-            device = torch.device(text)
-        except RuntimeError:
-            device = None
-        if device is None or device.type not in kinds:
-            raise argparse.ArgumentTypeError(f"{text!r}: give one of {', '.join(kinds)}")
-        if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA"
-            raise argparse.ArgumentTypeError(
-                f"{text!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
-                f"(torch {torch.__version__}, built with {build})"
-            )
-        return text
-
-    return parse
-
-
-def _max_splits(text: str) -> list[int | None]:
-    """``20,25,none`` -> ``[20, 25, None]`` (None: unlimited, PyTorch's default)."""
-    values: list[int | None] = []
-    for item in text.split(","):
-        if item.strip().lower() == "none":
-            values.append(None)
-        elif item.strip().isdigit() and int(item) >= 20:
-            values.append(int(item))
-        else:
-            raise argparse.ArgumentTypeError(
-                f"{item!r} is neither an integer >= 20 (PyTorch's smallest max_split_size_mb) "
-                "nor 'none'; e.g. 20,25,32,64,128,none"
-            )
-    return values
-
-
-# Rules across arguments: raise UsageError.
-
-
-def _model_spec(model: str) -> ModelSpec:
-    """The catalog entry named ``model``, or the geometry of the config.json at that path."""
-    if model in CATALOG:
-        return CATALOG[model]
-    if Path(model).exists():
-        try:
-            return spec_from_hf_config(model)
-        except ValueError as error:
-            raise UsageError(f"argument --model: {error}") from None
-    # Match Hugging Face ids too: "Qwen/Qwen3-30B-A3B" suggests qwen3-30b-a3b.
-    known = {
-        **{spec.hf_id.lower(): name for name, spec in CATALOG.items()},
-        **{name: name for name in CATALOG},
-    }
-    close = dict.fromkeys(
-        known[key] for key in difflib.get_close_matches(model.lower(), known, n=3, cutoff=0.6)
-    )
-    names = (
-        f"closest catalog names: {', '.join(close)}"
-        if close
-        else f"catalog names: {', '.join(CATALOG)}"
-    )
-    raise UsageError(
-        f"argument --model: {model!r} is no catalog name and no existing file or "
-        f"folder; {names}, or a path to a Hugging Face config.json"
-    )
-
-
-def resolve_shape(args: argparse.Namespace) -> LayerShape:
-    """The layer shape named by ``--model``/``--tp`` (catalog name or config.json path) or by
-    explicit ``--experts --hidden --intermediate``, with ``--experts`` limiting a model's experts.
-
-    An explicit shape is per rank already, so ``--tp`` is rejected with it (rather than
-    dividing ``--intermediate``, which would make the same numbers mean two shapes). Raises
-    ``UsageError`` for any combination that does not describe one shape that can be converted.
-    """
-    explicit = [
-        f"--{name}" for name in ("hidden", "intermediate") if getattr(args, name) is not None
-    ]
-    explicit += [] if args.gated else ["--no-gated"]
-    if args.model is not None:
-        if explicit:
-            raise UsageError(
-                f"{', '.join(explicit)}: for an explicit shape only; --model "
-                f"{args.model} has its own sizes: give one or the other"
-            )
-        spec = _model_spec(args.model)
-        if not spec.tp_sizes:
-            raise UsageError(f"argument --model: {args.model}: {spec.tp_sizes_text}")
-        if args.experts is not None and not 1 <= args.experts <= spec.experts:
-            raise UsageError(
-                f"argument --experts: {args.experts}: give 1 to {spec.experts} "
-                f"({spec.name} has {spec.experts} experts)"
-            )
-        try:
-            shape = spec.shape(1 if args.tp is None else args.tp)
-        except ValueError as error:
-            raise UsageError(f"argument --tp: {error}") from None
-        blame, fix = f"argument --tp: tp {shape.tp}: ", f" For {args.model}, {spec.tp_sizes_text}."
-    else:
-        if args.tp is not None:
-            raise UsageError(
-                f"argument --tp: --tp {args.tp} applies to --model only; with an "
-                "explicit shape, give the per-rank --intermediate (I / TP) instead"
-            )
-        missing = [
-            f"--{name}"
-            for name in ("experts", "hidden", "intermediate")
-            if getattr(args, name) is None
-        ]
-        if missing:
-            raise UsageError(
-                f"give --model NAME [--tp N], or all of --experts, --hidden, "
-                f"--intermediate (missing: {', '.join(missing)})"
-            )
-        if not 1 <= args.experts <= MAX_SIZE:
-            raise UsageError(f"argument --experts: {args.experts}: give 1 to {MAX_SIZE}")
-        shape = LayerShape(
-            "explicit", 1, args.experts, args.hidden, args.intermediate, 1, args.gated
-        )
-        blame, fix = "", ""
-    if args.experts is not None:
-        shape = shape.with_experts(args.experts)
-    error = shape.conversion_error
-    if error is not None:
-        raise UsageError(
-            f"{blame}{shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
-            f"cannot be converted: {error}{fix}"
-        )
-    return shape
-
-
-def _check_fits(shape: LayerShape, device: str, layers: int) -> None:
-    """``UsageError`` unless ``layers`` copies of the layer fit in ``device``'s total memory: a
-    lower bound (strategies' transients come on top), so that a shape that can never run fails
-    now rather than out of memory after minutes. Nothing to check on meta."""
-    kind = torch.device(device).type
-    if kind == "cpu":
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    elif kind == "cuda":
-        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
-    else:
-        return
-    need = layers * shape.layer_bytes
-    if need > total:
-        fits = shape.experts * total // need
-        raise UsageError(
-            f"{shape.label} with {shape.experts} experts needs at least {_bytes(need)} on {device} "
-            f"({layers} copies of the {_bytes(shape.layer_bytes)} layer), "
-            f"which has {_bytes(total)}: "
-            + (f"give --experts {fits} or fewer" if fits else "give a smaller shape")
-            + (", or a larger --tp" if shape.model != "explicit" else "")
-        )
-
-
-def _add_command(
-    sub: argparse._SubParsersAction,
-    name: str,
-    handler: Callable[[argparse.Namespace], int],
-    help: str,
-    aliases: tuple[str, ...] = (),
-) -> argparse.ArgumentParser:  # noqa: A002
-    parser = sub.add_parser(name, help=help, description=help, aliases=list(aliases))
-    parser.set_defaults(func=handler)
-    return parser
-
-
-def _add_work_args(parser: argparse.ArgumentParser) -> None:
-    """The shape, the strategies and --quiet: what every command that converts takes."""
-    parser.add_argument(
-        "--model", help=f"catalog name ({', '.join(CATALOG)}) or a config.json path"
-    )
-    parser.add_argument("--tp", type=int, help="tensor-parallel size, with --model (default 1)")
-    parser.add_argument(
-        "--experts", type=int, help="number of experts (1 to the model's E, to limit a model's)"
-    )
-    parser.add_argument(
-        "--hidden", type=_bounded_int(1, MAX_SIZE), help="hidden size H (explicit shape)"
-    )
-    parser.add_argument(
-        "--intermediate",
-        type=_bounded_int(1, MAX_SIZE),
-        help="intermediate size I per rank (explicit shape; no --tp)",
-    )
-    parser.add_argument(
-        "--no-gated",
-        dest="gated",
-        action="store_false",
-        help="non-gated activation (ReLU2), explicit shape: w13 is [E, I, H]",
-    )
-    parser.add_argument(
-        "--strategy", type=_strategy_names, default="all", help="NAME[,NAME...] or all (default)"
-    )
-    parser.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress bar (there is none either when stderr is not a terminal)",
-    )
+__all__ = ["main"]
 
 
 def _progress(steps: int, args: argparse.Namespace, desc: str) -> tqdm:
@@ -359,7 +105,7 @@ def cmd_strategies(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     shape = resolve_shape(args)
-    _check_fits(shape, args.device, 3)  # the input, the expected output, a clone converted
+    check_fits(shape, args.device, 3)  # the input, the expected output, a clone converted
     if reference.AVAILABLE:
         oracle_name = "FlashInfer's helpers"
 
@@ -510,7 +256,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         )
     # the layer, the copy_ destination, and the pristine copy that restores an in-place input
     inplace = any(STRATEGIES[name].inplace for name in args.strategy)
-    _check_fits(shape, args.device, 3 if inplace else 2)
+    check_fits(shape, args.device, 3 if inplace else 2)
     if not args.json:
         print(
             f"measure {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
@@ -664,12 +410,12 @@ def cmd_engines(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m moe_convert", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m moe_convert", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    _add_command(sub, "shapes", cmd_shapes, "print the model-shape catalog")
+    add_command(sub, "shapes", cmd_shapes, "print the model-shape catalog")
 
-    p = _add_command(
+    p = add_command(
         sub,
         "strategies",
         cmd_strategies,
@@ -684,40 +430,40 @@ def main(argv: list[str] | None = None) -> int:
         help="rewrite the table between the markers of FILE (docs/library.md)",
     )
 
-    p = _add_command(
+    p = add_command(
         sub, "verify", cmd_verify, "check every strategy byte for byte against FlashInfer's helpers"
     )
-    _add_work_args(p)
+    add_work_args(p)
     p.add_argument(
-        "--device", type=_device("cpu", "cuda"), default="cpu", help="cpu (default) or cuda"
+        "--device", type=device_choice("cpu", "cuda"), default="cpu", help="cpu (default) or cuda"
     )
-    p.add_argument("--seed", type=_bounded_int(0, 2**63 - 1), default=0)
+    p.add_argument("--seed", type=bounded_int(0, 2**63 - 1), default=0)
 
-    p = _add_command(
+    p = add_command(
         sub,
         "measure",
         cmd_measure,
         "peak transient memory, time against a same-size copy_, whole-model time",
     )
-    _add_work_args(p)
+    add_work_args(p)
     p.add_argument(
         "--device",
-        type=_device("meta", "cpu", "cuda"),
+        type=device_choice("meta", "cpu", "cuda"),
         default="meta",
         help="meta (memory only, full size for free), cpu or cuda",
     )
     p.add_argument(
-        "--repeats", type=_bounded_int(1), default=5, help="timed calls per strategy (default 5)"
+        "--repeats", type=bounded_int(1), default=5, help="timed calls per strategy (default 5)"
     )
     p.add_argument(
         "--threads",
-        type=_bounded_int(1),
+        type=bounded_int(1),
         help="CPU threads (default: all cores; 1 is "
         "steadier on a shared machine, where a descheduled OpenMP thread stalls the others)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per strategy per line")
 
-    p = _add_command(
+    p = add_command(
         sub,
         "replay",
         cmd_replay,
@@ -726,24 +472,24 @@ def main(argv: list[str] | None = None) -> int:
         "per layer, cudaMalloc/cudaFree calls and retries",
         aliases=("simulate",),
     )
-    _add_work_args(p)
+    add_work_args(p)
     p.add_argument(
         "--max-split-mb",
-        type=_max_splits,
+        type=max_split_list,
         default=str(VLLM_LOAD_MAX_SPLIT_MB),
         help="max_split_size_mb values, comma-separated, 'none' = unlimited "
         f"(default {VLLM_LOAD_MAX_SPLIT_MB}: what vLLM sets while loading)",
     )
     p.add_argument(
         "--device-gib",
-        type=_gib(zero_ok=False),
+        type=gib_amount(zero_ok=False),
         required=True,
         help="GiB the device lends to PyTorch during the load "
         "(vLLM PR #45589's reproduction on a 141 GB GPU: 139.5)",
     )
     p.add_argument(
         "--other-weights-gib",
-        type=_gib(zero_ok=True),
+        type=gib_amount(zero_ok=True),
         default=0.0,
         help="the model's non-MoE weights per rank, GiB (default 0; Qwen3-235B TP4: 3.86)",
     )
@@ -762,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         help="one JSON object per strategy x max-split value per line",
     )
 
-    p = _add_command(
+    p = add_command(
         sub,
         "engines",
         cmd_engines,
@@ -770,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         "byte-identical to FlashInfer's helpers or not (exit 1 if not)",
     )
     p.add_argument(
-        "--device", type=_device("cpu", "cuda"), default="cpu", help="cpu (default) or cuda"
+        "--device", type=device_choice("cpu", "cuda"), default="cpu", help="cpu (default) or cuda"
     )
 
     args = parser.parse_args(argv)
