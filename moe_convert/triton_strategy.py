@@ -2,7 +2,8 @@
 
 Registers ``triton`` (out of place) and ``triton_inplace`` where Triton is installed and can
 run: on a CUDA GPU, or anywhere under Triton's interpreter (``TRITON_INTERPRET=1``, CPU tensors,
-used by the tests). Elsewhere ``UNAVAILABLE_REASON`` says why they are missing.
+used by the tests). Elsewhere ``UNAVAILABLE_REASON`` says why they are missing. The word size,
+the launch helper and ``AVAILABLE`` serve ``cycle_strategy``'s kernel too.
 
 The kernel is wrapped in a custom op, ``torch.ops.moe_convert.triton_block_layout(src,
 interleave, out=dst)``, with a fake implementation, so the dispatch-level counters (``memory``,
@@ -45,7 +46,8 @@ def _unavailable_reason() -> str | None:
     return None
 
 
-#: why ``triton`` and ``triton_inplace`` are not registered here, or ``None`` when they are.
+#: why the Triton strategies (``triton``, ``triton_inplace``, ``cycle_inplace``) are not
+#: registered here, or ``None`` when they are.
 UNAVAILABLE_REASON = _unavailable_reason()
 AVAILABLE = UNAVAILABLE_REASON is None
 
