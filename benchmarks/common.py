@@ -69,7 +69,14 @@ SHAPES = (
 #: registers, so where some are installed and others not (an SGLang box without vLLM) the two
 #: dicts no longer tell which came first. tests/test_asv_suite.py checks that these are exactly
 #: the records with ``needs``, registered here or not.
-OPTIONAL_STRATEGIES = ("flashinfer", "triton", "triton_inplace", "vllm", "sglang-installed")
+OPTIONAL_STRATEGIES = (
+    "flashinfer",
+    "triton",
+    "triton_inplace",
+    "vllm",
+    "sglang-installed",
+    "cycle_inplace",
+)
 
 #: Every strategy that needs nothing more (registered everywhere), in registry order, then the
 #: optional ones (registered here or not), so the order too is the same on every machine.

@@ -9,6 +9,7 @@ scale factors, biases) with the ``QUANT_STRATEGIES`` of its format (``quant_form
 """
 
 from . import (  # noqa: F401 (imported for their registrations, not their names)
+    cycle_strategy,  # registers "cycle_inplace" where Triton can run
     engines,  # registers "vllm", "sglang-installed" where the engines are installed
     flashinfer_strategy,  # registers "flashinfer" where FlashInfer is installed
     quant_strategies,  # registers "<format>-preallocated", "-inplace", "-fast"

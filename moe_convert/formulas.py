@@ -4,7 +4,9 @@ Legend (``LEGEND``, each a size of a ``LayerShape``): E experts; T13, T2 bytes o
 w2 tensor; S13, S2 bytes of one expert of each; X13 = 8 M13, X2 = 8 H bytes of one int64 row
 index of w13, w2 (M13 rows of one w13 expert); MiB = 2^20. The quantized formats
 (``moe_convert.quant_formats``) add F13, F2, the bytes of the whole w13, w2 scale-factor tensor,
-and B13, B2, of the whole float32 w13, w2 bias (all 0 for BF16).
+and B13, B2, of the whole float32 w13, w2 bias (all 0 for BF16). N13, N2 count the segments of one
+expert's 128-byte cell cycles (``moe_convert.cycles``), which the cycle-walking strategy saves
+the first cell of.
 
 A formula is text in these letters, as a reader writes it: ``3 T13 + 2 T2``,
 ``max(S13, S2, 10 MiB)``, ``2 (T13 + T2) + E (X13 + X2)``. A space between two terms multiplies;
@@ -22,6 +24,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .cycles import segment_count
 from .shapes import LayerShape
 
 __all__ = ["LEGEND", "Formula", "Symbol", "sizes"]
@@ -47,6 +50,14 @@ LEGEND: dict[str, Symbol] = {
     "F2": Symbol("bytes of the whole w2 scale-factor tensor", lambda s: s.w2_scale_bytes),
     "B13": Symbol("bytes of the whole float32 w13 bias", lambda s: s.w13_bias_bytes),
     "B2": Symbol("bytes of the whole float32 w2 bias", lambda s: s.w2_bias_bytes),
+    "N13": Symbol(
+        "segments of one w13 expert's cell cycles (moe_convert.cycles)",
+        lambda s: segment_count(s.w13_shape[1], s.hidden, s.gated),
+    ),
+    "N2": Symbol(
+        "segments of one w2 expert's cell cycles",
+        lambda s: segment_count(s.hidden, s.intermediate, False),
+    ),
     "MiB": Symbol("2^20 bytes", lambda s: 2**20),
 }
 
@@ -67,24 +78,25 @@ def sizes(shape: LayerShape) -> dict[str, int]:
 
 
 @functools.cache
-def _compile(text: str) -> Callable[[dict[str, int]], int]:
-    """``text`` as a function of the legend's values; ``ValueError`` naming what is not allowed."""
+def _compile(text: str) -> Callable[[LayerShape], int]:
+    """``text`` as a function of a shape; ``ValueError`` naming what is not allowed. Only the
+    letters ``text`` uses are computed (N13 and N2 walk a permutation's cycles)."""
     try:
         tree = ast.parse(_JUXTAPOSED.sub(" * ", text.strip()), mode="eval").body
     except SyntaxError as error:
         raise ValueError(f"formula {text!r} does not parse: {error.msg}") from None
 
-    def build(node: ast.AST) -> Callable[[dict[str, int]], int]:
+    def build(node: ast.AST) -> Callable[[LayerShape], int]:
         if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
             op, left, right = _OPERATORS[type(node.op)], build(node.left), build(node.right)
-            return lambda values: op(left(values), right(values))
+            return lambda shape: op(left(shape), right(shape))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             operand = build(node.operand)
-            return lambda values: -operand(values)
+            return lambda shape: -operand(shape)
         if isinstance(node, ast.Constant) and type(node.value) is int:
-            return lambda values, number=node.value: number
+            return lambda shape, number=node.value: number
         if isinstance(node, ast.Name) and node.id in LEGEND:
-            return lambda values, letter=node.id: values[letter]
+            return lambda shape, symbol=LEGEND[node.id]: symbol.value(shape)
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
@@ -93,7 +105,7 @@ def _compile(text: str) -> Callable[[dict[str, int]], int]:
             and not node.keywords
         ):
             function, args = _FUNCTIONS[node.func.id], [build(arg) for arg in node.args]
-            return lambda values: function(*(arg(values) for arg in args))
+            return lambda shape: function(*(arg(shape) for arg in args))
         raise ValueError(
             f"formula {text!r}: {ast.unparse(node)!r} is not allowed; use integers, the letters "
             f"{', '.join(LEGEND)}, + - * // (a space multiplies), parentheses, "
@@ -125,7 +137,7 @@ class Formula:
 
     def evaluate(self, shape: LayerShape) -> int:
         """The figure for ``shape`` (its ``gated`` picks the text)."""
-        return _compile(self.text(gated=shape.gated))(sizes(shape))
+        return _compile(self.text(gated=shape.gated))(shape)
 
     def describe(self, quote: str = "") -> str:
         """The formula as a reader writes it, each text between ``quote`` (markdown: a backtick),

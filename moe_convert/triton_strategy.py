@@ -2,7 +2,8 @@
 
 Registers ``triton`` (out of place) and ``triton_inplace`` where Triton is installed and can
 run: on a CUDA GPU, or anywhere under Triton's interpreter (``TRITON_INTERPRET=1``, CPU tensors,
-used by the tests). Elsewhere ``UNAVAILABLE_REASON`` says why they are missing.
+used by the tests). Elsewhere ``UNAVAILABLE_REASON`` says why they are missing. The word size,
+the launch helper and ``AVAILABLE`` serve ``cycle_strategy``'s kernel too.
 
 The kernel is wrapped in a custom op, ``torch.ops.moe_convert.triton_block_layout(src,
 interleave, out=dst)``, with a fake implementation, so the dispatch-level counters (``memory``,
@@ -23,7 +24,9 @@ from __future__ import annotations
 import functools
 import gc
 import importlib.util
+import operator
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -43,14 +46,21 @@ def _unavailable_reason() -> str | None:
     return None
 
 
-#: why ``triton`` and ``triton_inplace`` are not registered here, or ``None`` when they are.
+#: why the Triton strategies (``triton``, ``triton_inplace``, ``cycle_inplace``) are not
+#: registered here, or ``None`` when they are.
 UNAVAILABLE_REASON = _unavailable_reason()
 AVAILABLE = UNAVAILABLE_REASON is None
 
-# The kernel moves words of the widest of these that both tensors' addresses are aligned to:
-# int32 normally (a 128-byte K block is 32 of them), narrower for a weight that starts off a
+# The kernels move words of the widest of these that all their tensors' addresses are aligned
+# to: int32 normally (a 128-byte K block is 32 of them), narrower for a weight that starts off a
 # 4-byte boundary (a view into a larger buffer).
 _WORD_DTYPES = (torch.int32, torch.int16, torch.uint8)
+
+
+def word_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """The widest of int32, int16, uint8 that every tensor's address is a multiple of."""
+    address = functools.reduce(operator.or_, (tensor.data_ptr() for tensor in tensors))
+    return next(dtype for dtype in _WORD_DTYPES if address % dtype.itemsize == 0)
 
 
 @functools.cache
@@ -90,12 +100,33 @@ def _kernel():
     return block_layout_kernel
 
 
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+#: Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``): on CPU tensors, one program
+#: after another.
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 #: Most rows per program: 128 rows x 128 bytes = 16 KiB per program on a GPU; the interpreter
 #: runs programs one after another, each as NumPy array operations, so there fewer, larger tiles
 #: are much faster (same kernel, same index math).
-_MAX_TILE_ROWS = 1024 if _INTERPRETED else 128
+_MAX_TILE_ROWS = 1024 if INTERPRETED else 128
 _NUM_WARPS = 4
+
+
+def run_launch(launch: Callable[[], object]) -> None:
+    """Call ``launch`` (a Triton kernel bound to its grid and arguments); under the interpreter,
+    free what it leaves in reference cycles right away."""
+    if not INTERPRETED:
+        launch()
+        return
+    # Triton 3.9's interpreter keeps its argument tensors in self-referencing closures
+    # (GridExecutor._init_args_hst): a reference cycle that would keep a released output alive
+    # until some later garbage collection, and memory counters would miss its free. With
+    # automatic collection off during the launch the cycle is still in generation 0 afterwards,
+    # and collecting that generation alone frees it (cheap, unlike a full collection).
+    gc.disable()
+    try:
+        launch()
+    finally:
+        gc.enable()
+        gc.collect(0)
 
 
 def _tile_rows(rows: int) -> int:
@@ -125,9 +156,7 @@ def _triton_block_layout(src: torch.Tensor, interleave: bool, *, out: torch.Tens
     experts, rows, cols = src.shape
     row_bytes = cols * src.element_size()
     nblocks = row_bytes // BLOCK_K
-    word = next(
-        dtype for dtype in _WORD_DTYPES if (src.data_ptr() | out.data_ptr()) % dtype.itemsize == 0
-    )
+    word = word_dtype(src, out)
     grid = (experts * nblocks * (rows // _tile_rows(rows)),)
     launch = functools.partial(
         _kernel()[grid],
@@ -141,20 +170,7 @@ def _triton_block_layout(src: torch.Tensor, interleave: bool, *, out: torch.Tens
         WORDS=BLOCK_K // word.itemsize,
         num_warps=_NUM_WARPS,
     )
-    if not _INTERPRETED:
-        launch()
-        return
-    # Triton 3.9's interpreter keeps its argument tensors in self-referencing closures
-    # (GridExecutor._init_args_hst): a reference cycle that would keep a released output alive
-    # until some later garbage collection, and memory counters would miss its free. With
-    # automatic collection off during the launch the cycle is still in generation 0 afterwards,
-    # and collecting that generation alone frees it (cheap, unlike a full collection).
-    gc.disable()
-    try:
-        launch()
-    finally:
-        gc.enable()
-        gc.collect(0)
+    run_launch(launch)
 
 
 @torch.library.register_fake(_OP)
@@ -165,14 +181,15 @@ def _triton_block_layout_fake(src: torch.Tensor, interleave: bool, *, out: torch
 triton_block_layout = getattr(torch.ops, _OP.partition("::")[0]).triton_block_layout
 
 
-_NEEDS = "Triton, on a CUDA GPU (or `TRITON_INTERPRET=1`)"
+#: What the Triton strategies need (their records' ``needs``).
+NEEDS = "Triton, on a CUDA GPU (or `TRITON_INTERPRET=1`)"
 
 
 @register(
     "triton",
     inplace=False,
     origin="ours",
-    needs=_NEEDS,
+    needs=NEEDS,
     available=AVAILABLE,
     peak=Formula("T13 + T2"),
     traffic=Formula("2 (T13 + T2)"),
@@ -206,7 +223,7 @@ _SCRATCH_BYTES = max(16 * 2**20, K_MIN_LARGE_ALLOC)
     "triton_inplace",
     inplace=True,
     origin="ours",
-    needs=_NEEDS,
+    needs=NEEDS,
     available=AVAILABLE,
     peak=Formula("max(S13, S2, 16 MiB)"),
     traffic=Formula("4 (T13 + T2)"),

@@ -52,6 +52,7 @@ STRATEGY_AXIS = (
     "triton_inplace",
     "vllm",
     "sglang-installed",
+    "cycle_inplace",
 )
 
 

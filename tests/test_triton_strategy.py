@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from moe_convert import convert, layer_shape, triton_strategy
+from moe_convert import LayerShape, convert, cycles, layer_shape, triton_strategy
 from moe_convert.inputs import layer_weights
 
 pytestmark = pytest.mark.skipif(
@@ -40,7 +40,8 @@ def data_ops(strategy: str, shape) -> list[str]:
     w13, w2 = layer_weights(shape, "meta")
     with OpLog() as log:
         convert(w13, w2, strategy=strategy, gated=shape.gated)
-    return [op for op in log.ops if op in ("triton_block_layout", "copy_")]
+    moving = ("triton_block_layout", "cycle_walk", "copy_", "index_select")
+    return [op for op in log.ops if op in moving]
 
 
 def test_out_of_place_is_one_launch_per_weight_at_full_size():
@@ -57,13 +58,43 @@ def test_in_place_launches_a_copy_and_a_kernel_per_group_of_experts(model, tp):
     assert data_ops("triton_inplace", shape) == ["copy_", "triton_block_layout"] * groups
 
 
+@pytest.mark.parametrize("model, tp", [("qwen3-235b-a22b", 4), ("deepseek-v3", 4)])
+def test_cycles_save_the_starts_then_walk_once_per_weight(model, tp):
+    log = data_ops("cycle_inplace", layer_shape(model, tp))
+    assert log == ["index_select", "cycle_walk"] * 2
+
+
+def _without_caches() -> None:
+    cycles._segments.cache_clear()
+    cycles.segment_table.cache_clear()
+
+
+@pytest.mark.parametrize("length", [1, 3, 16])
+@pytest.mark.parametrize("gated", [True, False])
+def test_cycles_cut_into_short_segments_give_the_same_bytes(monkeypatch, length, gated):
+    # every cycle cut into many segments (1 cell: every cell saved first), with short tails
+    shape = LayerShape("short-segments", 1, 2, 256, 192, 1, gated=gated)
+    w13, w2 = layer_weights(shape, "cpu")
+    want = convert(w13.clone(), w2.clone(), strategy="strided_copy", gated=gated)
+    monkeypatch.setattr(cycles, "SEGMENT_CELLS", length)
+    _without_caches()
+    try:
+        got = convert(w13, w2, strategy="cycle_inplace", gated=gated)
+        assert cycles.segment_table(256, 192, False).shape[0] == length + 1
+    finally:
+        _without_caches()
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g.view(torch.uint8), w.view(torch.uint8))
+
+
 def test_not_registered_without_a_gpu_or_the_interpreter_and_says_why():
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the strategies register")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = (
         "import moe_convert; from moe_convert import triton_strategy as t; "
-        "print(sorted(n for n in moe_convert.STRATEGIES if 'triton' in n)); "
+        "print(sorted(n for n in moe_convert.STRATEGIES if moe_convert.STRATEGIES[n].needs"
+        " == t.NEEDS)); "
         "print(t.UNAVAILABLE_REASON)"
     )
     out = subprocess.run(
