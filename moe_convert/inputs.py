@@ -4,10 +4,10 @@ Legend: E experts, M13 rows of w13 (2I gated, I not), H hidden, I intermediate p
 weight bf16, checkpoint layout (w13 ``[E, M13, H]``, w2 ``[E, H, I]``).
 
 Every measurement (``memory``, ``timing``, ``traffic``), the sleep-mode load (``replay``,
-``wholemodel``), the asv suite, ``scripts/gpu_check.py``, the CLI and the tests take their
-weights from here, so "a fresh layer" means one thing everywhere: ``layer_weights`` (on ``meta``
-sizes without memory, elsewhere ``random_weights``), with the strategy's index caches warmed by
-``warm_strategy`` before anything is measured.
+``wholemodel``), the asv suite, ``moe_bench.gpucheck`` (scripts/gpu-check), the CLI and the
+tests take their weights from here, so "a fresh layer" means one thing everywhere:
+``layer_weights`` (on ``meta`` sizes without memory, elsewhere ``random_weights``), with the
+strategy's index caches warmed by ``warm_strategy`` before anything is measured.
 """
 
 from __future__ import annotations

@@ -160,7 +160,7 @@ class LayerTiming:
     """One layer's conversion timed interleaved with a same-size ``copy_``: every time figure.
 
     The one measurement of a (shape, strategy) that the suite, the CLI's ``measure`` and
-    ``scripts/gpu_check.py`` take: the time of one layer (``seconds``), its ratio to the copy
+    ``moe_bench.gpucheck`` take: the time of one layer (``seconds``), its ratio to the copy
     (``copy_ratio``) and the whole-model seconds (``whole_model_seconds``) all derive from these
     samples. Seconds raw; statistics derived.
     """

@@ -1,10 +1,9 @@
 """Human units for the figures the library prints: bytes in binary units, seconds as s/ms/us.
 
 Figures are kept in bytes and seconds; these only format them (``python -m moe_convert``'s
-tables and messages, scripts/gpu_check.py's report). One formatter per layer: ``moe_bench``
-formats asv results with its own ``moe_bench.units.human``, because ``moe_convert`` never imports
-``moe_bench`` and ``moe_bench`` never imports ``moe_convert`` (it runs where the library is not
-built); the two agree on binary units.
+tables and messages, gpu-check's report ``moe_bench.gpucheck.report``). ``moe_bench`` formats
+asv results with its own ``moe_bench.units.human``: ``moe_convert`` never imports ``moe_bench``,
+and ``moe_bench`` reads results without importing torch; the two agree on binary units.
 """
 
 from __future__ import annotations

@@ -74,14 +74,13 @@ def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interle
     # rejects CPU tensors (its rows fail, saying why), every strategy matches its -legacy.
     import torch
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import gpu_check
+    from moe_bench.gpucheck import exact, plan
 
-    monkeypatch.setattr(gpu_check, "_cuda_device", lambda: torch.device("cpu"))
-    monkeypatch.setattr(gpu_check, "QUANT_CHECK_EXPERTS", 1)
-    monkeypatch.setattr(gpu_check, "SWIZZLE_CHECK_SHAPES", ((128, 4),))
-    assert gpu_check._quantized_exact(dry_run=True) == []
-    rows = gpu_check._quantized_exact(dry_run=False)
+    monkeypatch.setattr(plan, "cuda_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(plan, "QUANT_CHECK_EXPERTS", 1)
+    monkeypatch.setattr(plan, "SWIZZLE_CHECK_SHAPES", ((128, 4),))
+    assert exact._quantized_exact(dry_run=True) == []
+    rows = exact._quantized_exact(dry_run=False)
     strategies = [row["strategy"] for row in rows if row["strategy"] in QUANT_STRATEGIES]
     assert sorted(strategies) == sorted(QUANT_STRATEGIES)
     assert all(row["exact"] for row in rows if row["strategy"] in QUANT_STRATEGIES)

@@ -3,7 +3,6 @@ that fails or runs out of time reported while the next one runs, and the targets
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,42 +11,40 @@ from pathlib import Path
 
 import pytest
 
+from moe_bench.gpucheck import exact, load, memory, plan, report
+from moe_bench.gpucheck.__main__ import main, plan_lines
 from moe_convert import STRATEGIES
 from moe_convert.shapes import shape_from_label
 from moe_convert.wholemodel import PR45589_SHAPE
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-gpu_check = importlib.util.module_from_spec(_spec)
-sys.modules["gpu_check"] = gpu_check  # dataclasses look their module up there
-_spec.loader.exec_module(gpu_check)
 
 
 @pytest.fixture
 def small(monkeypatch):
     """Every shape label resolves to its per-expert geometry with 2 experts, loads to 3 layers."""
-    monkeypatch.setattr(gpu_check, "_shape", lambda label: shape_from_label(label).with_experts(2))
-    monkeypatch.setattr(gpu_check, "ALLOCATOR_LAYERS", 3)
+    monkeypatch.setattr(plan, "shape", lambda label: shape_from_label(label).with_experts(2))
+    monkeypatch.setattr(plan, "ALLOCATOR_LAYERS", 3)
 
 
 def test_plan_lists_every_step_within_the_wall_budget():
-    lines = gpu_check.plan_lines(dry_run=True)
-    for step in gpu_check.STEPS:
+    lines = plan_lines(dry_run=True)
+    for step in plan.STEPS:
         assert any(step.name in line and f"{step.budget_s} s" in line for line in lines)
-    assert sum(step.budget_s for step in gpu_check.STEPS) <= gpu_check.WALL_BUDGET_S <= 6 * 60
+    assert sum(step.budget_s for step in plan.STEPS) <= plan.WALL_BUDGET_S <= 6 * 60
 
 
 def test_dry_run_exact_computes_the_cpu_reference_only(small):
-    findings = gpu_check.step_exact(dry_run=True)
+    findings = exact.step_exact(dry_run=True)
     assert findings["ok"]
-    assert [row["shape"] for row in findings["rows"]] == list(gpu_check.CHECK_SHAPES)
+    assert [row["shape"] for row in findings["rows"]] == list(plan.CHECK_SHAPES)
     assert all(row["exact"] is None for row in findings["rows"])
 
 
 def test_dry_run_memory_gives_formula_and_model_for_every_strategy(small):
-    rows = gpu_check.step_memory(dry_run=True)["rows"]
+    rows = memory.step_memory(dry_run=True)["rows"]
     assert {(r["shape"], r["strategy"]) for r in rows} == {
-        (label, name) for label in gpu_check.CHECK_SHAPES for name in STRATEGIES
+        (label, name) for label in plan.CHECK_SHAPES for name in STRATEGIES
     }
     for row in rows:  # the model reserves whole segments, multiples of 2 MiB
         assert row["dispatch_peak_bytes"] > 0
@@ -56,7 +53,7 @@ def test_dry_run_memory_gives_formula_and_model_for_every_strategy(small):
 
 
 def test_dry_run_allocator_replays_the_model_per_layer(small):
-    rows = gpu_check.step_allocator(dry_run=True)["rows"]
+    rows = memory.step_allocator(dry_run=True)["rows"]
     assert [row["strategy"] for row in rows] == list(STRATEGIES)
     for row in rows:
         assert len(row["model_reserved_after_layer"]) == 3
@@ -64,17 +61,17 @@ def test_dry_run_allocator_replays_the_model_per_layer(small):
 
 
 def test_the_load_step_loads_vllm_45589s_rank():
-    assert gpu_check.LOAD_SHAPE == PR45589_SHAPE
+    assert plan.LOAD_SHAPE == PR45589_SHAPE
 
 
 def test_dry_run_load_replays_every_configuration(monkeypatch):
-    monkeypatch.setattr(gpu_check, "LOAD_STRATEGIES", ("preallocated", "inplace", "no-such"))
-    findings = gpu_check.step_load(dry_run=True)
+    monkeypatch.setattr(plan, "LOAD_STRATEGIES", ("preallocated", "inplace", "no-such"))
+    findings = load.step_load(dry_run=True)
     assert findings["ok"] and findings["events"] is None
     rows = findings["rows"]
     assert [(r["strategy"], r["max_split_mb"], r["pool"]) for r in rows] == [
         (name, max_split, pool)
-        for max_split, pool in gpu_check.LOAD_CONFIGS
+        for max_split, pool in plan.LOAD_CONFIGS
         for name in ("preallocated", "inplace")
     ]
     for row in rows:  # full size, replayed only: no run, no prediction without costs
@@ -113,7 +110,7 @@ def test_load_report_states_the_ratio_against_vllm_45589():
             {"strategy": "triton", "max_split_mb": 20, "pool": "default", "error": "boom"},
         ],
     }
-    text = "\n".join(gpu_check.load_lines(step))
+    text = "\n".join(report.load_lines(step))
     assert "| legacy | 20 | default | 9.000 s | 9.900 s | 6113/6113 |" in text
     assert "max_split_size_mb 20: 4.50x (vLLM #45589: 4.5x at 20; target at 20: >= 3.4x)" in text
     assert "max_split_size_mb None: 1.30x" in text
@@ -133,7 +130,7 @@ def test_costs_record_takes_step_4s_costs_and_the_timed_layers():
             {"step": "timing", "rows": [_timing_row("deepseek-v3/tp8", "triton", 1.07, 1.4e-3)]},
         ],
     }
-    record = gpu_check.costs_record(summary)
+    record = report.costs_record(summary)
     assert (record.device, record.commit, record.events.cuda_free_seconds) == (
         "NVIDIA H200",
         "abcdef0",
@@ -141,10 +138,10 @@ def test_costs_record_takes_step_4s_costs_and_the_timed_layers():
     )
     assert record.layer_seconds == {
         "deepseek-v3/tp8": {"triton": 1.4e-3},
-        gpu_check.LOAD_SHAPE: {"legacy": 0.0097},
+        plan.LOAD_SHAPE: {"legacy": 0.0097},
     }
     summary["steps"][0] = {"step": "load", "events": None}  # a dry run
-    assert gpu_check.costs_record(summary) is None
+    assert report.costs_record(summary) is None
 
 
 def _timing_row(shape: str, strategy: str, ratio: float, seconds: float) -> dict:
@@ -161,34 +158,34 @@ def _timing_row(shape: str, strategy: str, ratio: float, seconds: float) -> dict
 
 
 def test_targets_take_the_best_strategy_of_each_kind():
-    shape = gpu_check.LOAD_SHAPE
+    shape = plan.LOAD_SHAPE
     rows = [
-        _timing_row(shape, "strided_copy", 1.3, 7e-4),
+        _timing_row(shape, "strided_copy", 1.12, 7e-4),
         _timing_row(shape, "legacy", 9.0, 5e-3),
         _timing_row(shape, "strided_inplace", 1.5, 6e-4),
         {"shape": shape, "strategy": "batched", "error": "RuntimeError: boom"},
     ]
-    lines = gpu_check.target_lines(rows)
+    lines = report.target_lines(rows)
     assert any(
-        "out of place: `strided_copy` x1.300 copy (target <= 1.25: NOT met)" in line
+        "out of place: `strided_copy` x1.120 copy (target <= 1.1: NOT met)" in line
         for line in lines
     )
     assert any(
-        "in place: `strided_inplace` x1.500 copy (target <= 1.6: met)" in line for line in lines
+        "in place: `strided_inplace` x1.500 copy (target <= 1.5: met)" in line for line in lines
     )
     assert any("`strided_inplace` 56.4 ms (target <= 60 ms: met)" in line for line in lines)
 
 
 def test_a_failed_or_timed_out_step_is_reported_and_the_next_one_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        gpu_check,
+        plan,
         "STEPS",
         (
-            gpu_check.Step("load", "whole-rank load", 1),  # importing torch alone takes longer
-            gpu_check.Step("asv", "asv", 60),
+            plan.Step("load", "whole-rank load", 1),  # importing torch alone takes longer
+            plan.Step("asv", "asv", 60),
         ),
     )
-    status = gpu_check.main([str(tmp_path), "--dry-run"])
+    status = main([str(tmp_path), "--dry-run"])
     summary = json.loads((tmp_path / "gpu-check.json").read_text())
     steps = {step["step"]: step for step in summary["steps"]}
     assert steps["load"]["status"] == "timed out after 1 s"
@@ -211,7 +208,7 @@ def test_dry_run_end_to_end(tmp_path):
         env=env,
     )
     summary = json.loads((tmp_path / "gpu-check.json").read_text())
-    assert [step["step"] for step in summary["steps"]] == [step.name for step in gpu_check.STEPS]
+    assert [step["step"] for step in summary["steps"]] == [step.name for step in plan.STEPS]
     failed = {s["step"]: s["status"] for s in summary["steps"] if s["status"] != "passed"}
     assert failed in ({}, {"asv": "failed"}), process.stdout[-3000:]  # asv: only in the bench extra
     assert "| exact: " in (tmp_path / "gpu-check.md").read_text()

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 from conftest import requires_cuda
-from test_gpu_check import gpu_check
 
+from moe_bench.gpucheck.__main__ import main as gpu_check_main
 from moe_convert import STRATEGIES, convert, layer_shape
 from moe_convert.inputs import layer_weights
 from moe_convert.nvtx import nvtx_range
@@ -77,5 +77,5 @@ def test_a_gpu_check_step_is_one_range_where_cuda_is(pushed, monkeypatch, tmp_pa
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     result = tmp_path / "timing.json"
     argv = ["--step", "timing", "--result", str(result), str(tmp_path), "--dry-run"]
-    assert gpu_check.main(argv) == 0
+    assert gpu_check_main(argv) == 0
     assert json.loads(result.read_text())["ok"] and pushed == expected

@@ -1,0 +1,107 @@
+"""Step 6, ``asv``: ``asv run -E existing:python3 --quick`` of one layer's time on the check
+shapes, published and zipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from . import plan
+
+
+def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    print("[asv] $ " + " ".join(cmd), flush=True)
+    return subprocess.run(cmd, cwd=plan.ROOT, text=True, **kwargs)
+
+
+#: Step 6's benchmark: the time of one layer (memory is exact and checked by steps 1-2, the copy
+#: ratio by step 5), on ``plan.CHECK_SHAPES`` only (asv matches ``name(param, ...)`` with the
+#: parameters' reprs). Each runs in a fresh interpreter (``spawn``: a forked child cannot use
+#: CUDA once its parent has touched it, and importing the suite asks torch whether CUDA is
+#: there), a few seconds each; ``LayerTime.setup_cache`` times the whole grid once first (step
+#: 5's work).
+ASV_BENCHMARKS = (
+    r"LayerTime\.track_layer_seconds\('("
+    + "|".join(label.replace(".", r"\.") for label in plan.CHECK_SHAPES)
+    + ")'"
+)
+
+
+def step_asv(dry_run: bool, out: Path) -> dict:
+    try:
+        import asv  # noqa: F401
+    except ImportError as error:
+        return {
+            "ok": False,
+            "error": f"asv is not importable ({error}): run scripts/gpu-wheels "
+            "here and carry .whl/",
+        }
+    if dry_run:
+        return {"ok": True, "asv": "importable", "benchmarks": ASV_BENCHMARKS}
+    commit = (
+        shutil.which("git")
+        and _run(["git", "rev-parse", "HEAD"], capture_output=True).stdout.strip()
+    )
+    if not commit:
+        return {"ok": False, "error": "not a git checkout: asv needs the commit (clone the tree)"}
+    if _run(["git", "rev-parse", "--verify", "-q", "main"], capture_output=True).returncode:
+        return {
+            "ok": False,
+            "error": "no branch main here: asv.conf.json's branches need it (in a "
+            "scratch clone: git branch main HEAD)",
+        }
+    machine = (
+        _run(
+            [sys.executable, "-m", "moe_bench", "machine", "--profile", "full"], capture_output=True
+        ).stdout.strip()
+        or "gpu-check"
+    )
+    # asv drops PYTHONPATH from the benchmarks' environment unless given as ASV_PYTHONPATH
+    env = dict(os.environ, ASV_PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    bench = [
+        sys.executable,
+        "-m",
+        "asv",
+        "run",
+        "-E",
+        f"existing:{sys.executable}",
+        "--quick",
+        "--launch-method",
+        "spawn",
+        "--show-stderr",
+        "--machine",
+        machine,
+        "--set-commit-hash",
+        commit,
+        "-b",
+        ASV_BENCHMARKS,
+    ]
+    # leave time to publish and zip inside the step's box
+    budget = next(step.budget_s for step in plan.STEPS if step.name == "asv") - 20
+    try:
+        returncode = _run(bench, env=env, timeout=budget).returncode
+    except subprocess.TimeoutExpired:
+        returncode = f"timed out after {budget} s"
+    _run([sys.executable, "-m", "asv", "publish"], env=env)
+    _run([sys.executable, "-m", "moe_bench", "dashboard", "offline", "html"], env=env)
+    archive = out / "asv.zip"
+    files = 0
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+        for folder in (plan.ROOT / "results" / machine, plan.ROOT / "html"):
+            for path in folder.rglob("*") if folder.exists() else ():
+                if path.is_file():
+                    zipped.write(path, path.relative_to(plan.ROOT))
+                    files += 1
+    return {
+        "ok": returncode == 0,
+        "returncode": returncode,
+        "machine": machine,
+        "commit": commit,
+        "archive": archive.name,
+        "archived_files": files,
+    }

@@ -1,0 +1,149 @@
+"""Step 1, ``exact``: every strategy on CUDA against the CPU result, byte for byte, then the
+quantized formats (the torch 128x4 swizzle against FlashInfer's ``block_scale_interleave``, every
+quantized strategy against its format's ``-legacy``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from . import plan
+
+
+def step_exact(dry_run: bool) -> dict:
+    import torch
+
+    from moe_convert import STRATEGIES, convert
+    from moe_convert.inputs import random_weights
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    rows = []
+    for label in plan.CHECK_SHAPES:
+        shape = plan.shape(label)
+        w13, w2 = random_weights(shape.w13_shape, shape.w2_shape, seed=1)
+        start = time.perf_counter()
+        ref13, ref2 = convert(w13, w2, strategy=plan.CPU_REFERENCE, gated=shape.gated)
+        cpu_s = time.perf_counter() - start
+        print(f"[exact] {label}: CPU reference ({plan.CPU_REFERENCE}) in {cpu_s:.1f} s", flush=True)
+        if dry_run:
+            plan.record(
+                rows,
+                {
+                    "shape": label,
+                    "strategy": f"{plan.CPU_REFERENCE} (cpu)",
+                    "cpu_reference_s": cpu_s,
+                    "exact": None,
+                },
+            )
+            continue
+        device = plan.cuda_device()
+        ref13, ref2 = ref13.to(device), ref2.to(device)
+        pristine13, pristine2 = w13.to(device), w2.to(device)
+        del w13, w2
+        for name in STRATEGIES:
+            try:
+                in13, in2 = (
+                    (pristine13.clone(), pristine2.clone())
+                    if STRATEGIES[name].inplace
+                    else (pristine13, pristine2)
+                )
+                out13, out2 = convert(in13, in2, strategy=name, gated=shape.gated)
+                torch.cuda.synchronize(device)
+                bad = int(
+                    (out13.view(torch.uint8) != ref13.view(torch.uint8)).sum()
+                    + (out2.view(torch.uint8) != ref2.view(torch.uint8)).sum()
+                )
+                plan.record(
+                    rows,
+                    {
+                        "shape": label,
+                        "strategy": name,
+                        "exact": bad == 0,
+                        "bytes_differing": bad,
+                        "cpu_reference_s": cpu_s,
+                    },
+                )
+                del in13, in2, out13, out2
+            except Exception as error:  # one strategy's failure must not hide the others'
+                plan.record(
+                    rows,
+                    {
+                        "shape": label,
+                        "strategy": name,
+                        "exact": False,
+                        "error": f"{type(error).__name__}: {error}",
+                    },
+                )
+            print(f"[exact] {label} {name}: {rows[-1].get('exact')}", flush=True)
+        del ref13, ref2, pristine13, pristine2
+        torch.cuda.empty_cache()
+    rows += _quantized_exact(dry_run)
+    ok = all(row["exact"] in (True, None) for row in rows)
+    return {"ok": ok, "rows": rows}
+
+
+def _layer_to(layer, device):
+    """A copy of the ``QuantLayer`` on ``device`` (strategies may write their input)."""
+    from moe_convert import QuantLayer
+
+    return QuantLayer(
+        *(None if t is None else t.to(device, copy=True) for t in vars(layer).values())
+    )
+
+
+def _quantized_exact(dry_run: bool) -> list[dict]:
+    """The quantized formats' part of step 1 (issue 18): ``swizzle.block_scale_interleave``
+    against FlashInfer's CUDA ``block_scale_interleave`` on FlashInfer's own test shapes, then
+    every quantized strategy on CUDA against its format's ``-legacy`` on CPU, for
+    ``plan.QUANT_CHECK_EXPERTS`` experts of each ``plan.QUANT_CHECK_SHAPES``. A row says where
+    FlashInfer is absent; the dry run computes nothing (the CPU tests check the same on CPU)."""
+    import torch
+
+    from moe_convert import QUANT_STRATEGIES, convert_quant, quant_layer_shape
+    from moe_convert.quant_layer import quant_layer_tensors
+    from moe_convert.swizzle import block_scale_interleave
+
+    if dry_run:
+        return []
+    rows: list[dict] = []
+    device = plan.cuda_device()
+    try:
+        from flashinfer import block_scale_interleave as flashinfer_interleave
+    except ImportError as error:
+        rows.append(
+            {
+                "shape": "128x4 swizzle",
+                "strategy": "FlashInfer block_scale_interleave",
+                "exact": None,
+                "error": f"FlashInfer absent, not compared ({error})",
+            }
+        )
+        flashinfer_interleave = None
+    for dims in plan.SWIZZLE_CHECK_SHAPES if flashinfer_interleave else ():
+        sf = torch.randint(0, 256, dims, dtype=torch.uint8, device=device)
+        try:
+            bad = int((block_scale_interleave(sf) != flashinfer_interleave(sf)).sum())
+            row = {"exact": bad == 0, "bytes_differing": bad}
+        except Exception as error:  # a wrong output size, an unsupported GPU
+            row = {"exact": False, "error": f"{type(error).__name__}: {error}"}
+        rows.append({"shape": f"scales {dims}", "strategy": "block_scale_interleave", **row})
+    for label in plan.QUANT_CHECK_SHAPES:
+        model, _, tp = label.rpartition("/tp")
+        shape = quant_layer_shape(model, int(tp)).with_experts(plan.QUANT_CHECK_EXPERTS)
+        layer = quant_layer_tensors(shape, "cpu")
+
+        want = convert_quant(_layer_to(layer, "cpu"), strategy=f"{shape.format}-legacy")
+        for name in (n for n, r in QUANT_STRATEGIES.items() if r.format == shape.format):
+            try:
+                got = convert_quant(_layer_to(layer, device), strategy=name)
+                bad = sum(
+                    int((getattr(got, f).cpu().view(torch.uint8) != t.view(torch.uint8)).sum())
+                    for f, t in want.tensors().items()
+                )
+                row = {"exact": bad == 0, "bytes_differing": bad}
+            except Exception as error:  # one strategy's failure must not hide the others'
+                row = {"exact": False, "error": f"{type(error).__name__}: {error}"}
+            rows.append({"shape": f"{label} (E {shape.experts})", "strategy": name, **row})
+            print(f"[exact] {label} {name}: {rows[-1]['exact']}", flush=True)
+    return rows
