@@ -14,7 +14,9 @@ before the quantized formats has no ``moe_convert.quant_registry``, and every ce
 
 from __future__ import annotations
 
-from moe_convert.wholemodel import VLLM_LOAD_MAX_SPLIT_MB
+import functools
+
+from moe_convert.wholemodel import DEVICE_141GB_BYTES, DEVICE_GB200_BYTES, VLLM_LOAD_MAX_SPLIT_MB
 
 from . import common
 
@@ -95,6 +97,12 @@ def _replay(label: str, kind: str):
     )
 
 
+def _rank_load(device_bytes: int, label: str, kind: str):
+    from moe_convert.quant_replay import quant_rank_load
+
+    return quant_rank_load(*_shape_and_strategy(label, kind), device_bytes)
+
+
 class QuantGrid:
     """Base of the quantized benchmarks: ``QUANT_SHAPES`` x ``QUANT_KINDS``, measured once per
     asv run in ``setup_cache``. No benchmark itself."""
@@ -165,3 +173,38 @@ class QuantSleepModeReplay(QuantGrid):
 
     def track_reserved_growth_per_layer_bytes(self, results: dict, shape: str, kind: str) -> int:
         return self.measured.reserved_growth_per_layer_bytes
+
+
+class _QuantRankLoad(QuantGrid, common.RankLoadFigures):
+    """The quantized rank's load as vLLM makes it (the default pool at ``max_split_size_mb`` 20,
+    ``moe_convert.quant_replay.quant_rank_load``) on one device: ``common.RankLoadFigures``'
+    figures, exact and gated, ``track_layers_lost_to_oom`` naming the OOM (its layer is the
+    rank's layers less those lost). One class per device (``wholemodel.LOAD_DEVICES``), a third
+    parameter would be a column moe_bench does not key results by; each writes its own
+    ``setup_cache`` (asv shares an inherited one)."""
+
+    version = "1"
+
+    def setup(self, loads: dict, shape: str, kind: str) -> None:
+        self.result = _cell(loads, shape, kind)
+
+
+class QuantRankLoadGB200(_QuantRankLoad):
+    """``_QuantRankLoad`` on a GB200: ``DEVICE_GB200_BYTES`` (184 GiB)."""
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(functools.partial(_rank_load, DEVICE_GB200_BYTES))
+
+    # 28 cells: 21 s wall on the shared 2-core machine at load 3.2 (the upstream paths' traces
+    # most of it; `QuantRankLoadGB200().setup_cache()`, timed).
+    setup_cache.timeout = 300.0
+
+
+class QuantRankLoadH200(_QuantRankLoad):
+    """``_QuantRankLoad`` on an H200: ``DEVICE_141GB_BYTES`` (139.5 GiB of its 141 GB)."""
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(functools.partial(_rank_load, DEVICE_141GB_BYTES))
+
+    # 28 cells: 24 s wall on the shared 2-core machine at load 3.7, timed as the GB200 one.
+    setup_cache.timeout = 300.0

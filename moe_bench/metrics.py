@@ -43,7 +43,9 @@ __all__ = [
     "PEAK_BYTES",
     "WHOLE_MODEL",
     "PAIRED_TIME",
+    "RANK_LOAD_FIGURES",
     "RANK_LOAD_REPLAY",
+    "QUANT_RANK_LOADS",
     "RANK_LOAD_TIME",
     "judge",
     "metric",
@@ -144,6 +146,20 @@ TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
 #: The whole rank's load: its replay's class (every figure exact) and the seconds run on CUDA.
 RANK_LOAD_REPLAY = "bench_allocator.RankLoadReplay"
 RANK_LOAD_TIME = "bench_allocator.RankLoadTime.track_load_seconds"
+#: A replayed rank load's figures and units (``benchmarks.common.RankLoadFigures``' methods).
+RANK_LOAD_FIGURES = (
+    ("num_device_alloc", "calls"),
+    ("num_device_free", "calls"),
+    ("num_device_alloc_failed", "calls"),
+    ("num_alloc_retries", "retries"),
+    ("peak_reserved_bytes", "bytes"),
+    ("layers_lost_to_oom", "layers"),
+)
+#: The quantized rank's load replayed on each of ``moe_convert.wholemodel.LOAD_DEVICES``.
+QUANT_RANK_LOADS = {
+    "GB200": "bench_quant.QuantRankLoadGB200",
+    "H200": "bench_quant.QuantRankLoadH200",
+}
 #: The paired A/B result's row in the PR verdict (not an asv benchmark: ``benchmarks.paired``).
 PAIRED_TIME = "paired.time_ratio"
 
@@ -203,17 +219,12 @@ _TABLE = [
         EXACT,
         "bytes",
     ),
-    # The whole rank's load (bench_allocator): driver calls replayed (exact), seconds run on CUDA.
+    # The whole rank's load (bench_allocator, and bench_quant per device): driver calls replayed
+    # (exact), seconds run on CUDA.
     *(
-        Metric(f"{RANK_LOAD_REPLAY}.track_{event}", unit, True, EXACT, unit)
-        for event, unit in (
-            ("num_device_alloc", "calls"),
-            ("num_device_free", "calls"),
-            ("num_device_alloc_failed", "calls"),
-            ("num_alloc_retries", "retries"),
-            ("peak_reserved_bytes", "bytes"),
-            ("layers_lost_to_oom", "layers"),
-        )
+        Metric(f"{replay}.track_{figure}", unit, True, EXACT, unit)
+        for replay in (RANK_LOAD_REPLAY, *QUANT_RANK_LOADS.values())
+        for figure, unit in RANK_LOAD_FIGURES
     ),
     Metric(
         RANK_LOAD_TIME,

@@ -11,14 +11,21 @@ import pytest
 from moe_bench.metrics import EXACT, metric
 from moe_convert import QUANT_STRATEGIES
 from moe_convert.quant_formats import quant_catalog_shapes, quant_layer_shape
-from moe_convert.quant_replay import replay_quant_load
+from moe_convert.quant_replay import quant_rank_load, replay_quant_load
+from moe_convert.wholemodel import LOAD_DEVICES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
 from benchmarks import bench_quant  # noqa: E402
 
-CLASSES = [bench_quant.QuantPeakMemory, bench_quant.QuantTraffic, bench_quant.QuantSleepModeReplay]
+CLASSES = [
+    bench_quant.QuantPeakMemory,
+    bench_quant.QuantTraffic,
+    bench_quant.QuantSleepModeReplay,
+    bench_quant.QuantRankLoadGB200,
+    bench_quant.QuantRankLoadH200,
+]
 
 
 def test_every_quantized_shape_and_strategy_is_benchmarked():
@@ -67,6 +74,47 @@ def test_the_replay_finds_the_upstream_oom_and_ours_fit():
     for kind in ("fast", "inplace"):
         ours = load(kind)
         assert ours.oom_layer is None and ours.reserved_growth_per_layer_bytes == 0, kind
+
+
+def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):
+    # One class per device, each with its own setup_cache (asv would share an inherited one);
+    # every figure read from the cell's quant_rank_load.
+    monkeypatch.setattr(bench_quant, "QUANT_SHAPES", ("gpt-oss-20b-mxfp4/tp1",))
+    shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
+    grids = {"GB200": bench_quant.QuantRankLoadGB200, "H200": bench_quant.QuantRankLoadH200}
+    assert grids.keys() == LOAD_DEVICES.keys()
+    assert grids["GB200"].setup_cache is not grids["H200"].setup_cache
+    for device, cls in grids.items():
+        bench = cls()
+        loads = bench.setup_cache()
+        for kind in ("legacy", "fast"):
+            want = quant_rank_load(shape, f"mxfp4-{kind}", LOAD_DEVICES[device])
+            assert want.pool == "default" and want.max_split_size_mb == 20
+            bench.setup(loads, shape.label, kind)
+            assert bench.track_num_device_alloc(loads, shape.label, kind) == want.num_device_alloc
+            assert bench.track_peak_reserved_bytes(loads, shape.label, kind) == (
+                want.peak_reserved_bytes
+            )
+            assert bench.track_layers_lost_to_oom(loads, shape.label, kind) == 0
+
+
+def test_the_rank_load_names_the_oom_layer_and_the_refused_device_calls():
+    # DeepSeek-R1 NVFP4 TP4 on an H200 under vLLM's load (default pool, 20 MiB): vLLM 0.29's path
+    # fills the device with stranded segments, then each refused cudaMalloc frees the cache and
+    # retries, and it still fits. With 2 GiB beside the weights its 2.4 GiB per layer runs out
+    # at once; -fast's 1.5 GiB fits; the figure counts the layers lost.
+    shape = quant_layer_shape("deepseek-r1-nvfp4", 4)
+    h200 = quant_rank_load(shape, "nvfp4-legacy", LOAD_DEVICES["H200"])
+    assert h200.oom_layer is None
+    assert h200.num_device_alloc_failed == h200.num_device_free == 1797
+    assert quant_rank_load(shape, "nvfp4-legacy", LOAD_DEVICES["GB200"]).num_device_free == 0
+    tight = shape.moe_layers * shape.layer_bytes + 2 * 2**30
+    small = quant_rank_load(shape, "nvfp4-legacy", tight)
+    assert small.oom_layer == 0 and small.num_ooms == 1
+    bench = bench_quant.QuantRankLoadH200()
+    bench.result = small
+    assert bench.track_layers_lost_to_oom({}, shape.label, "legacy") == shape.moe_layers
+    assert quant_rank_load(shape, "nvfp4-fast", tight).oom_layer is None
 
 
 def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interleave(monkeypatch):
