@@ -43,6 +43,7 @@ __all__ = [
     "require_cuda",
     "ShapeStrategyGrid",
     "RankLoadFigures",
+    "LayerTimeFigures",
     "measure_cells",
     "measure_grid",
     "grid_cell",
@@ -203,6 +204,33 @@ class RankLoadFigures(abc.ABC):
         return self.result.layers - self.result.layers_converted
 
     track_layers_lost_to_oom.unit = "layers"
+
+
+class LayerTimeFigures(abc.ABC):
+    """The three figures of a timed layer (``moe_convert.timing.LayerTiming``), shared by
+    ``bench_convert.LayerTime`` and ``bench_quant.QuantLayerTime``; ``self.measured`` is the
+    cell's timing, set by the grid's ``setup``. Abstract as ``RankLoadFigures`` is, for the
+    same reasons."""
+
+    measured: object  # the cell's LayerTiming
+
+    @abc.abstractmethod
+    def setup_cache(self) -> dict: ...
+
+    def track_layer_seconds(self, timings: dict, shape: str, strategy: str) -> float:
+        return self.measured.seconds
+
+    track_layer_seconds.unit = "seconds"
+
+    def track_copy_ratio(self, timings: dict, shape: str, strategy: str) -> float:
+        return self.measured.copy_ratio
+
+    track_copy_ratio.unit = "ratio"
+
+    def track_whole_model_seconds(self, timings: dict, shape: str, strategy: str) -> float:
+        return self.measured.whole_model_seconds
+
+    track_whole_model_seconds.unit = "seconds"
 
 
 def measure_cells(

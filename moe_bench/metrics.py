@@ -43,6 +43,9 @@ __all__ = [
     "PEAK_BYTES",
     "WHOLE_MODEL",
     "PAIRED_TIME",
+    "QUANT_COPY_RATIO",
+    "QUANT_TIME",
+    "QUANT_WHOLE_MODEL",
     "RANK_LOAD_FIGURES",
     "RANK_LOAD_REPLAY",
     "QUANT_RANK_LOADS",
@@ -143,6 +146,10 @@ COPY_RATIO = "bench_convert.LayerTime.track_copy_ratio"
 PEAK_BYTES = "bench_convert.PeakMemory.track_peak_transient_bytes"
 WHOLE_MODEL = "bench_convert.LayerTime.track_whole_model_seconds"
 TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
+#: The quantized formats' time figures (``bench_quant.QuantLayerTime``), LayerTime's three.
+QUANT_TIME = "bench_quant.QuantLayerTime.track_layer_seconds"
+QUANT_COPY_RATIO = "bench_quant.QuantLayerTime.track_copy_ratio"
+QUANT_WHOLE_MODEL = "bench_quant.QuantLayerTime.track_whole_model_seconds"
 #: The whole rank's load: its replay's class (every figure exact) and the seconds run on CUDA.
 RANK_LOAD_REPLAY = "bench_allocator.RankLoadReplay"
 RANK_LOAD_TIME = "bench_allocator.RankLoadTime.track_load_seconds"
@@ -219,6 +226,11 @@ _TABLE = [
         EXACT,
         "bytes",
     ),
+    # Their time (bench_quant.QuantLayerTime), by LayerTime's rules, and the experts timed.
+    Metric(QUANT_TIME, "seconds", True, PAIRED, "seconds", host_bound=True),
+    Metric(QUANT_COPY_RATIO, "ratio", True, PAIRED, "ratio"),
+    Metric(QUANT_WHOLE_MODEL, "seconds", True, PAIRED, "seconds", host_bound=True),
+    Metric("bench_quant.QuantProfile.track_timed_experts", "experts", None, EXACT, "experts"),
     # The whole rank's load (bench_allocator, and bench_quant per device): driver calls replayed
     # (exact), seconds run on CUDA.
     *(

@@ -135,3 +135,78 @@ def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interle
     assert all(row["exact"] for row in rows if row["strategy"] in QUANT_STRATEGIES)
     (interleave,) = [row for row in rows if row["strategy"] not in QUANT_STRATEGIES]
     assert interleave["exact"] in (False, None) and "error" in interleave
+
+
+def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cell(monkeypatch):
+    # The cpu profile times CPU_PROFILE_QUANT_SHAPES with CPU_PROFILE_EXPERTS experts; every
+    # other shape is n/a, saying why; the three figures read one timing.time_layer each.
+    from benchmarks import bench_convert, common
+
+    monkeypatch.setattr(common, "profile", lambda: "cpu")
+    monkeypatch.setattr(common, "CPU_PROFILE_EXPERTS", 1)
+    monkeypatch.setattr(bench_convert, "REPEATS", 3)
+    timed, untimed = "gpt-oss-20b-mxfp4/tp1", "kimi-k2-nvfp4/tp8"
+    monkeypatch.setattr(bench_quant, "CPU_PROFILE_QUANT_SHAPES", (timed,))
+    bench = bench_quant.QuantLayerTime()
+    timings = bench.setup_cache()
+    assert set(timings) == {(timed, kind) for kind in bench_quant.QUANT_KINDS}
+    full = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
+    for kind in bench_quant.QUANT_KINDS:
+        bench.setup(timings, timed, kind)
+        measured = timings[timed, kind]
+        assert measured.strategy == f"mxfp4-{kind}" and measured.shape.experts == 1
+        assert len(measured.strategy_time.samples) == 3
+        assert bench.track_layer_seconds(timings, timed, kind) == measured.seconds > 0
+        assert bench.track_copy_ratio(timings, timed, kind) == measured.copy_ratio
+        assert bench.track_whole_model_seconds(timings, timed, kind) == pytest.approx(
+            measured.seconds * full.experts * full.moe_layers
+        )
+    with pytest.raises(NotImplementedError, match="cpu profile does not time kimi-k2"):
+        bench.setup(timings, untimed, "fast")
+    profile = bench_quant.QuantProfile()
+    profile.setup(timed)
+    assert profile.track_timed_experts(timed) == 1
+    with pytest.raises(NotImplementedError, match="does not time"):
+        profile.setup(untimed)
+    monkeypatch.setattr(common, "profile", lambda: "full")
+    profile.setup(untimed)
+    assert profile.track_timed_experts(untimed) == quant_layer_shape("kimi-k2-nvfp4", 8).experts
+
+
+def test_time_layer_of_a_quantized_shape_copies_every_tensor_and_restores_in_place_inputs(
+    monkeypatch,
+):
+    # The reference copies weights, scales and biases; an in-place strategy finds its pristine
+    # input before every call (a conversion of converted bytes would differ from the first).
+    import torch
+
+    from moe_convert import timing
+    from moe_convert.quant_layer import quant_layer_tensors
+    from moe_convert.quant_registry import convert_quant
+
+    shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1)
+    pristine = quant_layer_tensors(shape, "cpu")
+    want = convert_quant(
+        quant_layer_tensors(shape, "cpu"), strategy="mxfp4-inplace", gated=shape.gated
+    )
+    seen = []
+    real = timing.convert_quant
+
+    def same(a, b) -> bool:  # bytes: random fp8 and bf16 bytes hold NaNs, never equal as numbers
+        return all(
+            torch.equal(x.view(torch.uint8), y.view(torch.uint8))
+            for x, y in zip(a.tensors().values(), b.tensors().values(), strict=True)
+        )
+
+    def spy(layer, **kwargs):
+        seen.append(same(layer, pristine))
+        out = real(layer, **kwargs)
+        assert same(out, want)
+        return out
+
+    monkeypatch.setattr(timing, "convert_quant", spy)
+    measured = timing.time_layer(shape, "mxfp4-inplace", repeats=3, warmup=1)
+    assert seen == [True] * 4
+    assert measured.bytes_moved == 2 * shape.layer_bytes
+    with pytest.raises(ValueError, match="meta"):
+        timing.time_layer(shape, "mxfp4-fast", device="meta")
