@@ -23,6 +23,7 @@ Gate rules:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -44,6 +45,8 @@ __all__ = [
     "WHOLE_MODEL",
     "PAIRED_TIME",
     "QUANT_COPY_RATIO",
+    "QUANT_PEAK_BYTES",
+    "QUANT_SIBLINGS",
     "QUANT_TIME",
     "QUANT_WHOLE_MODEL",
     "RANK_LOAD_FIGURES",
@@ -150,6 +153,16 @@ TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
 QUANT_TIME = "bench_quant.QuantLayerTime.track_layer_seconds"
 QUANT_COPY_RATIO = "bench_quant.QuantLayerTime.track_copy_ratio"
 QUANT_WHOLE_MODEL = "bench_quant.QuantLayerTime.track_whole_model_seconds"
+QUANT_PEAK_BYTES = "bench_quant.QuantPeakMemory.track_peak_transient_bytes"
+#: The quantized figures that measure what a BF16 figure does, the same way: each is that
+#: figure's entry under its own name (unit, rule, summary column), so the summary's table of
+#: each format has the same columns (the PyTorch HUD's name stays BF16's alone).
+QUANT_SIBLINGS = {
+    TIME: QUANT_TIME,
+    COPY_RATIO: QUANT_COPY_RATIO,
+    PEAK_BYTES: QUANT_PEAK_BYTES,
+    WHOLE_MODEL: QUANT_WHOLE_MODEL,
+}
 #: The whole rank's load: its replay's class (every figure exact) and the seconds run on CUDA.
 RANK_LOAD_REPLAY = "bench_allocator.RankLoadReplay"
 RANK_LOAD_TIME = "bench_allocator.RankLoadTime.track_load_seconds"
@@ -213,7 +226,6 @@ _TABLE = [
         "bytes",
     ),
     # The quantized formats (benchmarks/bench_quant.py): exact, full size on meta.
-    Metric("bench_quant.QuantPeakMemory.track_peak_transient_bytes", "bytes", True, EXACT, "bytes"),
     Metric("bench_quant.QuantTraffic.track_traffic_bytes", "bytes", True, EXACT, "bytes"),
     Metric("bench_quant.QuantTraffic.track_launches", "launches", True, EXACT, "launches"),
     Metric(
@@ -226,10 +238,7 @@ _TABLE = [
         EXACT,
         "bytes",
     ),
-    # Their time (bench_quant.QuantLayerTime), by LayerTime's rules, and the experts timed.
-    Metric(QUANT_TIME, "seconds", True, PAIRED, "seconds", host_bound=True),
-    Metric(QUANT_COPY_RATIO, "ratio", True, PAIRED, "ratio"),
-    Metric(QUANT_WHOLE_MODEL, "seconds", True, PAIRED, "seconds", host_bound=True),
+    # The experts QuantLayerTime times (its figures are QUANT_SIBLINGS of BF16's, below).
     Metric("bench_quant.QuantProfile.track_timed_experts", "experts", None, EXACT, "experts"),
     # The whole rank's load (bench_allocator, and bench_quant per device): driver calls replayed
     # (exact), seconds run on CUDA.
@@ -280,6 +289,11 @@ _TABLE = [
     # max/min of a calibration copy in the run: how noisy the machine was, for the reader.
     Metric("bench_noise.Noise.track_copy_spread", "ratio", True, INFO, "ratio"),
     Metric(PAIRED_TIME, "seconds", True, PAIRED, "seconds"),
+]
+_TABLE += [
+    dataclasses.replace(m, benchmark=QUANT_SIBLINGS[m.benchmark], pytorch_name=None)
+    for m in list(_TABLE)
+    if m.benchmark in QUANT_SIBLINGS
 ]
 #: Every figure by benchmark name.
 METRICS: dict[str, Metric] = {m.benchmark: m for m in _TABLE}
