@@ -4,21 +4,22 @@ Parametrised over quantized catalog shape x kind (``QUANT_SHAPES`` x ``QUANT_KIN
 parameters named ``shape`` and ``strategy`` as everywhere in the suite (moe_bench keys results
 by them); a cell's strategy is ``<format>-<kind>``, the format the shape's (``fast`` on
 ``kimi-k2-nvfp4/tp8`` is ``nvfp4-fast``), so the grid reads as one row per model and one column
-per kind, with no n/a cells. Every figure but time is full size on ``meta``: exact,
-deterministic, the same on every machine and in every profile. Time (``QuantLayerTime``)
-follows the BF16 rules (``bench_convert.LayerTime``: the profile's expert count, a same-size
-copy interleaved; the paired A/B of ``benchmarks.paired`` decides it in the PR gate); the cpu
-profile times ``CPU_PROFILE_QUANT_SHAPES`` only.
+per kind, with no n/a cells but the shapes the cpu profile does not time. Every figure but
+time is full size on ``meta``: exact, deterministic, the same on every machine and in every
+profile. Time (``QuantLayerTime``) follows the BF16 rules (``bench_convert.LayerTime``: the
+profile's expert count, a same-size copy interleaved; the paired A/B of ``benchmarks.paired``
+decides it in the PR gate); the cpu profile times ``CPU_PROFILE_QUANT_SHAPES`` only.
 
 asv takes this file from the checkout and the library from the measured commit: a commit
-before the quantized formats has no ``moe_convert.quant_registry``, and every cell is n/a there.
+before the quantized formats has no ``moe_convert.QUANT_STRATEGIES``, and every cell is n/a there
+(so this module imports from the library only what such a commit has, the rest when measuring).
 """
 
 from __future__ import annotations
 
 import functools
 
-from moe_convert.wholemodel import DEVICE_141GB_BYTES, DEVICE_GB200_BYTES, VLLM_LOAD_MAX_SPLIT_MB
+from moe_convert.wholemodel import VLLM_LOAD_MAX_SPLIT_MB
 
 from . import bench_convert, common
 
@@ -86,15 +87,15 @@ def _measure_grid(measure, shapes: tuple[str, ...] = QUANT_SHAPES) -> dict[tuple
 
 
 def _has_quant_formats() -> bool:
-    """Whether this commit's library has the quantized formats (``moe_convert.quant_registry``)."""
-    try:
-        import moe_convert.quant_registry  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether this commit's library has the quantized formats: its package exports
+    ``QUANT_STRATEGIES`` (asked of the package, not by importing a submodule, which an editable
+    install of a newer tree could answer)."""
+    import moe_convert
+
+    return hasattr(moe_convert, "QUANT_STRATEGIES")
 
 
-_NO_QUANT = "this commit's library has no quantized formats (moe_convert.quant_registry)"
+_NO_QUANT = "this commit's library has no quantized formats (moe_convert.QUANT_STRATEGIES)"
 
 
 def _skip_untimed(label: str) -> None:
@@ -152,10 +153,11 @@ def _time(label: str, kind: str):
     )
 
 
-def _rank_load(device_bytes: int, label: str, kind: str):
+def _rank_load(device: str, label: str, kind: str):
     from moe_convert.quant_replay import quant_rank_load
+    from moe_convert.wholemodel import LOAD_DEVICES
 
-    return quant_rank_load(*_shape_and_strategy(label, kind), device_bytes)
+    return quant_rank_load(*_shape_and_strategy(label, kind), LOAD_DEVICES[device])
 
 
 class QuantGrid:
@@ -245,10 +247,10 @@ class _QuantRankLoad(QuantGrid, common.RankLoadFigures):
 
 
 class QuantRankLoadGB200(_QuantRankLoad):
-    """``_QuantRankLoad`` on a GB200: ``DEVICE_GB200_BYTES`` (184 GiB)."""
+    """``_QuantRankLoad`` on a GB200: ``wholemodel.DEVICE_GB200_BYTES`` (184 GiB)."""
 
     def setup_cache(self) -> dict:
-        return _measure_grid(functools.partial(_rank_load, DEVICE_GB200_BYTES))
+        return _measure_grid(functools.partial(_rank_load, "GB200"))
 
     # 28 cells: 21 s wall on the shared 2-core machine at load 3.2 (the upstream paths' traces
     # most of it; `QuantRankLoadGB200().setup_cache()`, timed).
@@ -256,10 +258,11 @@ class QuantRankLoadGB200(_QuantRankLoad):
 
 
 class QuantRankLoadH200(_QuantRankLoad):
-    """``_QuantRankLoad`` on an H200: ``DEVICE_141GB_BYTES`` (139.5 GiB of its 141 GB)."""
+    """``_QuantRankLoad`` on an H200: ``wholemodel.DEVICE_141GB_BYTES`` (139.5 GiB of its
+    141 GB)."""
 
     def setup_cache(self) -> dict:
-        return _measure_grid(functools.partial(_rank_load, DEVICE_141GB_BYTES))
+        return _measure_grid(functools.partial(_rank_load, "H200"))
 
     # 28 cells: 24 s wall on the shared 2-core machine at load 3.7, timed as the GB200 one.
     setup_cache.timeout = 300.0
