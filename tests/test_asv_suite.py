@@ -376,6 +376,7 @@ for module in (bench_allocator, bench_convert, bench_noise):
         for method in methods:
             getattr(bench, method)(*cache, *cell)
             ran.append(f"{name}.{method}")
+from benchmarks import paired  # noqa: F401  (asv imports every module of the suite)
 from benchmarks import bench_quant  # importable; every cell n/a before the formats
 for name, cls in inspect.getmembers(bench_quant, inspect.isclass):
     tracks = [m for m in dir(cls) if m.startswith("track_")]
