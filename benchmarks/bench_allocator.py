@@ -92,16 +92,10 @@ def rank_load_replay(shape: str, strategy: str) -> RankLoad:
     )
 
 
-class RankLoadReplay(common.ShapeStrategyGrid):
-    """The driver calls of the whole rank's load without sleep mode, replayed (exact; gated).
-
-    Every figure counts the conversions' events (from the end of loading), as
-    ``torch.cuda.memory_stats()`` names them: ``num_device_alloc`` (segments made:
-    ``cudaMalloc``), ``num_device_free`` (segments given back: ``cudaFree``, each waiting for the
-    device), ``num_device_alloc_failed`` (``cudaMalloc`` calls the full device refused: the
-    model's own count) and ``num_alloc_retries`` (full releases of the cache); then the peak
-    reserved bytes and the layers an OOM left unconverted (0 when the load fits).
-    ``moe_bench`` prices the calls with a device's recorded costs (``moe_convert.loadtime``).
+class RankLoadReplay(common.ShapeStrategyGrid, common.RankLoadFigures):
+    """The driver calls of the whole rank's load without sleep mode, replayed (exact; gated):
+    ``common.RankLoadFigures``' figures. ``moe_bench`` prices the calls with a device's recorded
+    costs (``moe_convert.loadtime``).
     """
 
     version = "1"
@@ -115,36 +109,6 @@ class RankLoadReplay(common.ShapeStrategyGrid):
 
     def setup(self, loads: dict, shape: str, strategy: str) -> None:
         self.result = common.grid_cell(loads, shape, strategy)
-
-    def track_num_device_alloc(self, loads: dict, shape: str, strategy: str) -> int:
-        return self.result.num_device_alloc
-
-    track_num_device_alloc.unit = "calls"
-
-    def track_num_device_free(self, loads: dict, shape: str, strategy: str) -> int:
-        return self.result.num_device_free
-
-    track_num_device_free.unit = "calls"
-
-    def track_num_device_alloc_failed(self, loads: dict, shape: str, strategy: str) -> int:
-        return self.result.num_device_alloc_failed
-
-    track_num_device_alloc_failed.unit = "calls"
-
-    def track_num_alloc_retries(self, loads: dict, shape: str, strategy: str) -> int:
-        return self.result.num_alloc_retries
-
-    track_num_alloc_retries.unit = "retries"
-
-    def track_peak_reserved_bytes(self, loads: dict, shape: str, strategy: str) -> int:
-        return self.result.peak_reserved_bytes
-
-    track_peak_reserved_bytes.unit = "bytes"
-
-    def track_layers_lost_to_oom(self, loads: dict, shape: str, strategy: str) -> int:
-        return self.result.layers - self.result.layers_converted
-
-    track_layers_lost_to_oom.unit = "layers"
 
 
 def _rank_load_run(shape: str, strategy: str) -> RankLoad:

@@ -130,12 +130,12 @@ def _time_cell(shape: str, strategy: str) -> timing.LayerTiming:
     )
 
 
-class LayerTime(common.ShapeStrategyGrid):
+class LayerTime(common.ShapeStrategyGrid, common.LayerTimeFigures):
     """One layer's time, its ratio to a same-size ``copy_`` and the whole model's seconds.
 
     One measurement per shape x strategy (``moe_convert.timing.time_layer``: ``REPEATS`` calls,
     each timed with CUDA events on CUDA and paired with the copy just before it; in-place inputs
-    restored before every call, untimed), read by three figures:
+    restored before every call, untimed), read by three figures (``common.LayerTimeFigures``):
 
     - ``layer_seconds``: the median seconds of one conversion of the profile's layer;
     - ``copy_ratio``: the median of strategy / copy per call (1.0 is one read and one write of
@@ -160,21 +160,6 @@ class LayerTime(common.ShapeStrategyGrid):
 
     def setup(self, timings: dict, shape: str, strategy: str) -> None:
         self.measured = common.grid_cell(timings, shape, strategy)
-
-    def track_layer_seconds(self, timings: dict, shape: str, strategy: str) -> float:
-        return self.measured.seconds
-
-    track_layer_seconds.unit = "seconds"
-
-    def track_copy_ratio(self, timings: dict, shape: str, strategy: str) -> float:
-        return self.measured.copy_ratio
-
-    track_copy_ratio.unit = "ratio"
-
-    def track_whole_model_seconds(self, timings: dict, shape: str, strategy: str) -> float:
-        return self.measured.whole_model_seconds
-
-    track_whole_model_seconds.unit = "seconds"
 
 
 class Profile:

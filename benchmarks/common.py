@@ -16,6 +16,7 @@ in the results, so a cpu-profile figure can never pass for a full one.
 
 from __future__ import annotations
 
+import abc
 import functools
 from collections.abc import Callable
 from typing import TypeVar
@@ -41,6 +42,8 @@ __all__ = [
     "require_strategy",
     "require_cuda",
     "ShapeStrategyGrid",
+    "RankLoadFigures",
+    "LayerTimeFigures",
     "measure_cells",
     "measure_grid",
     "grid_cell",
@@ -155,6 +158,86 @@ class ShapeStrategyGrid:
 
     def setup(self, shape: str, strategy: str) -> None:
         require_strategy(strategy)
+
+
+class RankLoadFigures(abc.ABC):
+    """The figures of a replayed rank load (``moe_convert.wholemodel.RankLoad``), shared by every
+    grid that replays one (``bench_allocator.RankLoadReplay``, ``bench_quant``'s
+    ``QuantRankLoad*``); ``self.result`` is the cell's load, set by the grid's ``setup``.
+
+    Every figure counts the conversions' events (from the end of loading), as
+    ``torch.cuda.memory_stats()`` names them: ``num_device_alloc`` (segments made:
+    ``cudaMalloc``), ``num_device_free`` (segments given back: ``cudaFree``, each waiting for the
+    device), ``num_device_alloc_failed`` (``cudaMalloc`` calls the full device refused: the
+    model's own count) and ``num_alloc_retries`` (full releases of the cache); then the peak
+    reserved bytes and the layers an OOM left unconverted (0 when the load fits).
+
+    Abstract (asv skips it): a grid says which load in its own ``setup_cache``, which must be
+    written in each class, since asv shares one ``setup_cache`` between the classes that inherit
+    it (its cache key is the function's file and line).
+    """
+
+    result: object  # the cell's RankLoad
+
+    @abc.abstractmethod
+    def setup_cache(self) -> dict: ...
+
+    def track_num_device_alloc(self, loads: dict, shape: str, strategy: str) -> int:
+        return self.result.num_device_alloc
+
+    track_num_device_alloc.unit = "calls"
+
+    def track_num_device_free(self, loads: dict, shape: str, strategy: str) -> int:
+        return self.result.num_device_free
+
+    track_num_device_free.unit = "calls"
+
+    def track_num_device_alloc_failed(self, loads: dict, shape: str, strategy: str) -> int:
+        return self.result.num_device_alloc_failed
+
+    track_num_device_alloc_failed.unit = "calls"
+
+    def track_num_alloc_retries(self, loads: dict, shape: str, strategy: str) -> int:
+        return self.result.num_alloc_retries
+
+    track_num_alloc_retries.unit = "retries"
+
+    def track_peak_reserved_bytes(self, loads: dict, shape: str, strategy: str) -> int:
+        return self.result.peak_reserved_bytes
+
+    track_peak_reserved_bytes.unit = "bytes"
+
+    def track_layers_lost_to_oom(self, loads: dict, shape: str, strategy: str) -> int:
+        return self.result.layers - self.result.layers_converted
+
+    track_layers_lost_to_oom.unit = "layers"
+
+
+class LayerTimeFigures(abc.ABC):
+    """The three figures of a timed layer (``moe_convert.timing.LayerTiming``), shared by
+    ``bench_convert.LayerTime`` and ``bench_quant.QuantLayerTime``; ``self.measured`` is the
+    cell's timing, set by the grid's ``setup``. Abstract as ``RankLoadFigures`` is, for the
+    same reasons."""
+
+    measured: object  # the cell's LayerTiming
+
+    @abc.abstractmethod
+    def setup_cache(self) -> dict: ...
+
+    def track_layer_seconds(self, timings: dict, shape: str, strategy: str) -> float:
+        return self.measured.seconds
+
+    track_layer_seconds.unit = "seconds"
+
+    def track_copy_ratio(self, timings: dict, shape: str, strategy: str) -> float:
+        return self.measured.copy_ratio
+
+    track_copy_ratio.unit = "ratio"
+
+    def track_whole_model_seconds(self, timings: dict, shape: str, strategy: str) -> float:
+        return self.measured.whole_model_seconds
+
+    track_whole_model_seconds.unit = "seconds"
 
 
 def measure_cells(

@@ -4,10 +4,11 @@
 the two reads as a regression (on the shared 2-core machine unchanged code was called 105x
 slower that way). Here both commits' ``moe_convert`` are loaded side by side in this process
 (each commit's tree exported with ``git archive`` into its own folder and imported under its own
-module name), and for each shape x strategy their calls alternate on the same inputs, in a
-seeded random order within each pair, so a load that comes and goes moves both alike; two
-identical input buffers are dealt to the two sides at random for every pair, so where a buffer
-lies in memory favours neither.
+module name), and for each shape x strategy (BF16's grid, then the quantized cells the profile
+times: ``bench_quant.QuantLayerTime``'s, keyed by shape and kind) their calls alternate on the
+same inputs, in a seeded random order within each pair, so a load that comes and goes moves
+both alike; two identical input buffers are dealt to the two sides at random for every pair, so
+where a buffer lies in memory favours neither.
 
 The verdict of a cell is read from the per-pair ratios ``head_i / base_i``: the estimate is their
 median, with a bootstrap confidence interval (``CONFIDENCE``) of that median. A regression is
@@ -42,6 +43,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
@@ -51,7 +53,7 @@ import torch
 # the modules, not their functions: asv would take a module-level ``time_once`` for a benchmark
 from moe_convert import inputs, timing
 
-from . import common
+from . import bench_quant, common
 
 #: A cell regresses when the whole confidence interval of head/base lies above this. Chosen so
 #: that a 1.25x slowdown is caught under load (docs/timing.md: measured detection).
@@ -67,7 +69,8 @@ MIN_PAIRS, BATCH_PAIRS, MAX_PAIRS = 10, 10, 400
 CELL_BUDGET_SECONDS = 20.0
 #: Untimed pairs first: index caches, first touch of inputs and outputs.
 WARMUP_PAIRS = 2
-#: The asv figures this verdict decides (they measure the same call, unpaired).
+#: The asv figures this verdict decides (they measure the same call, unpaired); the quantized
+#: formats' (``bench_quant.QuantLayerTime``'s) are ``metrics.QUANT_SIBLINGS`` of these.
 JUDGED_BENCHMARKS = (
     "bench_convert.LayerTime.track_layer_seconds",
     "bench_convert.LayerTime.track_copy_ratio",
@@ -162,31 +165,85 @@ def measure_cell(
     """Alternate base and head calls of ``strategy`` on one shape's inputs; the paired verdict."""
     missing = [side for side, lib in libs.items() if strategy not in lib.STRATEGIES]
     if missing:
-        why = f"strategy {strategy!r} is not registered in {' and '.join(missing)}"
-        return Cell(label, strategy, "failed" if missing == ["head"] else "n/a", error=why)
+        return _missing(label, strategy, missing, f"strategy {strategy!r} is not registered")
     shape = common.timed_shape(label)  # the suite's shape: both sides convert the same bytes
     pristine = inputs.random_weights(shape.w13_shape, shape.w2_shape, seed=seed, device=device)
+
+    def call(side: str, tensors: list[torch.Tensor]):
+        return libs[side].convert(*tensors, strategy=strategy, gated=shape.gated)
+
+    inplace = {side: _in_place(lib, strategy) for side, lib in libs.items()}
+    return _paired(label, strategy, list(pristine), call, inplace, device, seed)
+
+
+def measure_quant_cell(
+    libs: dict[str, ModuleType], label: str, kind: str, device: torch.device, seed: int = 0
+) -> Cell:
+    """``measure_cell`` for a quantized cell (``bench_quant``'s grid: a shape and a kind, the
+    strategy the shape's format's), on the working tree's seeded layer of the suite's shape;
+    each side builds its own ``QuantLayer`` of the same tensors."""
+    # Imported here: asv imports this module with the measured commit's library, which may
+    # predate the formats.
+    from moe_convert.quant_layer import quant_layer_tensors
+
+    shape = bench_quant.timed_quant_shape(label)
+    strategy = f"{shape.format}-{kind}"
+    missing = [side for side, lib in libs.items() if strategy not in _quant_strategies(lib)]
+    if missing:
+        return _missing(label, kind, missing, f"quantized strategy {strategy!r} is not registered")
+    layer = quant_layer_tensors(shape, device)  # seed 0 is the layer's own
+    names = list(layer.tensors())
+
+    def call(side: str, tensors: list[torch.Tensor]):
+        quant_layer = libs[side].QuantLayer(**dict(zip(names, tensors, strict=True)))
+        return libs[side].convert_quant(quant_layer, strategy=strategy, gated=shape.gated)
+
+    inplace = {side: _quant_strategies(lib)[strategy].inplace for side, lib in libs.items()}
+    return _paired(label, kind, list(layer.tensors().values()), call, inplace, device, seed)
+
+
+def _quant_strategies(lib: ModuleType) -> dict:
+    """``lib``'s quantized strategies: none in a commit from before the formats (issue 18)."""
+    return getattr(lib, "QUANT_STRATEGIES", {})
+
+
+def _missing(label: str, strategy: str, missing: list[str], why: str) -> Cell:
+    """Head without the strategy fails; base without it (a new strategy) is n/a."""
+    verdict = "failed" if missing == ["head"] else "n/a"
+    return Cell(label, strategy, verdict, error=f"{why} in {' and '.join(missing)}")
+
+
+def _paired(
+    label: str,
+    strategy: str,
+    pristine: list[torch.Tensor],
+    call: Callable[[str, list[torch.Tensor]], object],
+    inplace: dict[str, bool],
+    device: torch.device,
+    seed: int,
+) -> Cell:
+    """The paired measurement of a cell: ``call(side, tensors)`` converts a copy of
+    ``pristine`` with ``side``'s library, in place where ``inplace[side]``; pairs in a seeded
+    random order until the interval decides or the budget is spent."""
     # Two sets of inputs, dealt to the two sides at random for every pair: where a buffer lies
     # in memory changes the time of the same code (unchanged `inplace` read 1.06-1.08x slower
     # when head always converted its own buffers), so neither side may keep one.
-    buffers = [[w.clone() for w in pristine] for _ in libs]
+    buffers = [[w.clone() for w in pristine] for _ in inplace]
 
-    def call(side: str, inputs: list[torch.Tensor]):
-        return libs[side].convert(*inputs, strategy=strategy, gated=shape.gated)
-
-    def restore(side: str, inputs: list[torch.Tensor]) -> None:
-        if _in_place(libs[side], strategy):
-            for dst, src in zip(inputs, pristine, strict=True):
+    def restore(side: str, tensors: list[torch.Tensor]) -> None:
+        if inplace[side]:
+            for dst, src in zip(tensors, pristine, strict=True):
                 dst.copy_(src)
 
     order = random.Random(seed)
-    samples: dict[str, list[float]] = {side: [] for side in libs}
+    sides = sorted(inplace)
+    samples: dict[str, list[float]] = {side: [] for side in sides}
     spent, log_ratios = 0.0, []
     verdict, ratio, low, high = "same", math.nan, math.nan, math.nan
     for pair in range(WARMUP_PAIRS + MAX_PAIRS):
         times = {}
-        dealt = dict(zip(sorted(libs), order.sample(buffers, k=len(buffers)), strict=True))
-        for side in order.sample(sorted(libs), k=len(libs)):
+        dealt = dict(zip(sides, order.sample(buffers, k=len(buffers)), strict=True))
+        for side in order.sample(sides, k=len(sides)):
             restore(side, dealt[side])
             try:
                 times[side], _ = timing.time_once(
@@ -223,14 +280,17 @@ def measure_cell(
     )
 
 
-def _selected(regex: re.Pattern | None, label: str, strategy: str) -> bool:
-    return regex is None or any(
-        regex.search(f"{name}('{label}', '{strategy}')") for name in JUDGED_BENCHMARKS
-    )
+def _selected(regex: re.Pattern | None, judged: tuple[str, ...], label: str, strategy: str) -> bool:
+    return regex is None or any(regex.search(f"{name}('{label}', '{strategy}')") for name in judged)
 
 
 def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -> dict:
     """Every selected cell of the suite's grid, paired; the JSON-ready result."""
+    # Imported here: asv imports this module with the measured commit's moe_bench, which may
+    # predate the quantized formats' figures.
+    from moe_bench.metrics import QUANT_SIBLINGS
+
+    quant_judged = tuple(QUANT_SIBLINGS[name] for name in JUDGED_BENCHMARKS)
     device = torch.device(common.device())
     noise_before = timing.calibration_copy(device=device, threads=common.CPU_THREADS).spread
     # time_once sets no threads: the cells' calls (and their untimed restores) run with
@@ -245,14 +305,22 @@ def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -
         }
         strategies = list(dict.fromkeys([*libs["head"].STRATEGIES, *libs["base"].STRATEGIES]))
         cells = [
-            (label, strategy)
+            (measure_cell, label, strategy)
             for label in common.SHAPES
             for strategy in strategies
-            if _selected(regex, label, strategy)
+            if _selected(regex, JUDGED_BENCHMARKS, label, strategy)
         ]
+        if any(_quant_strategies(lib) for lib in libs.values()):
+            cells += [
+                (measure_quant_cell, label, kind)
+                for label in bench_quant.QUANT_SHAPES
+                if bench_quant.timed_quant_shape(label) is not None
+                for kind in bench_quant.QUANT_KINDS
+                if _selected(regex, quant_judged, label, kind)
+            ]
         rows = []
-        for i, (label, strategy) in enumerate(cells, 1):
-            cell = measure_cell(libs, label, strategy, device)
+        for i, (measure, label, strategy) in enumerate(cells, 1):
+            cell = measure(libs, label, strategy, device)
             rows.append(asdict(cell))
             print(
                 f"[paired {i}/{len(cells)}] {label} {strategy}: {cell.verdict} "

@@ -23,6 +23,7 @@ Gate rules:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -43,7 +44,14 @@ __all__ = [
     "PEAK_BYTES",
     "WHOLE_MODEL",
     "PAIRED_TIME",
+    "QUANT_COPY_RATIO",
+    "QUANT_PEAK_BYTES",
+    "QUANT_SIBLINGS",
+    "QUANT_TIME",
+    "QUANT_WHOLE_MODEL",
+    "RANK_LOAD_FIGURES",
     "RANK_LOAD_REPLAY",
+    "QUANT_RANK_LOADS",
     "RANK_LOAD_TIME",
     "judge",
     "metric",
@@ -143,9 +151,37 @@ COPY_RATIO = "bench_convert.LayerTime.track_copy_ratio"
 PEAK_BYTES = "bench_convert.PeakMemory.track_peak_transient_bytes"
 WHOLE_MODEL = "bench_convert.LayerTime.track_whole_model_seconds"
 TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
+#: The quantized formats' time figures (``bench_quant.QuantLayerTime``), LayerTime's three.
+QUANT_TIME = "bench_quant.QuantLayerTime.track_layer_seconds"
+QUANT_COPY_RATIO = "bench_quant.QuantLayerTime.track_copy_ratio"
+QUANT_WHOLE_MODEL = "bench_quant.QuantLayerTime.track_whole_model_seconds"
+QUANT_PEAK_BYTES = "bench_quant.QuantPeakMemory.track_peak_transient_bytes"
+#: The quantized figures that measure what a BF16 figure does, the same way: each is that
+#: figure's entry under its own name (unit, rule, summary column), so the summary's table of
+#: each format has the same columns (the PyTorch HUD's name stays BF16's alone).
+QUANT_SIBLINGS = {
+    TIME: QUANT_TIME,
+    COPY_RATIO: QUANT_COPY_RATIO,
+    PEAK_BYTES: QUANT_PEAK_BYTES,
+    WHOLE_MODEL: QUANT_WHOLE_MODEL,
+}
 #: The whole rank's load: its replay's class (every figure exact) and the seconds run on CUDA.
 RANK_LOAD_REPLAY = "bench_allocator.RankLoadReplay"
 RANK_LOAD_TIME = "bench_allocator.RankLoadTime.track_load_seconds"
+#: A replayed rank load's figures and units (``benchmarks.common.RankLoadFigures``' methods).
+RANK_LOAD_FIGURES = (
+    ("num_device_alloc", "calls"),
+    ("num_device_free", "calls"),
+    ("num_device_alloc_failed", "calls"),
+    ("num_alloc_retries", "retries"),
+    ("peak_reserved_bytes", "bytes"),
+    ("layers_lost_to_oom", "layers"),
+)
+#: The quantized rank's load replayed on each of ``moe_convert.wholemodel.LOAD_DEVICES``.
+QUANT_RANK_LOADS = {
+    "GB200": "bench_quant.QuantRankLoadGB200",
+    "H200": "bench_quant.QuantRankLoadH200",
+}
 #: The paired A/B result's row in the PR verdict (not an asv benchmark: ``benchmarks.paired``).
 PAIRED_TIME = "paired.time_ratio"
 
@@ -192,7 +228,6 @@ _TABLE = [
         "bytes",
     ),
     # The quantized formats (benchmarks/bench_quant.py): exact, full size on meta.
-    Metric("bench_quant.QuantPeakMemory.track_peak_transient_bytes", "bytes", True, EXACT, "bytes"),
     Metric("bench_quant.QuantTraffic.track_traffic_bytes", "bytes", True, EXACT, "bytes"),
     Metric("bench_quant.QuantTraffic.track_launches", "launches", True, EXACT, "launches"),
     Metric(
@@ -205,17 +240,14 @@ _TABLE = [
         EXACT,
         "bytes",
     ),
-    # The whole rank's load (bench_allocator): driver calls replayed (exact), seconds run on CUDA.
+    # The experts QuantLayerTime times (its figures are QUANT_SIBLINGS of BF16's, below).
+    Metric("bench_quant.QuantProfile.track_timed_experts", "experts", None, EXACT, "experts"),
+    # The whole rank's load (bench_allocator, and bench_quant per device): driver calls replayed
+    # (exact), seconds run on CUDA.
     *(
-        Metric(f"{RANK_LOAD_REPLAY}.track_{event}", unit, True, EXACT, unit)
-        for event, unit in (
-            ("num_device_alloc", "calls"),
-            ("num_device_free", "calls"),
-            ("num_device_alloc_failed", "calls"),
-            ("num_alloc_retries", "retries"),
-            ("peak_reserved_bytes", "bytes"),
-            ("layers_lost_to_oom", "layers"),
-        )
+        Metric(f"{replay}.track_{figure}", unit, True, EXACT, unit)
+        for replay in (RANK_LOAD_REPLAY, *QUANT_RANK_LOADS.values())
+        for figure, unit in RANK_LOAD_FIGURES
     ),
     Metric(
         RANK_LOAD_TIME,
@@ -259,6 +291,11 @@ _TABLE = [
     # max/min of a calibration copy in the run: how noisy the machine was, for the reader.
     Metric("bench_noise.Noise.track_copy_spread", "ratio", True, INFO, "ratio"),
     Metric(PAIRED_TIME, "seconds", True, PAIRED, "seconds"),
+]
+_TABLE += [
+    dataclasses.replace(m, benchmark=QUANT_SIBLINGS[m.benchmark], pytorch_name=None)
+    for m in list(_TABLE)
+    if m.benchmark in QUANT_SIBLINGS
 ]
 #: Every figure by benchmark name.
 METRICS: dict[str, Metric] = {m.benchmark: m for m in _TABLE}

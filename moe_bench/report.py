@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from moe_convert.loadtime import read_costs
+from moe_convert.quant_formats import SHAPE_FORMATS, shape_format
 
 from .gate import failed_benchmarks
 from .hardware import copy_scale, copy_seconds, copy_spread, strategy_changes
@@ -33,6 +34,7 @@ from .metrics import (
     STEADY_SPREAD,
     STRATEGY_FACTOR,
     TIME,
+    Metric,
     judge,
     same_hardware,
     steady,
@@ -54,8 +56,14 @@ __all__ = [
 #: The strategy speed-ups are measured against (vLLM's conversion before #45589).
 BASELINE = "legacy"
 
-#: The summary's figures: column -> metric, in the metrics table's order.
-_SUMMARY = {m.column: m for m in METRICS.values() if m.column is not None}
+#: The summary's figures: column -> metric (BF16's: a quantized sibling shares its column, rule
+#: and title, ``metrics.QUANT_SIBLINGS``), in the metrics table's order.
+_SUMMARY: dict[str, Metric] = {}
+for _metric in METRICS.values():
+    if _metric.column is not None:
+        _SUMMARY.setdefault(_metric.column, _metric)
+#: Every benchmark with a summary column -> that column.
+_COLUMN_OF = {m.benchmark: m.column for m in METRICS.values() if m.column is not None}
 #: What the summary says of the run its time figures are compared with (``summary_table``).
 _COMPARED = ["previous_commit", "copy_scale", "copy_spread", "previous_copy_spread"]
 _POINT = ["machine", "env", "benchmark", "shape", "strategy", "version", "profile"]
@@ -78,10 +86,12 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
 
     Returns
     -------
-    DataFrame with columns ``machine, env, profile, commit, date, shape, strategy`` (profile
-    ``""`` where the machine did not record one), the figures ``time`` (s), ``speedup``
-    (legacy time / time), then the other summary columns of the metrics table
-    (``copy_ratio``, ``traffic_ratio``, ``peak_bytes``, ``whole_model``), for each figure but
+    DataFrame with columns ``machine, env, profile, commit, date, format, shape, strategy``
+    (profile ``""`` where the machine did not record one; format the shape's,
+    ``moe_convert.quant_formats.shape_format``: ``bf16``, ``nvfp4``, ``mxfp4``, ``fp8``), the
+    figures ``time`` (s), ``speedup`` (legacy time / time), then the other summary columns of
+    the metrics table (``copy_ratio``, ``traffic_ratio``, ``peak_bytes``, ``whole_model``; a
+    quantized row has no traffic ratio), for each figure but
     ``speedup`` its ``<figure>_change`` (new / previous value; NaN without a previous result),
     ``previous_commit`` and ``copy_scale``: the run the time figure is compared with and this
     run's same-size copy time / that run's (``moe_bench.hardware.copy_scale``; NaN without
@@ -97,14 +107,14 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     ValueError
         If ``df`` holds none of the summary's benchmarks.
     """
-    names = {m.benchmark: column for column, m in _SUMMARY.items()}
-    data = df[df["benchmark"].isin(names)].copy()
+    data = df[df["benchmark"].isin(_COLUMN_OF)].copy()
     if data.empty:
         raise ValueError(
-            f"df has none of the summary's benchmarks ({', '.join(names)}); "
+            f"df has none of the summary's benchmarks ({', '.join(_COLUMN_OF)}); "
             "pass load_results() of a results_dir the suite ran into"
         )
-    data["metric"] = data["benchmark"].map(names)
+    data["metric"] = data["benchmark"].map(_COLUMN_OF)
+    data["format"] = data["shape"].map(shape_format)
     data["profile"] = data["profile"].fillna("")  # None where not recorded: still one key
     latest_date = data.groupby("machine")["date"].transform("max")
     latest = data[data["date"] == latest_date]
@@ -123,7 +133,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
         run, earlier = key[:3], (*key[:2], key[3])
         moved = {
             name: strategy_changes(data, name, run, earlier, copies)
-            for name in names
+            for name in _COLUMN_OF
             if METRICS[name].by_strategy
         }
         spreads = copy_spread(copies, run), copy_spread(copies, earlier)
@@ -141,9 +151,9 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     latest["regressed"] = [
         pd.notna(old)
         and pd.notna(new)
-        and judge(_SUMMARY[column], old, new, copy_scale=scale, strategy_change=change) in FAILING
-        for column, old, new, scale, change in zip(
-            latest["metric"],
+        and judge(METRICS[name], old, new, copy_scale=scale, strategy_change=change) in FAILING
+        for name, old, new, scale, change in zip(
+            latest["benchmark"],
             latest["previous"],
             latest["value"],
             latest["copy_scale"],
@@ -152,7 +162,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
         )
     ]
 
-    index = ["machine", "env", "profile", "commit", "date", "shape", "strategy"]
+    index = ["machine", "env", "profile", "commit", "date", "format", "shape", "strategy"]
     # groupby + unstack, not pivot_table(dropna=False): that one makes the cartesian product of
     # the index levels, so two machines' results gave rows of one machine with the other's commits.
     wide = (
@@ -197,8 +207,9 @@ def _cell(row: pd.Series, column: str) -> str:
 
 
 def render_markdown(table: pd.DataFrame, *, title: str, headline: str = "") -> str:
-    """``summary_table`` as markdown: a section per machine, values in human units, after
-    ``headline`` (markdown placed first, under the title).
+    """``summary_table`` as markdown: a section per machine, in it a table per format (BF16,
+    NVFP4, MXFP4, FP8: those the run has), values in human units, after ``headline`` (markdown
+    placed first, under the title). A quantized row's strategy is its format's of that kind.
 
     A regressed figure is bold with ``⚠`` and its change against the previous result.
     """
@@ -227,11 +238,20 @@ def render_markdown(table: pd.DataFrame, *, title: str, headline: str = "") -> s
             "",
             *_hardware_notes(rows),
         ]
-        shown = rows[["shape", "strategy"]].copy()
-        for column in _HEADERS:
-            shown[_HEADERS[column]] = [_cell(row, column) for _, row in rows.iterrows()]
-        lines.append(shown.to_markdown(index=False, disable_numparse=True))
-        lines += ["", f"{regressed} regressed figure(s) against the previous results."]
+        for fmt in SHAPE_FORMATS:  # a table per format, BF16 first
+            of_format = rows[rows["format"] == fmt]
+            if of_format.empty:
+                continue
+            shown = of_format[["shape", "strategy"]].copy()
+            for column in _HEADERS:
+                shown[_HEADERS[column]] = [_cell(row, column) for _, row in of_format.iterrows()]
+            lines += [
+                f"### {fmt.upper()}",
+                "",
+                shown.to_markdown(index=False, disable_numparse=True),
+            ]
+            lines.append("")
+        lines.append(f"{regressed} regressed figure(s) against the previous results.")
     return "\n".join(lines) + "\n"
 
 

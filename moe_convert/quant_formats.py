@@ -27,8 +27,10 @@ __all__ = [
     "QuantFormat",
     "QuantLayerShape",
     "QuantModelSpec",
+    "SHAPE_FORMATS",
     "quant_catalog_shapes",
     "quant_layer_shape",
+    "shape_format",
 ]
 
 
@@ -332,6 +334,18 @@ def quant_layer_shape(model: str, tp: int) -> QuantLayerShape:
             f"unknown quantized model {model!r}; catalog: {', '.join(QUANT_CATALOG)}"
         ) from None
     return spec.shape(tp)
+
+
+#: Every format a shape of the suite has, in the order reports show them: BF16 (``shapes``'
+#: catalog), then ``FORMATS``.
+SHAPE_FORMATS = ("bf16", *FORMATS)
+
+
+def shape_format(label: str) -> str:
+    """The format of the suite's shape ``label`` (``model/tpN``): its quantized catalog entry's,
+    or ``bf16`` for a model of the BF16 catalog (any other name)."""
+    spec = QUANT_CATALOG.get(label.rpartition("/tp")[0])
+    return "bf16" if spec is None else spec.format
 
 
 def quant_catalog_shapes() -> list[QuantLayerShape]:

@@ -23,6 +23,7 @@ __all__ = [
     "convert_quant",
     "quant_strategy_call",
     "register_quant",
+    "warm_quant_strategy",
 ]
 
 #: ``(layer, gated) -> converted layer``, the layer already checked by ``check_quant_layer``.
@@ -92,15 +93,20 @@ def convert_quant(layer: QuantLayer, *, strategy: str, gated: bool = True) -> Qu
     return record.function(layer, gated)
 
 
+def warm_quant_strategy(shape: QuantLayerShape, strategy: str, device: torch.device) -> None:
+    """Fill the index caches ``strategy`` keeps per row count and device: one call on a
+    1-expert layer of ``shape``'s per-expert shape (``inputs.warm_strategy``'s rule; ``device``
+    the tensors' ``tensor.device``, part of the cache key)."""
+    convert_quant(
+        quant_layer_tensors(shape.with_experts(1), device), strategy=strategy, gated=shape.gated
+    )
+
+
 def quant_strategy_call(
     shape: QuantLayerShape, strategy: str, device: torch.device | str
 ) -> Callable[[], QuantLayer]:
-    """Fresh tensors of ``shape`` on ``device``, the strategy's index caches warmed (one call on
-    a 1-expert layer of the same per-expert shape), and one conversion to call."""
+    """Fresh tensors of ``shape`` on ``device``, the strategy's index caches warmed
+    (``warm_quant_strategy``), and one conversion to call."""
     layer = quant_layer_tensors(shape, device)
-    convert_quant(
-        quant_layer_tensors(shape.with_experts(1), layer.w13.device),
-        strategy=strategy,
-        gated=shape.gated,
-    )
+    warm_quant_strategy(shape, strategy, layer.w13.device)
     return lambda: convert_quant(layer, strategy=strategy, gated=shape.gated)

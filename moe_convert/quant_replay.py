@@ -1,25 +1,27 @@
-"""The sleep-mode load of a quantized model, replayed through the allocator model.
+"""The load of a quantized model, replayed through the allocator model.
 
-``replay.replay_load`` for a ``QuantLayerShape`` and a quantized strategy: every layer's tensors
-(weights, scales, bf16 biases) loaded, then each layer converted in turn with its trace
-(recorded on ``meta`` at full size, indices warmed), and the tensors the result replaces freed:
-all of them for an out-of-place strategy, the biases alone for an in-place one (a float32 bias
-cannot live in a bf16 one's storage). The result is a ``wholemodel.RankLoad``, as for BF16.
+``replay.replay_load`` for a ``QuantLayerShape`` and a quantized strategy, on the same machinery
+(``replay.load_rank_weights``, ``replay.replay_conversions``): every layer's tensors (weights,
+scales, bf16 biases) loaded, then each layer converted in turn with its trace (recorded on
+``meta`` at full size, indices warmed), and the tensors the result replaces freed: all of them
+for an out-of-place strategy, the biases alone for an in-place one (a float32 bias cannot live in
+a bf16 one's storage). The result is a ``wholemodel.RankLoad``, as for BF16. ``quant_rank_load``
+is the load as vLLM makes it (the default pool at ``max_split_size_mb`` 20) on a given device.
 """
 
 from __future__ import annotations
 
 import functools
 
-from .allocator import Allocator, MiB, OutOfMemory, Pool
+from .allocator import Pool
 from .memory import AllocationTracker
 from .quant_formats import QuantLayerShape
 from .quant_layer import quant_layer_tensors
 from .quant_registry import QUANT_STRATEGIES, convert_quant, quant_strategy_call
-from .replay import LayerTrace, WeightsDoNotFit, replay_conversions
-from .wholemodel import RankLoad
+from .replay import LayerTrace, load_rank_weights, replay_conversions
+from .wholemodel import VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 
-__all__ = ["quant_layer_trace", "replay_quant_load"]
+__all__ = ["quant_layer_trace", "quant_rank_load", "replay_quant_load"]
 
 
 @functools.cache
@@ -62,28 +64,36 @@ def replay_quant_load(
     left out). ``oom_layer`` is the first layer whose conversion the device cannot serve.
     Raises ``WeightsDoNotFit`` when the weights alone do not fit.
     """
-    record = QUANT_STRATEGIES[strategy]
-    allocator = Allocator(
-        capacity_bytes=device_bytes,
-        max_split_size=None if max_split_size_mb is None else max_split_size_mb * MiB,
+    allocator, params = load_rank_weights(
+        _tensor_bytes(shape),
+        shape.moe_layers,
+        max_split_size_mb=max_split_size_mb,
         pool=pool,
+        device_bytes=device_bytes,
+        other_weights_bytes=0,
     )
-    sizes = _tensor_bytes(shape)
-    try:
-        params = [
-            {name: allocator.malloc(nbytes) for name, nbytes in sizes.items()}
-            for _ in range(shape.moe_layers)
-        ]
-    except OutOfMemory as error:
-        raise WeightsDoNotFit(
-            f"device_bytes ({device_bytes}) cannot hold the weights: {shape.moe_layers} layers x "
-            f"{sum(sizes.values())} bytes ({error}); give a larger device or a larger TP"
-        ) from None
-    replaced = [n for n in sizes if not record.inplace or n.endswith("bias")]
+    inplace = QUANT_STRATEGIES[strategy].inplace
     return replay_conversions(
         allocator,
         quant_layer_trace(shape, strategy),
-        [[blocks[name] for name in replaced] for blocks in params],
+        [
+            [b for name, b in blocks.items() if not inplace or name.endswith("bias")]
+            for blocks in params
+        ],
         max_split_size_mb=max_split_size_mb,
         other_weights_bytes=0,
+    )
+
+
+def quant_rank_load(shape: QuantLayerShape, strategy: str, device_bytes: int) -> RankLoad:
+    """The rank's load as vLLM makes it without sleep mode (the default pool at
+    ``VLLM_LOAD_MAX_SPLIT_MB``) on a device lending ``device_bytes`` (``wholemodel.LOAD_DEVICES``),
+    replayed: its driver calls, refused ``cudaMalloc`` calls and the layer, if any, that runs out
+    of memory. The model's non-MoE weights are left out, so a real rank has less room."""
+    return replay_quant_load(
+        shape,
+        strategy,
+        max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
+        pool="default",
+        device_bytes=device_bytes,
     )

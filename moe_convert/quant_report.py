@@ -7,7 +7,9 @@ tests/test_quant_memory.py), upstream first. Nothing is allocated.
 ``python -m moe_convert.quant_report replay`` prints the sleep-mode load table
 (``quant_replay``, vLLM's ``max_split_size_mb`` 20): the reserved peak and growth per layer on an
 unbounded device, and the layer that runs out of memory on a GB200 and an H200 (about two
-minutes on 2 CPU cores: the upstream paths' traces have thousands of events).
+minutes on 2 CPU cores: the upstream paths' traces have thousands of events);
+``python -m moe_convert.quant_report rankload`` the load without sleep mode
+(``quant_replay.quant_rank_load``) on the same two devices: its driver calls and OOM layer.
 """
 
 from __future__ import annotations
@@ -16,15 +18,11 @@ import sys
 
 from .quant_formats import quant_catalog_shapes
 from .quant_registry import QUANT_STRATEGIES
-from .quant_replay import replay_quant_load
+from .quant_replay import quant_rank_load, replay_quant_load
 from .units import format_bytes
-from .wholemodel import VLLM_LOAD_MAX_SPLIT_MB
+from .wholemodel import LOAD_DEVICES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 
-__all__ = ["DEVICES", "peaks_markdown", "replay_markdown", "strategies_markdown"]
-
-#: What each device lends PyTorch's allocator during the load, as the issue states it: a GB200
-#: 184 GiB; an H200 141 GB, of which 139.5 GiB (vLLM PR #45589's reproduction, docs/allocator.md).
-DEVICES = {"GB200": 184 * 2**30, "H200": int(139.5 * 2**30)}
+__all__ = ["peaks_markdown", "rank_load_markdown", "replay_markdown", "strategies_markdown"]
 
 #: The column order: the upstream path, then this library's.
 KINDS = ("legacy", "preallocated", "inplace", "fast")
@@ -67,9 +65,9 @@ def replay_markdown() -> str:
     model's MoE layers (other weights left out) at ``max_split_size_mb`` 20."""
     lines = [
         "| model / TP | strategy | peak reserved | growth per layer | "
-        + " | ".join(f"{device} ({format_bytes(n)})" for device, n in DEVICES.items())
+        + " | ".join(f"{device} ({format_bytes(n)})" for device, n in LOAD_DEVICES.items())
         + " |",
-        "|---|---|---|---|" + "---|" * len(DEVICES),
+        "|---|---|---|---|" + "---|" * len(LOAD_DEVICES),
     ]
     for shape in quant_catalog_shapes():
         for kind in KINDS:
@@ -82,12 +80,9 @@ def replay_markdown() -> str:
                     pool="sleep",
                     device_bytes=device_bytes,
                 )
-                for device_bytes in (None, *DEVICES.values())
+                for device_bytes in (None, *LOAD_DEVICES.values())
             ]
-            fits = [
-                "fits" if load.oom_layer is None else f"OOM at layer {load.oom_layer}"
-                for load in loads[1:]
-            ]
+            fits = [_fits(load) for load in loads[1:]]
             lines.append(
                 f"| {shape.label} | `{name}` | {format_bytes(loads[0].peak_reserved_bytes)} | "
                 f"{format_bytes(loads[0].reserved_growth_per_layer_bytes)} | "
@@ -97,6 +92,45 @@ def replay_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _fits(load: RankLoad) -> str:
+    return "fits" if load.oom_layer is None else f"OOM at layer {load.oom_layer}"
+
+
+def rank_load_markdown() -> str:
+    """One row per quantized catalog shape and strategy: the load without sleep mode
+    (``quant_rank_load``) on each of ``LOAD_DEVICES``: whether it fits (else the layer that runs
+    out of memory) and its driver calls: ``cudaMalloc`` / ``cudaFree`` / refused ``cudaMalloc`` /
+    full cache releases (retries), the figures of ``bench_quant``'s ``QuantRankLoad*``."""
+    lines = [
+        "| model / TP | strategy | "
+        + " | ".join(
+            f"{device} ({format_bytes(n)}) | malloc / free / refused / retries"
+            for device, n in LOAD_DEVICES.items()
+        )
+        + " |",
+        "|---|---|" + "---|---|" * len(LOAD_DEVICES),
+    ]
+    for shape in quant_catalog_shapes():
+        for kind in KINDS:
+            name = f"{shape.format}-{kind}"
+            cells = []
+            for device_bytes in LOAD_DEVICES.values():
+                load = quant_rank_load(shape, name, device_bytes)
+                calls = (
+                    load.num_device_alloc,
+                    load.num_device_free,
+                    load.num_device_alloc_failed,
+                    load.num_alloc_retries,
+                )
+                cells += [_fits(load), " / ".join(f"{n:,}" for n in calls)]
+            lines.append(f"| {shape.label} | `{name}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
-    tables = {"replay": replay_markdown, "strategies": strategies_markdown}
+    tables = {
+        "replay": replay_markdown,
+        "rankload": rank_load_markdown,
+        "strategies": strategies_markdown,
+    }
     print(tables.get(" ".join(sys.argv[1:]), peaks_markdown)(), end="")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from .allocator import Allocator, MiB, OutOfMemory, Pool
+from .allocator import Allocator, Block, MiB, OutOfMemory, Pool
 from .inputs import layer_weights, warm_strategy
 from .memory import AllocationTracker, MemoryEvent
 from .registry import STRATEGIES, convert
@@ -45,6 +45,7 @@ __all__ = [
     "LoadStep",
     "WeightsDoNotFit",
     "layer_trace",
+    "load_rank_weights",
     "load_steps",
     "pr45589_replay",
     "replay_conversions",
@@ -181,6 +182,42 @@ def replay_load(
     device, before any conversion is replayed. ``reserved_after_layer`` are the raw samples the
     growth per layer is derived from; every field but the run's seconds is known here.
     """
+    allocator, params = load_rank_weights(
+        {"w13": shape.w13_bytes, "w2": shape.w2_bytes},
+        shape.moe_layers,
+        max_split_size_mb=max_split_size_mb,
+        pool=pool,
+        device_bytes=device_bytes,
+        other_weights_bytes=other_weights_bytes,
+    )
+    # the outputs replace the parameters; in place, the results live in their storage
+    freed = [] if STRATEGIES[strategy].inplace else [list(blocks.values()) for blocks in params]
+    return replay_conversions(
+        allocator,
+        layer_trace(shape, strategy),
+        freed,
+        max_split_size_mb=max_split_size_mb,
+        other_weights_bytes=other_weights_bytes,
+    )
+
+
+def load_rank_weights(
+    tensor_bytes: dict[str, int],
+    layers: int,
+    *,
+    max_split_size_mb: int | None,
+    pool: Pool,
+    device_bytes: int | None,
+    other_weights_bytes: int,
+) -> tuple[Allocator, list[dict[str, Block]]]:
+    """A fresh allocator holding a rank's weights: the ballast of ``other_weights_bytes`` (one
+    allocation, first, when non-zero), then ``layers`` layers of ``tensor_bytes`` (name -> bytes,
+    each tensor its own allocation, in the dict's order), as vLLM's parameters are.
+
+    Returns the allocator and, per layer, ``{name: block}``. The arguments mean what they do for
+    ``replay_load``; shared by it and ``quant_replay.replay_quant_load``. Raises
+    ``WeightsDoNotFit`` when the weights do not fit ``device_bytes``.
+    """
     if other_weights_bytes < 0:
         raise ValueError(f"other_weights_bytes ({other_weights_bytes}) must be >= 0")
     allocator = Allocator(
@@ -192,23 +229,16 @@ def replay_load(
         if other_weights_bytes:
             allocator.malloc(other_weights_bytes)
         params = [
-            (allocator.malloc(shape.w13_bytes), allocator.malloc(shape.w2_bytes))
-            for _ in range(shape.moe_layers)
+            {name: allocator.malloc(nbytes) for name, nbytes in tensor_bytes.items()}
+            for _ in range(layers)
         ]
     except OutOfMemory as error:
         raise WeightsDoNotFit(
-            f"device_bytes ({device_bytes}) cannot hold the weights: {shape.moe_layers} layers x "
-            f"{shape.layer_bytes} bytes + other_weights_bytes ({other_weights_bytes}) ({error}); "
-            "give a larger device or a larger TP"
+            f"device_bytes ({device_bytes}) cannot hold the weights: {layers} layers x "
+            f"{sum(tensor_bytes.values())} bytes + other_weights_bytes ({other_weights_bytes}) "
+            f"({error}); give a larger device or a larger TP"
         ) from None
-    freed = [] if STRATEGIES[strategy].inplace else params  # the outputs replace the parameters
-    return replay_conversions(
-        allocator,
-        layer_trace(shape, strategy),
-        freed,
-        max_split_size_mb=max_split_size_mb,
-        other_weights_bytes=other_weights_bytes,
-    )
+    return allocator, params
 
 
 def replay_conversions(

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 import torch
 
 from .inputs import layer_weights, warm_strategy
+from .quant_formats import QuantLayerShape
+from .quant_layer import quant_layer_tensors
+from .quant_registry import QUANT_STRATEGIES, convert_quant, warm_quant_strategy
 from .registry import STRATEGIES, convert
 from .shapes import LayerShape
 from .wholemodel import whole_model_seconds
@@ -166,7 +169,8 @@ class LayerTiming:
     """
 
     strategy: str
-    shape: LayerShape  # the layer timed (the cpu profile times fewer experts than the model's)
+    # the layer timed (the cpu profile times fewer experts than the model's)
+    shape: LayerShape | QuantLayerShape
     device: str
     strategy_time: Timing
     copy_time: Timing
@@ -230,7 +234,7 @@ class LayerTiming:
 
 
 def time_layer(
-    shape: LayerShape,
+    shape: LayerShape | QuantLayerShape,
     strategy: str,
     *,
     device: torch.device | str = "cpu",
@@ -241,12 +245,14 @@ def time_layer(
 ) -> LayerTiming:
     """Time ``strategy`` on a fresh ``shape`` layer against a same-size ``copy_``, interleaved.
 
-    The reference copies both weights (``dst.copy_(src)`` into tensors allocated and touched
-    once, in warm-up): ``2 (T13 + T2)`` bytes read and written. Calls alternate copy, strategy,
-    copy, strategy ... in this process, ``warmup`` rounds untimed first; each call is timed by
-    ``time_once`` (CUDA events on CUDA). On CPU with ``threads`` threads (``cpu_threads``).
-    ``model_experts``: the expert count of the model's layers, when ``shape`` has fewer (the
-    whole-model figure is scaled to it).
+    A ``LayerShape`` with a BF16 strategy (``convert``) or a ``QuantLayerShape`` with one of its
+    format's (``convert_quant``: weights, scale factors and biases, seeded). The reference
+    copies every tensor of the layer (``dst.copy_(src)`` into tensors allocated and touched
+    once, in warm-up): ``2 (T13 + T2)`` bytes read and written, ``2 layer_bytes`` in general.
+    Calls alternate copy, strategy, copy, strategy ... in this process, ``warmup`` rounds
+    untimed first; each call is timed by ``time_once`` (CUDA events on CUDA). On CPU with
+    ``threads`` threads (``cpu_threads``). ``model_experts``: the expert count of the model's
+    layers, when ``shape`` has fewer (the whole-model figure is scaled to it).
 
     What the strategy's time includes, honestly:
 
@@ -260,27 +266,74 @@ def time_layer(
     Memory needed on ``device``: the layer, the copy destination, the strategy's peak transient,
     and for in-place strategies a pristine copy of the layer.
     """
-    _check_counts(repeats, warmup)
-    device = torch.device(device)
-    if device.type == "meta":
-        raise ValueError("device 'meta' has no time: time_layer needs cpu or cuda")
+    tensors, run, inplace = _conversion(shape, strategy, torch.device(device))
+    return _time_interleaved(
+        shape,
+        strategy,
+        tensors,
+        run,
+        inplace=inplace,
+        repeats=repeats,
+        warmup=warmup,
+        threads=threads,
+        model_experts=model_experts,
+    )
+
+
+def _conversion(
+    shape: LayerShape | QuantLayerShape, strategy: str, device: torch.device
+) -> tuple[list[torch.Tensor], Callable[[], object], bool]:
+    """A fresh, seeded ``shape`` layer on ``device`` (every tensor of it), one conversion of it
+    with ``strategy`` (its caches warmed) and whether that conversion is in place."""
+    if isinstance(shape, QuantLayerShape):
+        layer = quant_layer_tensors(shape, device)
+        warm_quant_strategy(shape, strategy, layer.w13.device)
+        return (
+            list(layer.tensors().values()),
+            lambda: convert_quant(layer, strategy=strategy, gated=shape.gated),
+            QUANT_STRATEGIES[strategy].inplace,
+        )
     w13, w2 = layer_weights(shape, device)
     warm_strategy(shape, strategy, w13.device)
-    copy13, copy2 = torch.empty_like(w13), torch.empty_like(w2)
+    return (
+        [w13, w2],
+        lambda: convert(w13, w2, strategy=strategy, gated=shape.gated),
+        STRATEGIES[strategy].inplace,
+    )
+
+
+def _time_interleaved(
+    shape: LayerShape | QuantLayerShape,
+    strategy: str,
+    tensors: list[torch.Tensor],
+    run: Callable[[], object],
+    *,
+    inplace: bool,
+    repeats: int,
+    warmup: int,
+    threads: int | None,
+    model_experts: int | None,
+) -> LayerTiming:
+    """``time_layer``'s measurement of ``run()``: one conversion of ``tensors`` (every input of a
+    ``shape`` layer, the strategy's caches already warm), interleaved with their copy.
+    ``inplace``: ``run`` overwrites ``tensors``, restored from a pristine copy before every
+    call, untimed. Memory: the layer, the copy destination, the strategy's peak transient, and
+    for in-place strategies a pristine copy of the layer."""
+    _check_counts(repeats, warmup)
+    device = tensors[0].device
+    if device.type == "meta":
+        raise ValueError("device 'meta' has no time: time_layer needs cpu or cuda")
+    copies = [torch.empty_like(t) for t in tensors]
 
     def copy() -> None:
-        copy13.copy_(w13)
-        copy2.copy_(w2)
+        for dst, src in zip(copies, tensors, strict=True):
+            dst.copy_(src)
 
-    def run() -> tuple[torch.Tensor, torch.Tensor]:
-        return convert(w13, w2, strategy=strategy, gated=shape.gated)
-
-    pristine = (w13.clone(), w2.clone()) if STRATEGIES[strategy].inplace else None
+    pristine = [t.clone() for t in tensors] if inplace else None
 
     def restore() -> None:
-        if pristine is not None:
-            w13.copy_(pristine[0])
-            w2.copy_(pristine[1])
+        for dst, src in zip(tensors, pristine or (), strict=False):
+            dst.copy_(src)
 
     copy_samples, strategy_samples, faults = [], [], []
     with cpu_threads(threads, device=device) as used_threads:

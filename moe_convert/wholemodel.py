@@ -40,6 +40,8 @@ from .shapes import LayerShape, shape_from_label
 __all__ = [
     "DEVICE_141GB_BYTES",
     "DEVICE_EVENTS",
+    "DEVICE_GB200_BYTES",
+    "LOAD_DEVICES",
     "PR45589_BALLAST_BYTES",
     "PR45589_HEADROOM_BYTES",
     "PR45589_LOADED_BYTES",
@@ -69,6 +71,13 @@ PR45589_BALLAST_BYTES = PR45589_LOADED_BYTES - shape_from_label(PR45589_SHAPE).m
 #: loads: the H200's 143,771 MiB (docs/gpu.md) less about 0.9 GiB of CUDA context and driver.
 #: An estimate for replays; a run measures what its device has free (``RankLoad.device_bytes``).
 DEVICE_141GB_BYTES = round(139.5 * 2**30)
+
+#: What a GB200 lends the allocator while vLLM loads, as issue 18 states it: 184 GiB (its HBM3e
+#: less the context and driver). An estimate for replays, as ``DEVICE_141GB_BYTES`` is.
+DEVICE_GB200_BYTES = 184 * 2**30
+
+#: The two devices a quantized rank's load is replayed on (issue 18), by the name tables give.
+LOAD_DEVICES = {"GB200": DEVICE_GB200_BYTES, "H200": DEVICE_141GB_BYTES}
 
 #: What PR #45589's rank had to spare once its weights were loaded (29.89 GiB): the headroom the
 #: suite gives every rank it replays, so that every model meets a device as full as that one.

@@ -11,14 +11,21 @@ import pytest
 from moe_bench.metrics import EXACT, metric
 from moe_convert import QUANT_STRATEGIES
 from moe_convert.quant_formats import quant_catalog_shapes, quant_layer_shape
-from moe_convert.quant_replay import replay_quant_load
+from moe_convert.quant_replay import quant_rank_load, replay_quant_load
+from moe_convert.wholemodel import LOAD_DEVICES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
 from benchmarks import bench_quant  # noqa: E402
 
-CLASSES = [bench_quant.QuantPeakMemory, bench_quant.QuantTraffic, bench_quant.QuantSleepModeReplay]
+CLASSES = [
+    bench_quant.QuantPeakMemory,
+    bench_quant.QuantTraffic,
+    bench_quant.QuantSleepModeReplay,
+    bench_quant.QuantRankLoadGB200,
+    bench_quant.QuantRankLoadH200,
+]
 
 
 def test_every_quantized_shape_and_strategy_is_benchmarked():
@@ -69,6 +76,47 @@ def test_the_replay_finds_the_upstream_oom_and_ours_fit():
         assert ours.oom_layer is None and ours.reserved_growth_per_layer_bytes == 0, kind
 
 
+def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):
+    # One class per device, each with its own setup_cache (asv would share an inherited one);
+    # every figure read from the cell's quant_rank_load.
+    monkeypatch.setattr(bench_quant, "QUANT_SHAPES", ("gpt-oss-20b-mxfp4/tp1",))
+    shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
+    grids = {"GB200": bench_quant.QuantRankLoadGB200, "H200": bench_quant.QuantRankLoadH200}
+    assert grids.keys() == LOAD_DEVICES.keys()
+    assert grids["GB200"].setup_cache is not grids["H200"].setup_cache
+    for device, cls in grids.items():
+        bench = cls()
+        loads = bench.setup_cache()
+        for kind in ("legacy", "fast"):
+            want = quant_rank_load(shape, f"mxfp4-{kind}", LOAD_DEVICES[device])
+            assert want.pool == "default" and want.max_split_size_mb == 20
+            bench.setup(loads, shape.label, kind)
+            assert bench.track_num_device_alloc(loads, shape.label, kind) == want.num_device_alloc
+            assert bench.track_peak_reserved_bytes(loads, shape.label, kind) == (
+                want.peak_reserved_bytes
+            )
+            assert bench.track_layers_lost_to_oom(loads, shape.label, kind) == 0
+
+
+def test_the_rank_load_names_the_oom_layer_and_the_refused_device_calls():
+    # DeepSeek-R1 NVFP4 TP4 on an H200 under vLLM's load (default pool, 20 MiB): vLLM 0.29's path
+    # fills the device with stranded segments, then each refused cudaMalloc frees the cache and
+    # retries, and it still fits. With 2 GiB beside the weights its 2.4 GiB per layer runs out
+    # at once; -fast's 1.5 GiB fits; the figure counts the layers lost.
+    shape = quant_layer_shape("deepseek-r1-nvfp4", 4)
+    h200 = quant_rank_load(shape, "nvfp4-legacy", LOAD_DEVICES["H200"])
+    assert h200.oom_layer is None
+    assert h200.num_device_alloc_failed == h200.num_device_free == 1797
+    assert quant_rank_load(shape, "nvfp4-legacy", LOAD_DEVICES["GB200"]).num_device_free == 0
+    tight = shape.moe_layers * shape.layer_bytes + 2 * 2**30
+    small = quant_rank_load(shape, "nvfp4-legacy", tight)
+    assert small.oom_layer == 0 and small.num_ooms == 1
+    bench = bench_quant.QuantRankLoadH200()
+    bench.result = small
+    assert bench.track_layers_lost_to_oom({}, shape.label, "legacy") == shape.moe_layers
+    assert quant_rank_load(shape, "nvfp4-fast", tight).oom_layer is None
+
+
 def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interleave(monkeypatch):
     # Step 1's quantized part with the CPU standing in for the GPU: FlashInfer's interleave
     # rejects CPU tensors (its rows fail, saying why), every strategy matches its -legacy.
@@ -86,3 +134,78 @@ def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interle
     assert all(row["exact"] for row in rows if row["strategy"] in QUANT_STRATEGIES)
     (interleave,) = [row for row in rows if row["strategy"] not in QUANT_STRATEGIES]
     assert interleave["exact"] in (False, None) and "error" in interleave
+
+
+def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cell(monkeypatch):
+    # The cpu profile times CPU_PROFILE_QUANT_SHAPES with CPU_PROFILE_EXPERTS experts; every
+    # other shape is n/a, saying why; the three figures read one timing.time_layer each.
+    from benchmarks import bench_convert, common
+
+    monkeypatch.setattr(common, "profile", lambda: "cpu")
+    monkeypatch.setattr(common, "CPU_PROFILE_EXPERTS", 1)
+    monkeypatch.setattr(bench_convert, "REPEATS", 3)
+    timed, untimed = "gpt-oss-20b-mxfp4/tp1", "kimi-k2-nvfp4/tp8"
+    monkeypatch.setattr(bench_quant, "CPU_PROFILE_QUANT_SHAPES", (timed,))
+    bench = bench_quant.QuantLayerTime()
+    timings = bench.setup_cache()
+    assert set(timings) == {(timed, kind) for kind in bench_quant.QUANT_KINDS}
+    full = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
+    for kind in bench_quant.QUANT_KINDS:
+        bench.setup(timings, timed, kind)
+        measured = timings[timed, kind]
+        assert measured.strategy == f"mxfp4-{kind}" and measured.shape.experts == 1
+        assert len(measured.strategy_time.samples) == 3
+        assert bench.track_layer_seconds(timings, timed, kind) == measured.seconds > 0
+        assert bench.track_copy_ratio(timings, timed, kind) == measured.copy_ratio
+        assert bench.track_whole_model_seconds(timings, timed, kind) == pytest.approx(
+            measured.seconds * full.experts * full.moe_layers
+        )
+    with pytest.raises(NotImplementedError, match="cpu profile does not time kimi-k2"):
+        bench.setup(timings, untimed, "fast")
+    profile = bench_quant.QuantProfile()
+    profile.setup(timed)
+    assert profile.track_timed_experts(timed) == 1
+    with pytest.raises(NotImplementedError, match="does not time"):
+        profile.setup(untimed)
+    monkeypatch.setattr(common, "profile", lambda: "full")
+    profile.setup(untimed)
+    assert profile.track_timed_experts(untimed) == quant_layer_shape("kimi-k2-nvfp4", 8).experts
+
+
+def test_time_layer_of_a_quantized_shape_copies_every_tensor_and_restores_in_place_inputs(
+    monkeypatch,
+):
+    # The reference copies weights, scales and biases; an in-place strategy finds its pristine
+    # input before every call (a conversion of converted bytes would differ from the first).
+    import torch
+
+    from moe_convert import timing
+    from moe_convert.quant_layer import quant_layer_tensors
+    from moe_convert.quant_registry import convert_quant
+
+    shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1)
+    pristine = quant_layer_tensors(shape, "cpu")
+    want = convert_quant(
+        quant_layer_tensors(shape, "cpu"), strategy="mxfp4-inplace", gated=shape.gated
+    )
+    seen = []
+    real = timing.convert_quant
+
+    def same(a, b) -> bool:  # bytes: random fp8 and bf16 bytes hold NaNs, never equal as numbers
+        return all(
+            torch.equal(x.view(torch.uint8), y.view(torch.uint8))
+            for x, y in zip(a.tensors().values(), b.tensors().values(), strict=True)
+        )
+
+    def spy(layer, **kwargs):
+        seen.append(same(layer, pristine))
+        out = real(layer, **kwargs)
+        assert same(out, want)
+        return out
+
+    monkeypatch.setattr(timing, "convert_quant", spy)
+    measured = timing.time_layer(shape, "mxfp4-inplace", repeats=3, warmup=1)
+    assert seen == [True] * 4
+    assert measured.bytes_moved == 2 * shape.layer_bytes
+    with pytest.raises(ValueError, match="meta"):
+        timing.time_layer(shape, "mxfp4-fast", device="meta")

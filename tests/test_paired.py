@@ -128,6 +128,46 @@ def test_a_strategy_missing_in_head_fails_and_one_new_in_head_is_not_judged(monk
     assert cell.verdict == "n/a" and "not registered in base" in cell.error
 
 
+@pytest.fixture
+def track_quant_side(monkeypatch, libs):
+    """``track_side`` for the quantized conversions."""
+    for side, lib in libs.items():
+        original = lib.convert_quant
+
+        def convert_quant(layer, _side_name=side, _original=original, **kwargs):
+            _side[0] = _side_name
+            return _original(layer, **kwargs)
+
+        monkeypatch.setattr(lib, "convert_quant", convert_quant)
+
+
+@pytest.mark.parametrize("kind", ["fast", "inplace"])
+def test_a_quantized_cell_is_paired_by_the_same_rule(monkeypatch, libs, track_quant_side, kind):
+    # bench_quant's cell (shape, kind): the shape's format's strategy through each side's own
+    # QuantLayer and convert_quant (in place too), judged as a BF16 cell is.
+    monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
+    _fake_clock(monkeypatch, 1.3)
+    label = paired.bench_quant.CPU_PROFILE_QUANT_SHAPES[0]
+    cell = paired.measure_quant_cell(libs, label, kind, paired.torch.device("cpu"))
+    assert (cell.shape, cell.strategy, cell.verdict) == (label, kind, "regressed")
+    assert cell.ratio == pytest.approx(1.3, rel=0.05)
+
+
+def test_a_base_from_before_the_formats_is_not_judged_and_a_head_without_them_fails(
+    monkeypatch, libs
+):
+    label = paired.bench_quant.CPU_PROFILE_QUANT_SHAPES[0]
+    monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
+    monkeypatch.setattr(libs["head"], "QUANT_STRATEGIES", {})
+    cell = paired.measure_quant_cell(libs, label, "fast", paired.torch.device("cpu"))
+    assert cell.verdict == "failed" and "not registered in head" in cell.error
+    monkeypatch.undo()
+    monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
+    monkeypatch.delattr(libs["base"], "QUANT_STRATEGIES")  # a commit before issue 18
+    cell = paired.measure_quant_cell(libs, label, "fast", paired.torch.device("cpu"))
+    assert cell.verdict == "n/a" and "not registered in base" in cell.error
+
+
 def test_asv_can_import_it_without_scipy():
     # asv imports every module of benchmarks/ in its own environment: torch and the project only.
     code = "import sys; sys.modules['scipy'] = None; import benchmarks.paired"

@@ -17,7 +17,7 @@ import pytest
 
 from moe_bench import cli
 from moe_bench.compare import compare_commits
-from moe_bench.metrics import NOISE_FACTOR
+from moe_bench.metrics import NOISE_FACTOR, QUANT_SIBLINGS
 from moe_bench.report import changes_markdown, comment_markdown, render_markdown, summary_table
 from moe_bench.results import load_results
 from moe_bench.units import human
@@ -169,6 +169,44 @@ def test_markdown_in_human_units_with_marks(results):
     assert lines[f"flashinfer@{QWEN}"].count("n/a") == 6
     assert "1 regressed figure(s)" in text
     assert f"more than {NOISE_FACTOR:g}x" in text
+
+
+def with_quantized(results: pd.DataFrame) -> pd.DataFrame:
+    """``results`` plus, for every BF16 point of qwen3 that has a quantized sibling figure
+    (``metrics.QUANT_SIBLINGS``), the same values as an NVFP4 and an FP8 shape's, each
+    strategy standing for the kind of the same name (``legacy``) or for ``fast``."""
+    kinds = {"legacy": "legacy", "strided_copy": "fast"}
+    rows = results[
+        results["benchmark"].isin(QUANT_SIBLINGS)
+        & (results["shape"] == QWEN)
+        & results["strategy"].isin(kinds)
+    ]
+    quantized = [
+        rows.assign(
+            benchmark=rows["benchmark"].map(QUANT_SIBLINGS),
+            shape=shape,
+            strategy=rows["strategy"].map(kinds),
+        )
+        for shape in ("llama-4-maverick-fp8/tp8", "qwen3-235b-a22b-nvfp4/tp4")
+    ]
+    return pd.concat([results, *quantized], ignore_index=True)
+
+
+def test_the_summary_has_a_table_per_format_bf16_first(results):
+    table = summary_table(with_quantized(results))
+    assert set(table["format"]) == {"bf16", "nvfp4", "fp8"}
+    assert (table.loc[table["shape"] == QWEN, "format"] == "bf16").all()
+    fast = row(table, "qwen3-235b-a22b-nvfp4/tp4", "fast")
+    assert fast["format"] == "nvfp4" and fast["speedup"] == pytest.approx(0.120 / 0.048)
+    # the quantized peak rose 1.5x like its BF16 source: exact, so marked by the gate's rule
+    assert fast["regressions"] == ("peak_bytes",)
+    text = render_markdown(table, title="nightly")
+    headers = [line for line in text.splitlines() if line.startswith("### ")]
+    assert headers == ["### BF16", "### NVFP4", "### FP8"]  # SHAPE_FORMATS' order, not the run's
+    nvfp4 = text[text.index("### NVFP4") : text.index("### FP8")]
+    assert "qwen3-235b-a22b-nvfp4/tp4 | fast" in nvfp4 and "**1.69 GiB** ⚠ +50%" in nvfp4
+    assert QWEN + " " not in nvfp4 and "llama-4" not in nvfp4
+    assert "3 regressed figure(s)" in text
 
 
 def test_the_first_answer_is_what_changed_since_the_previous_results(results):
