@@ -30,7 +30,8 @@ from moe_convert.replay import pr45589_replay
 from moe_convert.shapes import shape_from_label
 from moe_convert.wholemodel import PR45589_HEADROOM_BYTES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 
-from .metrics import PEAK_BYTES, RANK_LOAD_REPLAY, RANK_LOAD_TIME
+from .gpucheck.plan import LOAD_STRATEGIES
+from .metrics import PEAK_BYTES, RANK_LOAD_FIGURES, RANK_LOAD_REPLAY, RANK_LOAD_TIME
 from .units import human
 
 __all__ = [
@@ -44,11 +45,12 @@ __all__ = [
 
 #: The strategies shown first, in this order: vLLM's conversion before and after #45589.
 FIRST = ("legacy", "preallocated")
-#: The per-layer plot's strategies (gpu-check's step 4 loads the same), where registered.
-CURVE_STRATEGIES = ("legacy", "preallocated", "inplace", "triton", "triton_inplace")
+#: The per-layer plot's strategies, where registered: those gpu-check's step 4 loads.
+CURVE_STRATEGIES = LOAD_STRATEGIES
+#: The replayed driver calls: the rank load's figures counted in calls or retries.
+_EVENTS = tuple(name for name, unit in RANK_LOAD_FIGURES if unit in ("calls", "retries"))
 #: The replayed figures by column name, as ``bench_allocator.RankLoadReplay`` names them.
-_EVENTS = ("num_device_alloc", "num_device_free", "num_device_alloc_failed", "num_alloc_retries")
-_REPLAYED = {f"{RANK_LOAD_REPLAY}.track_{name}": name for name in (*_EVENTS, "peak_reserved_bytes")}
+_REPLAYED = {f"{RANK_LOAD_REPLAY}.track_{name}": name for name, _ in RANK_LOAD_FIGURES}
 _REPLAYED[f"{RANK_LOAD_REPLAY}.track_layers_lost_to_oom"] = "layers_lost"
 _REPLAYED["bench_allocator.SleepModeReplay.track_peak_reserved_bytes"] = "sleep_peak_bytes"
 _REPLAYED[PEAK_BYTES] = "layer_peak_bytes"  # one layer's peak transient (exact, on meta)
