@@ -108,6 +108,6 @@ def strategy_changes(
     )
     changes = (head / base).dropna().groupby(level="strategy")
     median = changes.median().where(changes.size() >= MIN_SHAPES)
-    if not (steady(copy_spread(copies, run)) and steady(copy_spread(copies, earlier))):
+    if not steady(copy_spread(copies, run), copy_spread(copies, earlier)):
         median[:] = math.nan
     return median

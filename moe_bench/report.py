@@ -301,7 +301,7 @@ def _hardware_notes(rows: pd.DataFrame) -> list[str]:
         spreads = (
             f"each shape's copies spread {_spread(spread)} here, {_spread(previous_spread)} there"
         )
-        if steady(spread) and steady(previous_spread):
+        if steady(spread, previous_spread):
             note += (
                 f" Both runs steady ({spreads}; within {STEADY_SPREAD:g}x): a strategy whose "
                 f"copy ratio rose beyond {STRATEGY_FACTOR:g}x in the median over its shapes is "

@@ -190,6 +190,8 @@ def test_steady():
     assert steady(1.0) and steady(STEADY_SPREAD)
     assert not steady(STEADY_SPREAD * 1.01)
     assert not steady(math.nan)  # no copy timed: nothing says it was steady
+    assert steady(1.0, STEADY_SPREAD) and not steady(1.0, STEADY_SPREAD * 1.01)  # both runs
+    assert not steady(1.0, math.nan)
 
 
 def test_judge_without_direction_fails_any_change():
