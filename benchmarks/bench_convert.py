@@ -44,7 +44,7 @@ def _count_traffic(shape: str, strategy: str) -> TrafficMeasurement:
     return dataclasses.replace(strategy_traffic(common.full_shape(shape), strategy), ops=())
 
 
-class Traffic(common.ShapeStrategyGrid):
+class Traffic(common.ShapeStrategyGrid, common.TrafficFigures):
     """Exact work of one full-size layer, counted at dispatch level on ``meta``: no noise at all.
 
     ``traffic_bytes`` (bytes read + written), ``launches`` (data-moving ops; CUDA kernel
@@ -72,48 +72,17 @@ class Traffic(common.ShapeStrategyGrid):
         self.measured = common.grid_cell(counts, shape, strategy)
         self.full = common.full_shape(shape)
 
-    def track_traffic_bytes(self, counts: dict, shape: str, strategy: str) -> int:
-        return self.measured.traffic_bytes
 
-    track_traffic_bytes.unit = "bytes"
-
-    def track_launches(self, counts: dict, shape: str, strategy: str) -> int:
-        return self.measured.launches
-
-    track_launches.unit = "launches"
-
-    def track_traffic_ratio(self, counts: dict, shape: str, strategy: str) -> float:
-        return self.measured.traffic_bytes / (2 * self.full.layer_bytes)
-
-    track_traffic_ratio.unit = "ratio"
-
-
-class CudaMemory(common.ShapeStrategyGrid):
-    """CUDA caching-allocator peaks of one full-size layer (n/a without CUDA).
-
-    ``peak_allocated`` is rounded to the allocator's blocks; ``peak_reserved`` is what the
-    process holds from the driver, what an OOM is about; ``alloc_retries`` counts cache flushes
-    the allocator needed (non-zero means the conversion fragmented the cache).
-    """
+class CudaMemory(common.ShapeStrategyGrid, common.CudaMemoryFigures):
+    """CUDA caching-allocator peaks of one full-size layer (n/a without CUDA):
+    ``common.CudaMemoryFigures``."""
 
     version = "1"
-    unit = "bytes"
 
     def setup(self, shape: str, strategy: str) -> None:
         common.require_cuda()
         super().setup(shape, strategy)
         self.measured = strategy_cuda_memory(common.full_shape(shape), strategy)
-
-    def track_peak_allocated_bytes(self, shape: str, strategy: str) -> int:
-        return self.measured.peak_allocated_bytes
-
-    def track_peak_reserved_bytes(self, shape: str, strategy: str) -> int:
-        return self.measured.peak_reserved_bytes
-
-    def track_alloc_retries(self, shape: str, strategy: str) -> int:
-        return self.measured.num_alloc_retries
-
-    track_alloc_retries.unit = "retries"
 
 
 def _time_cell(shape: str, strategy: str) -> timing.LayerTiming:

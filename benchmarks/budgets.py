@@ -2,8 +2,8 @@
 
 A budget's ``formula`` is text in the legend of ``moe_convert.formulas`` (``T13 + T2``,
 ``max(S13, S2, 10 MiB)``), evaluated on the entry's full-size shape (``model/tpN``); its
-``max`` (or ``min``) is that number (a ``bench_quant.*`` entry's shape is a quantized catalog
-label, ``kimi-k2-nvfp4/tp8``). The gate (``moe_bench.gate``) reads only the number and
+``max`` (or ``min``) is that number (a shape of ``quant.QUANT_SHAPES`` is a quantized
+catalog label, ``kimi-k2-nvfp4/tp8``). The gate (``moe_bench.gate``) reads only the number and
 never imports ``moe_convert``; this module keeps the number equal to the formula, and
 tests/test_budgets.py fails when it is not. Entries without a formula (whole-model seconds on
 GB200: measured, not derived) are left as they are.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from moe_convert.formulas import Formula
 
-from . import bench_quant, common
+from . import common, quant
 
 __all__ = ["derived_limit", "stale_entries", "update"]
 
@@ -35,9 +35,9 @@ def derived_limit(entry: dict) -> int:
 
     Raises ``ValueError`` naming the entry for a formula outside the legend or an unknown shape.
     """
-    quantized = entry.get("benchmark", "").startswith("bench_quant.")
+    quantized = entry.get("shape") in quant.QUANT_SHAPES
     try:
-        shape = (bench_quant.full_quant_shape if quantized else common.full_shape)(entry["shape"])
+        shape = (quant.full_quant_shape if quantized else common.full_shape)(entry["shape"])
         return Formula(entry["formula"]).evaluate(shape)
     except ValueError as error:
         where = f"{entry.get('shape')} {entry.get('strategy') or ''}".strip()

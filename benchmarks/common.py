@@ -162,8 +162,9 @@ class ShapeStrategyGrid:
 
 class RankLoadFigures(abc.ABC):
     """The figures of a replayed rank load (``moe_convert.wholemodel.RankLoad``), shared by every
-    grid that replays one (``bench_allocator.RankLoadReplay``, ``bench_quant``'s
-    ``QuantRankLoad*``); ``self.result`` is the cell's load, set by the grid's ``setup``.
+    grid that replays one (``bench_allocator.RankLoadReplay``, each format's ``RankLoadGB200``
+    and ``RankLoadH200``: ``benchmarks.quant``); ``self.result`` is the cell's load, set by the
+    grid's ``setup``.
 
     Every figure counts the conversions' events (from the end of loading), as
     ``torch.cuda.memory_stats()`` names them: ``num_device_alloc`` (segments made:
@@ -213,9 +214,67 @@ class RankLoadFigures(abc.ABC):
     track_layers_lost_to_oom.unit = "layers"
 
 
+class TrafficFigures(abc.ABC):
+    """The figures of a layer's counted traffic (``moe_convert.traffic.TrafficMeasurement``),
+    shared by ``bench_convert.Traffic`` and each format's (``benchmarks.quant``):
+    ``self.measured`` is the cell's count and ``self.full`` its full-size shape, set by the
+    grid's ``setup``. The ratio is to a copy of the layer (every byte read and written once).
+    Abstract as ``RankLoadFigures`` is, for the same reasons."""
+
+    measured: object  # the cell's TrafficMeasurement
+    full: object  # the cell's full-size shape (its layer_bytes)
+
+    @abc.abstractmethod
+    def setup_cache(self) -> dict: ...
+
+    def track_traffic_bytes(self, counts: dict, shape: str, strategy: str) -> int:
+        return self.measured.traffic_bytes
+
+    track_traffic_bytes.unit = "bytes"
+
+    def track_launches(self, counts: dict, shape: str, strategy: str) -> int:
+        return self.measured.launches
+
+    track_launches.unit = "launches"
+
+    def track_traffic_ratio(self, counts: dict, shape: str, strategy: str) -> float:
+        return self.measured.traffic_bytes / (2 * self.full.layer_bytes)
+
+    track_traffic_ratio.unit = "ratio"
+
+
+class CudaMemoryFigures(abc.ABC):
+    """CUDA caching-allocator peaks of one full-size layer's conversion
+    (``moe_convert.memory.CudaMemoryMeasurement``), shared by ``bench_convert.CudaMemory`` and
+    each format's (``benchmarks.quant``); ``self.measured`` is set by ``setup``, which skips
+    without CUDA (asv shows n/a). Abstract (asv skips it): each grid writes its ``setup``.
+
+    ``peak_allocated`` is rounded to the allocator's blocks; ``peak_reserved`` is what the
+    process holds from the driver, what an OOM is about; ``alloc_retries`` counts cache flushes
+    the allocator needed (non-zero means the conversion fragmented the cache).
+    """
+
+    unit = "bytes"
+    measured: object  # the cell's CudaMemoryMeasurement
+
+    @abc.abstractmethod
+    def setup(self, shape: str, strategy: str) -> None: ...
+
+    def track_peak_allocated_bytes(self, shape: str, strategy: str) -> int:
+        return self.measured.peak_allocated_bytes
+
+    def track_peak_reserved_bytes(self, shape: str, strategy: str) -> int:
+        return self.measured.peak_reserved_bytes
+
+    def track_alloc_retries(self, shape: str, strategy: str) -> int:
+        return self.measured.num_alloc_retries
+
+    track_alloc_retries.unit = "retries"
+
+
 class LayerTimeFigures(abc.ABC):
     """The three figures of a timed layer (``moe_convert.timing.LayerTiming``), shared by
-    ``bench_convert.LayerTime`` and ``bench_quant.QuantLayerTime``; ``self.measured`` is the
+    ``bench_convert.LayerTime`` and each format's (``benchmarks.quant``); ``self.measured`` is the
     cell's timing, set by the grid's ``setup``. Abstract as ``RankLoadFigures`` is, for the
     same reasons."""
 

@@ -5,10 +5,10 @@ the two reads as a regression (on the shared 2-core machine unchanged code was c
 slower that way). Here both commits' ``moe_convert`` are loaded side by side in this process
 (each commit's tree exported with ``git archive`` into its own folder and imported under its own
 module name), and for each shape x strategy (BF16's grid, then the quantized cells the profile
-times: ``bench_quant.QuantLayerTime``'s, keyed by shape and kind) their calls alternate on the
-same inputs, in a seeded random order within each pair, so a load that comes and goes moves
-both alike; two identical input buffers are dealt to the two sides at random for every pair, so
-where a buffer lies in memory favours neither.
+times: each format's ``LayerTime``'s, ``benchmarks.quant``, keyed by shape and kind) their calls
+alternate on the same inputs, in a seeded random order within each pair, so a load that comes and
+goes moves both alike; two identical input buffers are dealt to the two sides at random for every
+pair, so where a buffer lies in memory favours neither.
 
 The verdict of a cell is read from the per-pair ratios ``head_i / base_i``: the estimate is their
 median, with a bootstrap confidence interval (``CONFIDENCE``) of that median. A regression is
@@ -53,7 +53,7 @@ import torch
 # the modules, not their functions: asv would take a module-level ``time_once`` for a benchmark
 from moe_convert import inputs, timing
 
-from . import bench_quant, common
+from . import common, quant
 
 #: A cell regresses when the whole confidence interval of head/base lies above this. Chosen so
 #: that a 1.25x slowdown is caught under load (docs/timing.md: measured detection).
@@ -70,7 +70,7 @@ CELL_BUDGET_SECONDS = 20.0
 #: Untimed pairs first: index caches, first touch of inputs and outputs.
 WARMUP_PAIRS = 2
 #: The asv figures this verdict decides (they measure the same call, unpaired); the quantized
-#: formats' (``bench_quant.QuantLayerTime``'s) are ``metrics.QUANT_SIBLINGS`` of these.
+#: formats' are their ``metrics.quant_sibling``s.
 JUDGED_BENCHMARKS = (
     "bench_convert.LayerTime.track_layer_seconds",
     "bench_convert.LayerTime.track_copy_ratio",
@@ -179,14 +179,14 @@ def measure_cell(
 def measure_quant_cell(
     libs: dict[str, ModuleType], label: str, kind: str, device: torch.device, seed: int = 0
 ) -> Cell:
-    """``measure_cell`` for a quantized cell (``bench_quant``'s grid: a shape and a kind, the
+    """``measure_cell`` for a quantized cell (``benchmarks.quant``'s grid: a shape and a kind, the
     strategy the shape's format's), on the working tree's seeded layer of the suite's shape;
     each side builds its own ``QuantLayer`` of the same tensors."""
     # Imported here: asv imports this module with the measured commit's library, which may
     # predate the formats.
     from moe_convert.quant_layer import quant_layer_tensors
 
-    shape = bench_quant.timed_quant_shape(label)
+    shape = quant.timed_quant_shape(label)
     strategy = f"{shape.format}-{kind}"
     missing = [side for side, lib in libs.items() if strategy not in _quant_strategies(lib)]
     if missing:
@@ -284,13 +284,25 @@ def _selected(regex: re.Pattern | None, judged: tuple[str, ...], label: str, str
     return regex is None or any(regex.search(f"{name}('{label}', '{strategy}')") for name in judged)
 
 
-def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -> dict:
-    """Every selected cell of the suite's grid, paired; the JSON-ready result."""
+def quant_cells(regex: re.Pattern | None) -> list[tuple[str, str]]:
+    """The quantized cells (shape, kind) the profile times that ``regex`` selects: a cell is
+    selected by its format's names of ``JUDGED_BENCHMARKS`` (``bench_nvfp4.LayerTime...``)."""
     # Imported here: asv imports this module with the measured commit's moe_bench, which may
     # predate the quantized formats' figures.
-    from moe_bench.metrics import QUANT_SIBLINGS
+    from moe_bench.metrics import quant_sibling
 
-    quant_judged = tuple(QUANT_SIBLINGS[name] for name in JUDGED_BENCHMARKS)
+    return [
+        (label, kind)
+        for fmt, labels in quant.FORMAT_SHAPES.items()
+        for label in labels
+        if quant.timed_quant_shape(label) is not None
+        for kind in quant.QUANT_KINDS
+        if _selected(regex, tuple(quant_sibling(n, fmt) for n in JUDGED_BENCHMARKS), label, kind)
+    ]
+
+
+def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -> dict:
+    """Every selected cell of the suite's grid, paired; the JSON-ready result."""
     device = torch.device(common.device())
     noise_before = timing.calibration_copy(device=device, threads=common.CPU_THREADS).spread
     # time_once sets no threads: the cells' calls (and their untimed restores) run with
@@ -311,13 +323,7 @@ def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -
             if _selected(regex, JUDGED_BENCHMARKS, label, strategy)
         ]
         if any(_quant_strategies(lib) for lib in libs.values()):
-            cells += [
-                (measure_quant_cell, label, kind)
-                for label in bench_quant.QUANT_SHAPES
-                if bench_quant.timed_quant_shape(label) is not None
-                for kind in bench_quant.QUANT_KINDS
-                if _selected(regex, quant_judged, label, kind)
-            ]
+            cells += [(measure_quant_cell, *cell) for cell in quant_cells(regex)]
         rows = []
         for i, (measure, label, strategy) in enumerate(cells, 1):
             cell = measure(libs, label, strategy, device)

@@ -19,6 +19,7 @@ database keys a record by its model.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -40,8 +41,9 @@ __all__ = [
 SUITE = "moe-convert-bench"
 #: ``model.backend``: vLLM's MoE backend whose weight layout the suite converts to.
 BACKEND = "flashinfer_trtllm"
-#: ``benchmark.dtype``: the weight format converted (the suite's layers are BF16).
-WEIGHT_FORMAT = "bfloat16"
+#: ``benchmark.dtype`` of a BF16 shape's records; a quantized shape's is its format's name
+#: (``nvfp4``, ``mxfp4``, ``fp8``).
+BF16 = "bfloat16"
 #: Metric names the HUD knows (torchci's ``IS_INCREASING_METRIC_VALUE_GOOD``: both lower is
 #: better; ``usuage`` is their spelling), each with the suite's unit it takes and the factor
 #: to the unit in its name (mb: MiB, as this suite prints bytes).
@@ -79,25 +81,61 @@ def _values(m: Metric, row: pd.Series) -> list[float]:
     return [v * factor for v in values]
 
 
-def _hf_ids(labels: set[str]) -> dict[str, tuple[str, int]]:
-    """``model/tpN`` label -> (the model's Hugging Face id, TP), from the shape catalog.
+@dataclass(frozen=True)
+class _Model:
+    """What a record says of a shape label: the model's Hugging Face id and TP, the weights'
+    format (``benchmark.dtype``) and each tensor of one layer as converted (``inputs``)."""
 
-    The one import of ``moe_convert`` in ``moe_bench``: the catalog is the one place a model's
-    Hugging Face id is written, and a result file holds only the label. ``ResultsError`` naming
-    a label the catalog of this checkout does not know.
+    hf_id: str
+    tp: int
+    dtype: str
+    inputs: dict[str, dict]
+
+
+def _models(labels: set[str]) -> dict[str, _Model]:
+    """``model/tpN`` label -> its ``_Model``, from the catalogs (BF16's and the quantized one).
+
+    The one import of ``moe_convert`` in ``moe_bench``: the catalogs are the one place a
+    model's Hugging Face id is written, and a result file holds only the label. A layer's
+    tensors are its full-size shape's: BF16 ``w13``, ``w2``; a quantized layer's weights, block
+    scales and biases with their stored dtypes (``QuantLayer``'s fields, made on ``meta``).
+    ``ResultsError`` naming a label neither catalog of this checkout knows.
     """
+    import torch
+
+    from moe_convert.quant_formats import QUANT_CATALOG, quant_layer_shape
+    from moe_convert.quant_layer import quant_layer_tensors
     from moe_convert.shapes import CATALOG, shape_from_label
 
     found = {}
     for label in sorted(labels):
+        model, _, tp = label.rpartition("/tp")
         try:
-            shape = shape_from_label(label)
+            if model in QUANT_CATALOG:
+                shape = quant_layer_shape(model, int(tp))
+                hf_id, dtype = QUANT_CATALOG[model].hf_id, shape.format
+                layer = quant_layer_tensors(shape, "meta").tensors()
+                tensors = {name: (t.dtype, t.shape) for name, t in layer.items()}
+            else:
+                shape = shape_from_label(label)
+                hf_id, dtype = CATALOG[shape.model].hf_id, BF16
+                tensors = {
+                    "w13": (torch.bfloat16, shape.w13_shape),
+                    "w2": (torch.bfloat16, shape.w2_shape),
+                }
         except ValueError as err:
             raise ResultsError(
-                f"shape {label!r} of the results is not in this checkout's catalog ({err}); "
-                "export from a checkout whose moe_convert/shapes.py has it"
+                f"shape {label!r} of the results is not in this checkout's catalogs ({err}); "
+                "export from a checkout whose moe_convert/shapes.py or quant_formats.py has it"
             ) from None
-        found[label] = (CATALOG[shape.model].hf_id, shape.tp)
+        inputs = {
+            name: {
+                "dtype": str(tensor_dtype).removeprefix("torch."),
+                "extra_info": {"shape": str(list(dims))},
+            }
+            for name, (tensor_dtype, dims) in tensors.items()
+        }
+        found[label] = _Model(hf_id, shape.tp, dtype, inputs)
     return found
 
 
@@ -148,12 +186,12 @@ def _metric(m: Metric, row: pd.Series) -> dict:
     }
 
 
-def _record(row: pd.Series, machine: dict[str, str], hf_id: str, tp: int) -> dict:
+def _record(row: pd.Series, machine: dict[str, str], model: _Model) -> dict:
     """The v3 record of one figure (a row of ``load_results``' frame)."""
     benchmark = {
         "asv_benchmark": row["benchmark"],
         "strategy": _text(row["strategy"]),
-        "tp": tp,
+        "tp": model.tp,
         "shape": row["shape"],
         "profile": _text(row["profile"]),
         "machine": row["machine"],
@@ -164,20 +202,17 @@ def _record(row: pd.Series, machine: dict[str, str], hf_id: str, tp: int) -> dic
         "benchmark": {
             "name": SUITE,
             "mode": "inference",
-            "dtype": WEIGHT_FORMAT,
+            "dtype": model.dtype,
             "extra_info": _strings(benchmark),
         },
         "model": {
-            "name": hf_id,
+            "name": model.hf_id,
             "type": "moe weight conversion, one rank",
             "backend": BACKEND,
             "origins": ["huggingface"],
-            "extra_info": _strings({"tp": tp, "shape": row["shape"]}),
+            "extra_info": _strings({"tp": model.tp, "shape": row["shape"]}),
         },
-        "inputs": {
-            "w13": {"dtype": WEIGHT_FORMAT, "extra_info": {"shape": "[E, 2I, H]"}},
-            "w2": {"dtype": WEIGHT_FORMAT, "extra_info": {"shape": "[E, H, I]"}},
-        },
+        "inputs": model.inputs,
         "dependencies": _dependencies(machine, row),
         "metric": _metric(METRICS[row["benchmark"]], row),
     }
@@ -193,10 +228,10 @@ def pytorch_v3_records(results_dir: str | Path, frame: pd.DataFrame) -> list[dic
     the database stores ``benchmark_values`` as Float32.
     """
     rows = frame[frame["shape"].notna() & frame["value"].notna()]
-    models = _hf_ids(set(rows["shape"]))
+    models = _models(set(rows["shape"]))
     machines = {name: machine_info(results_dir, name) for name in rows["machine"].unique()}
     return [
-        _record(row, machines[row["machine"]], *models[row["shape"]]) for _, row in rows.iterrows()
+        _record(row, machines[row["machine"]], models[row["shape"]]) for _, row in rows.iterrows()
     ]
 
 

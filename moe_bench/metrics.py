@@ -44,17 +44,16 @@ __all__ = [
     "PEAK_BYTES",
     "WHOLE_MODEL",
     "PAIRED_TIME",
-    "QUANT_COPY_RATIO",
-    "QUANT_PEAK_BYTES",
-    "QUANT_SIBLINGS",
-    "QUANT_TIME",
-    "QUANT_WHOLE_MODEL",
+    "QUANT_CLASSES",
+    "QUANT_FORMATS",
+    "QUANT_RANK_LOAD_DEVICES",
     "RANK_LOAD_FIGURES",
     "RANK_LOAD_REPLAY",
     "QUANT_RANK_LOADS",
     "RANK_LOAD_TIME",
     "judge",
     "metric",
+    "quant_sibling",
     "same_hardware",
     "steady",
 ]
@@ -152,20 +151,28 @@ COPY_RATIO = "bench_convert.LayerTime.track_copy_ratio"
 PEAK_BYTES = "bench_convert.PeakMemory.track_peak_transient_bytes"
 WHOLE_MODEL = "bench_convert.LayerTime.track_whole_model_seconds"
 TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
-#: The quantized formats' time figures (``bench_quant.QuantLayerTime``), LayerTime's three.
-QUANT_TIME = "bench_quant.QuantLayerTime.track_layer_seconds"
-QUANT_COPY_RATIO = "bench_quant.QuantLayerTime.track_copy_ratio"
-QUANT_WHOLE_MODEL = "bench_quant.QuantLayerTime.track_whole_model_seconds"
-QUANT_PEAK_BYTES = "bench_quant.QuantPeakMemory.track_peak_transient_bytes"
-#: The quantized figures that measure what a BF16 figure does, the same way: each is that
-#: figure's entry under its own name (unit, rule, summary column), so the summary's table of
-#: each format has the same columns (the PyTorch HUD's name stays BF16's alone).
-QUANT_SIBLINGS = {
-    TIME: QUANT_TIME,
-    COPY_RATIO: QUANT_COPY_RATIO,
-    PEAK_BYTES: QUANT_PEAK_BYTES,
-    WHOLE_MODEL: QUANT_WHOLE_MODEL,
-}
+#: The quantized formats (``moe_convert.quant_formats.FORMATS``; a literal, as this module
+#: imports nothing heavy, checked by tests/test_metrics.py), each a module of the suite,
+#: ``benchmarks/bench_<format>.py``, whose classes are named as BF16's: the dashboard lists a
+#: format's figures together.
+QUANT_FORMATS = ("nvfp4", "mxfp4", "fp8")
+#: BF16's classes every format's module has too, measuring the same way: each figure is its
+#: BF16 sibling's entry under the format's name (``quant_sibling``: unit, rule, summary column),
+#: so the summary's table of each format has BF16's columns (the PyTorch HUD's name stays
+#: BF16's alone).
+QUANT_CLASSES = ("PeakMemory", "Traffic", "CudaMemory", "SleepModeReplay", "LayerTime", "Profile")
+#: The devices each format's whole-rank load is replayed on, a class each (``RankLoad<device>``,
+#: ``moe_convert.wholemodel.LOAD_DEVICES``): ``RANK_LOAD_REPLAY``'s figures.
+QUANT_RANK_LOAD_DEVICES = ("GB200", "H200")
+
+
+def quant_sibling(benchmark: str, fmt: str) -> str:
+    """BF16's figure ``benchmark`` in format ``fmt``'s module: the same class and method
+    (``bench_convert.LayerTime.track_copy_ratio`` -> ``bench_nvfp4.LayerTime.track_copy_ratio``).
+    """
+    return f"bench_{fmt}.{benchmark.partition('.')[2]}"
+
+
 #: The whole rank's load: its replay's class (every figure exact) and the seconds run on CUDA.
 RANK_LOAD_REPLAY = "bench_allocator.RankLoadReplay"
 RANK_LOAD_TIME = "bench_allocator.RankLoadTime.track_load_seconds"
@@ -178,11 +185,10 @@ RANK_LOAD_FIGURES = (
     ("peak_reserved_bytes", "bytes"),
     ("layers_lost_to_oom", "layers"),
 )
-#: The quantized rank's load replayed on each of ``moe_convert.wholemodel.LOAD_DEVICES``.
-QUANT_RANK_LOADS = {
-    "GB200": "bench_quant.QuantRankLoadGB200",
-    "H200": "bench_quant.QuantRankLoadH200",
-}
+#: Each format's rank load replayed on each of ``QUANT_RANK_LOAD_DEVICES``.
+QUANT_RANK_LOADS = tuple(
+    f"bench_{fmt}.RankLoad{device}" for fmt in QUANT_FORMATS for device in QUANT_RANK_LOAD_DEVICES
+)
 #: The paired A/B result's row in the PR verdict (not an asv benchmark: ``benchmarks.paired``).
 PAIRED_TIME = "paired.time_ratio"
 
@@ -228,26 +234,11 @@ _TABLE = [
         EXACT,
         "bytes",
     ),
-    # The quantized formats (benchmarks/bench_quant.py): exact, full size on meta.
-    Metric("bench_quant.QuantTraffic.track_traffic_bytes", "bytes", True, EXACT, "bytes"),
-    Metric("bench_quant.QuantTraffic.track_launches", "launches", True, EXACT, "launches"),
-    Metric(
-        "bench_quant.QuantSleepModeReplay.track_peak_reserved_bytes", "bytes", True, EXACT, "bytes"
-    ),
-    Metric(
-        "bench_quant.QuantSleepModeReplay.track_reserved_growth_per_layer_bytes",
-        "bytes",
-        True,
-        EXACT,
-        "bytes",
-    ),
-    # The experts QuantLayerTime times (its figures are QUANT_SIBLINGS of BF16's, below).
-    Metric("bench_quant.QuantProfile.track_timed_experts", "experts", None, EXACT, "experts"),
-    # The whole rank's load (bench_allocator, and bench_quant per device): driver calls replayed
-    # (exact), seconds run on CUDA.
+    # The whole rank's load (bench_allocator, and each format's per device): driver calls
+    # replayed (exact), seconds run on CUDA.
     *(
         Metric(f"{replay}.track_{figure}", unit, True, EXACT, unit)
-        for replay in (RANK_LOAD_REPLAY, *QUANT_RANK_LOADS.values())
+        for replay in (RANK_LOAD_REPLAY, *QUANT_RANK_LOADS)
         for figure, unit in RANK_LOAD_FIGURES
     ),
     Metric(
@@ -293,10 +284,38 @@ _TABLE = [
     Metric("bench_noise.Noise.track_copy_spread", "ratio", True, INFO, "ratio"),
     Metric(PAIRED_TIME, "seconds", True, PAIRED, "seconds"),
 ]
+# Each format's figures of QUANT_CLASSES: BF16's entries under the format's names.
 _TABLE += [
-    dataclasses.replace(m, benchmark=QUANT_SIBLINGS[m.benchmark], pytorch_name=None)
+    dataclasses.replace(m, benchmark=quant_sibling(m.benchmark, fmt), pytorch_name=None)
+    for fmt in QUANT_FORMATS
     for m in list(_TABLE)
-    if m.benchmark in QUANT_SIBLINGS
+    if m.benchmark.split(".")[1] in QUANT_CLASSES
+]
+# Retired: issue 18's first suite held every format in one module, bench_quant, each class named
+# Quant<class> (results/ from before each format had a module); judged as the formats' figures.
+_RETIRED_QUANT = (
+    "PeakMemory.track_peak_transient_bytes",
+    "Traffic.track_traffic_bytes",
+    "Traffic.track_launches",
+    "SleepModeReplay.track_peak_reserved_bytes",
+    "SleepModeReplay.track_reserved_growth_per_layer_bytes",
+    "LayerTime.track_layer_seconds",
+    "LayerTime.track_copy_ratio",
+    "LayerTime.track_whole_model_seconds",
+    "Profile.track_timed_experts",
+    *(
+        f"RankLoad{device}.track_{figure}"
+        for device in QUANT_RANK_LOAD_DEVICES
+        for figure, _ in RANK_LOAD_FIGURES
+    ),
+)
+_FORMAT_FIGURES = {m.benchmark: m for m in _TABLE}
+_TABLE += [
+    dataclasses.replace(
+        _FORMAT_FIGURES[f"bench_{QUANT_FORMATS[0]}.{figure}"],
+        benchmark=f"bench_quant.Quant{figure}",
+    )
+    for figure in _RETIRED_QUANT
 ]
 #: Every figure by benchmark name.
 METRICS: dict[str, Metric] = {m.benchmark: m for m in _TABLE}

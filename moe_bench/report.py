@@ -57,7 +57,7 @@ __all__ = [
 BASELINE = "legacy"
 
 #: The summary's figures: column -> metric (BF16's: a quantized sibling shares its column, rule
-#: and title, ``metrics.QUANT_SIBLINGS``), in the metrics table's order.
+#: and title, ``metrics.quant_sibling``), in the metrics table's order.
 _SUMMARY: dict[str, Metric] = {}
 for _metric in METRICS.values():
     if _metric.column is not None:
@@ -90,8 +90,8 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     (profile ``""`` where the machine did not record one; format the shape's,
     ``moe_convert.quant_formats.shape_format``: ``bf16``, ``nvfp4``, ``mxfp4``, ``fp8``), the
     figures ``time`` (s), ``speedup`` (legacy time / time), then the other summary columns of
-    the metrics table (``copy_ratio``, ``traffic_ratio``, ``peak_bytes``, ``whole_model``; a
-    quantized row has no traffic ratio), for each figure but
+    the metrics table (``copy_ratio``, ``traffic_ratio``, ``peak_bytes``, ``whole_model``), for
+    each figure but
     ``speedup`` its ``<figure>_change`` (new / previous value; NaN without a previous result),
     ``previous_commit`` and ``copy_scale``: the run the time figure is compared with and this
     run's same-size copy time / that run's (``moe_bench.hardware.copy_scale``; NaN without

@@ -378,10 +378,9 @@ for module in (bench_allocator, bench_convert, bench_noise):
             getattr(bench, method)(*cache, *cell)
             ran.append(f"{name}.{method}")
 from benchmarks import paired  # noqa: F401  (asv imports every module of the suite)
-from benchmarks import bench_quant  # importable; every cell n/a before the formats
-for name, cls in inspect.getmembers(bench_quant, inspect.isclass):
-    tracks = [m for m in dir(cls) if m.startswith("track_")]
-    if cls.__module__ != bench_quant.__name__ or name.startswith("_") or not tracks:
+from benchmarks import bench_fp8  # importable; every cell n/a before the formats
+for name, cls in inspect.getmembers(bench_fp8, inspect.isclass):
+    if cls.__module__ != bench_fp8.__name__:
         continue
     cache = (cls().setup_cache(),) if hasattr(cls, "setup_cache") else ()
     try:
@@ -414,7 +413,7 @@ def test_the_suite_runs_against_the_oldest_commit_it_can_measure(tmp_path, monke
     assert (
         "LayerTime.track_copy_ratio" in ran and "SleepModeReplay.track_peak_reserved_bytes" in ran
     )
-    assert {"QuantPeakMemory:n/a", "QuantRankLoadH200:n/a", "QuantLayerTime:n/a"} <= set(ran)
+    assert {"PeakMemory:n/a", "RankLoadH200:n/a", "LayerTime:n/a", "Profile:n/a"} <= set(ran)
 
 
 def test_bringing_back_per_expert_temporaries_fails_the_gate_without_a_gpu(monkeypatch):

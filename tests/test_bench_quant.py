@@ -3,59 +3,120 @@ each figure in the metrics table, the grid's figures the records', and an OOM th
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
 import pytest
 
-from moe_bench.metrics import EXACT, metric
+from moe_bench.metrics import (
+    METRICS,
+    QUANT_CLASSES,
+    QUANT_FORMATS,
+    QUANT_RANK_LOAD_DEVICES,
+    RANK_LOAD_REPLAY,
+    metric,
+)
 from moe_convert import QUANT_STRATEGIES
-from moe_convert.quant_formats import quant_catalog_shapes, quant_layer_shape
+from moe_convert.quant_formats import FORMATS, quant_catalog_shapes, quant_layer_shape
 from moe_convert.quant_replay import quant_rank_load, replay_quant_load
 from moe_convert.wholemodel import LOAD_DEVICES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
-from benchmarks import bench_quant  # noqa: E402
+from benchmarks import bench_fp8, bench_mxfp4, bench_nvfp4, quant  # noqa: E402
 
-CLASSES = [
-    bench_quant.QuantPeakMemory,
-    bench_quant.QuantTraffic,
-    bench_quant.QuantSleepModeReplay,
-    bench_quant.QuantRankLoadGB200,
-    bench_quant.QuantRankLoadH200,
-]
+MODULES = {"nvfp4": bench_nvfp4, "mxfp4": bench_mxfp4, "fp8": bench_fp8}
 
 
-def test_every_quantized_shape_and_strategy_is_benchmarked():
-    labels = [shape.label for shape in quant_catalog_shapes()]
-    assert list(bench_quant.QUANT_SHAPES) == labels
+def test_every_format_has_a_module_of_every_shape_and_kind():
+    assert MODULES.keys() == FORMATS.keys() == set(QUANT_FORMATS) == quant.FORMAT_SHAPES.keys()
+    modules = {path.stem for path in (ROOT / "benchmarks").glob("bench_*.py")}
+    assert {f"bench_{fmt}" for fmt in FORMATS} <= modules
+    for fmt, labels in quant.FORMAT_SHAPES.items():
+        assert [shape.label for shape in quant_catalog_shapes() if shape.format == fmt] == list(
+            labels
+        )
+    assert list(quant.QUANT_SHAPES) == [shape.label for shape in quant_catalog_shapes()]
+    assert {name.split("-", 1)[1] for name in QUANT_STRATEGIES} == set(quant.QUANT_KINDS)
     for shape in quant_catalog_shapes():
-        for kind in bench_quant.QUANT_KINDS:
+        for kind in quant.QUANT_KINDS:
             assert f"{shape.format}-{kind}" in QUANT_STRATEGIES
-    assert {name.split("-", 1)[1] for name in QUANT_STRATEGIES} == set(bench_quant.QUANT_KINDS)
-    for cls in CLASSES:
-        assert cls.params == [list(bench_quant.QUANT_SHAPES), list(bench_quant.QUANT_KINDS)]
-        assert cls.param_names == ["shape", "strategy"]  # what moe_bench keys results by
-        for method in (m for m in dir(cls) if m.startswith("track_")):
-            assert metric(f"bench_quant.{cls.__name__}.{method}").rule == EXACT
 
 
-def test_the_grid_reads_the_records_peaks(monkeypatch):
-    monkeypatch.setattr(bench_quant, "QUANT_SHAPES", ("gpt-oss-20b-mxfp4/tp1",))
-    bench = bench_quant.QuantPeakMemory()
-    results = bench.setup_cache()
+def test_each_format_module_has_bf16s_classes_judged_as_bf16s():
+    # Named as BF16's (QUANT_CLASSES, and a RankLoad class per device), over the format's shapes,
+    # every figure in the metrics table with its BF16 sibling's rule and summary column.
+    expected = {*QUANT_CLASSES, *(f"RankLoad{device}" for device in QUANT_RANK_LOAD_DEVICES)}
+    assert set(QUANT_RANK_LOAD_DEVICES) == LOAD_DEVICES.keys()
+    for fmt, module in MODULES.items():
+        classes = {
+            name: cls
+            for name, cls in inspect.getmembers(module, inspect.isclass)
+            if cls.__module__ == module.__name__
+        }
+        assert classes.keys() == expected
+        for name, cls in classes.items():
+            assert cls.params[0] == list(quant.FORMAT_SHAPES[fmt])
+            if name != "Profile":
+                assert cls.params[1] == list(quant.QUANT_KINDS)
+                assert cls.param_names == ["shape", "strategy"]  # what moe_bench keys results by
+            for method in (m for m in dir(cls) if m.startswith("track_")):
+                got = metric(f"bench_{fmt}.{name}.{method}")
+                bf16 = (
+                    f"{RANK_LOAD_REPLAY}.{method}"
+                    if name.startswith("RankLoad")
+                    else next(m for m in METRICS if m.split(".")[1:] == [name, method])
+                )
+                assert (got.rule, got.unit, got.column) == (
+                    METRICS[bf16].rule,
+                    METRICS[bf16].unit,
+                    METRICS[bf16].column,
+                ), got
+
+
+def test_asv_measures_each_figure_once_for_every_format():
+    # asv keys a setup_cache by its function's file and line: the formats' classes of one
+    # figure share it (every format's cells measured in one run), the two devices' do not.
+    for name in ("PeakMemory", "Traffic", "SleepModeReplay", "LayerTime"):
+        caches = {getattr(module, name).setup_cache for module in MODULES.values()}
+        assert len(caches) == 1, name
+    assert bench_nvfp4.RankLoadGB200.setup_cache is not bench_nvfp4.RankLoadH200.setup_cache
+
+
+def test_the_grid_reads_the_records_peaks_and_traffic(monkeypatch):
+    monkeypatch.setattr(quant, "QUANT_SHAPES", ("gpt-oss-20b-mxfp4/tp1",))
     shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
-    for kind in bench_quant.QUANT_KINDS:
-        bench.setup(results, shape.label, kind)
-        got = bench.track_peak_transient_bytes(results, shape.label, kind)
-        assert got == QUANT_STRATEGIES[f"mxfp4-{kind}"].peak.evaluate(shape)
+    peaks, traffic = bench_mxfp4.PeakMemory(), bench_mxfp4.Traffic()
+    peak_cache, traffic_cache = peaks.setup_cache(), traffic.setup_cache()
+    for kind in quant.QUANT_KINDS:
+        record = QUANT_STRATEGIES[f"mxfp4-{kind}"]
+        peaks.setup(peak_cache, shape.label, kind)
+        got = peaks.track_peak_transient_bytes(peak_cache, shape.label, kind)
+        assert got == record.peak.evaluate(shape)
+        traffic.setup(traffic_cache, shape.label, kind)
+        moved = traffic.track_traffic_bytes(traffic_cache, shape.label, kind)
+        assert moved == record.traffic.evaluate(shape)
+        assert traffic.track_launches(traffic_cache, shape.label, kind) == (
+            record.launches.evaluate(shape)
+        )
+        # A copy of the layer moves 2 x its bytes; MXFP4's biases come back float32, so more.
+        ratio = traffic.track_traffic_ratio(traffic_cache, shape.label, kind)
+        assert ratio == moved / (2 * shape.layer_bytes) > 1
 
 
 def test_a_library_without_quantized_formats_makes_every_cell_na():
     with pytest.raises(NotImplementedError, match="no quantized formats"):
-        bench_quant.QuantPeakMemory().setup({}, "kimi-k2-nvfp4/tp8", "fast")
+        bench_nvfp4.PeakMemory().setup({}, "kimi-k2-nvfp4/tp8", "fast")
+
+
+def test_cuda_memory_is_na_without_cuda(monkeypatch):
+    from benchmarks import common
+
+    monkeypatch.setattr(common, "device", lambda: "cpu")
+    with pytest.raises(NotImplementedError, match="needs a CUDA device"):
+        bench_fp8.CudaMemory().setup("llama-4-maverick-fp8/tp8", "fast")
 
 
 def test_the_replay_finds_the_upstream_oom_and_ours_fit():
@@ -77,13 +138,12 @@ def test_the_replay_finds_the_upstream_oom_and_ours_fit():
 
 
 def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):
-    # One class per device, each with its own setup_cache (asv would share an inherited one);
-    # every figure read from the cell's quant_rank_load.
-    monkeypatch.setattr(bench_quant, "QUANT_SHAPES", ("gpt-oss-20b-mxfp4/tp1",))
+    # One class per device, each with its own setup_cache; every figure read from the cell's
+    # quant_rank_load.
+    monkeypatch.setattr(quant, "QUANT_SHAPES", ("gpt-oss-20b-mxfp4/tp1",))
     shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
-    grids = {"GB200": bench_quant.QuantRankLoadGB200, "H200": bench_quant.QuantRankLoadH200}
+    grids = {"GB200": bench_mxfp4.RankLoadGB200, "H200": bench_mxfp4.RankLoadH200}
     assert grids.keys() == LOAD_DEVICES.keys()
-    assert grids["GB200"].setup_cache is not grids["H200"].setup_cache
     for device, cls in grids.items():
         bench = cls()
         loads = bench.setup_cache()
@@ -111,7 +171,7 @@ def test_the_rank_load_names_the_oom_layer_and_the_refused_device_calls():
     tight = shape.moe_layers * shape.layer_bytes + 2 * 2**30
     small = quant_rank_load(shape, "nvfp4-legacy", tight)
     assert small.oom_layer == 0 and small.num_ooms == 1
-    bench = bench_quant.QuantRankLoadH200()
+    bench = bench_nvfp4.RankLoadH200()
     bench.result = small
     assert bench.track_layers_lost_to_oom({}, shape.label, "legacy") == shape.moe_layers
     assert quant_rank_load(shape, "nvfp4-fast", tight).oom_layer is None
@@ -145,12 +205,12 @@ def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cel
     monkeypatch.setattr(common, "CPU_PROFILE_EXPERTS", 1)
     monkeypatch.setattr(bench_convert, "REPEATS", 3)
     timed, untimed = "gpt-oss-20b-mxfp4/tp1", "kimi-k2-nvfp4/tp8"
-    monkeypatch.setattr(bench_quant, "CPU_PROFILE_QUANT_SHAPES", (timed,))
-    bench = bench_quant.QuantLayerTime()
+    monkeypatch.setattr(quant, "CPU_PROFILE_QUANT_SHAPES", (timed,))
+    bench = bench_mxfp4.LayerTime()
     timings = bench.setup_cache()
-    assert set(timings) == {(timed, kind) for kind in bench_quant.QUANT_KINDS}
+    assert set(timings) == {(timed, kind) for kind in quant.QUANT_KINDS}
     full = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
-    for kind in bench_quant.QUANT_KINDS:
+    for kind in quant.QUANT_KINDS:
         bench.setup(timings, timed, kind)
         measured = timings[timed, kind]
         assert measured.strategy == f"mxfp4-{kind}" and measured.shape.experts == 1
@@ -162,7 +222,7 @@ def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cel
         )
     with pytest.raises(NotImplementedError, match="cpu profile does not time kimi-k2"):
         bench.setup(timings, untimed, "fast")
-    profile = bench_quant.QuantProfile()
+    profile = bench_nvfp4.Profile()
     profile.setup(timed)
     assert profile.track_timed_experts(timed) == 1
     with pytest.raises(NotImplementedError, match="does not time"):

@@ -14,6 +14,14 @@ from moe_bench.export import HUD_METRICS, metric_name
 from moe_bench.metrics import METRICS, PAIRED_TIME, PEAK_BYTES, RANK_LOAD_TIME
 
 SHAPE, STRATEGIES = "qwen3-235b-a22b/tp4", ["legacy", "strided_copy"]
+#: A quantized figure's shape and kinds (each format's module, and the retired bench_quant's).
+QUANT_SHAPES = {
+    "bench_nvfp4": "qwen3-235b-a22b-nvfp4/tp4",
+    "bench_quant": "qwen3-235b-a22b-nvfp4/tp4",
+    "bench_mxfp4": "gpt-oss-120b-mxfp4/tp2",
+    "bench_fp8": "llama-4-maverick-fp8/tp8",
+}
+KINDS = ["legacy", "fast"]
 COMMIT = "c" * 40
 #: Every figure of the metrics table (not the paired run's: no asv benchmark)
 SUITE = [name for name in METRICS if name != PAIRED_TIME]
@@ -23,14 +31,21 @@ SAMPLES = [0.031, 0.029, 0.030]
 MACHINE = {"machine": "gb200", "gpu": "NVIDIA GB200", "torch": "2.13.0", "flashinfer": "0.7.4"}
 
 
+def _shape_and_strategies(name: str) -> tuple[str, list[str]]:
+    """The shape and strategies of ``name``'s results: BF16's, or a quantized format's."""
+    module = name.partition(".")[0]
+    return (QUANT_SHAPES[module], KINDS) if module in QUANT_SHAPES else (SHAPE, STRATEGIES)
+
+
 def _params(name: str) -> tuple[list[str], list[list[str]]]:
     """asv's ``param_names`` and ``params`` (reprs) of ``name``: shape x strategy, shape alone
     (the profile's expert count) or none (the machine's noise)."""
+    shape, strategies = _shape_and_strategies(name)
     if ".Profile." in name:
-        return ["shape"], [[repr(SHAPE)]]
+        return ["shape"], [[repr(shape)]]
     if ".Noise." in name:
         return [], []
-    return ["shape", "strategy"], [[repr(SHAPE)], [repr(s) for s in STRATEGIES]]
+    return ["shape", "strategy"], [[repr(shape)], [repr(s) for s in strategies]]
 
 
 def _value(name: str, index: int) -> float:
@@ -139,7 +154,7 @@ def test_every_figure_is_one_valid_record(results, capsys):
         (name, strategy)
         for name in SUITE
         if ".Noise." not in name  # no model: the database keys records by model
-        for strategy in ([""] if ".Profile." in name else STRATEGIES)
+        for strategy in ([""] if ".Profile." in name else _shape_and_strategies(name)[1])
         if not (name == PEAK_BYTES and strategy == "strided_copy")  # skipped: NaN
     }
     assert exported == expected and len(records) == len(expected)
@@ -150,7 +165,9 @@ def test_a_record_per_metric_kind_with_names_the_hud_knows(results, capsys):
     names = {r["metric"]["name"] for r in records}
     kinds = {metric_name(METRICS[n]) for n in SUITE if ".Noise." not in n}
     assert names == kinds
-    assert len(kinds) == len(SUITE) - 1  # each figure its own name
+    # each figure its own name in its format: a quantized figure is BF16's kind of its dtype
+    named = {(r["metric"]["name"], r["benchmark"]["dtype"]) for r in records}
+    assert len(named) == len(SUITE) - 1
     peak = next(r for r in records if r["metric"]["name"] == "peak_load_mem_usuage(mb)")
     assert peak["benchmark"]["extra_info"]["asv_benchmark"] == PEAK_BYTES
     exact = _value(PEAK_BYTES, 0)
@@ -162,7 +179,8 @@ def test_a_record_per_metric_kind_with_names_the_hud_knows(results, capsys):
         "lower_is_better": "true",
         "gate_rule": "exact",
     }
-    assert "PeakMemory.peak_transient_bytes" not in names
+    bf16 = {name for name, dtype in named if dtype == "bfloat16"}
+    assert "PeakMemory.peak_transient_bytes" not in bf16
 
 
 def test_the_whole_rank_load_time_goes_under_model_load_time_in_ms(results, capsys):
@@ -204,13 +222,48 @@ def test_model_benchmark_and_dependencies_say_what_was_measured(results, capsys)
     assert deps["moe-convert-bench"]["sha"] == COMMIT
 
 
+def test_a_quantized_figure_says_its_format_model_and_tensors(results, capsys):
+    # The format's name as the dtype, the quantized catalog's Hugging Face id, and each tensor
+    # of the full-size layer with its stored dtype (gpt-oss: weights, e8m0 scales, bf16 biases).
+    _, records, _ = export(results, capsys)
+    peaks = {
+        r["benchmark"]["dtype"]: r
+        for r in records
+        if r["benchmark"]["extra_info"]["asv_benchmark"].endswith(
+            ".PeakMemory.track_peak_transient_bytes"
+        )
+        and r["benchmark"]["extra_info"]["strategy"] == "fast"
+    }
+    assert peaks.keys() == {"nvfp4", "mxfp4", "fp8"}
+    mxfp4 = peaks["mxfp4"]
+    assert mxfp4["model"]["name"] == "openai/gpt-oss-120b"
+    assert mxfp4["benchmark"]["extra_info"]["asv_benchmark"].startswith("bench_mxfp4.")
+    assert mxfp4["metric"]["name"] == "PeakMemory.peak_transient_bytes"
+    inputs = {
+        name: (value["dtype"], value["extra_info"]["shape"])
+        for name, value in mxfp4["inputs"].items()
+    }
+    assert inputs == {
+        # TP2: E 128, H 2880 padded to 3072, I 1440 per rank padded to 1536 (vLLM's rule)
+        "w13": ("uint8", "[128, 3072, 1536]"),
+        "w2": ("uint8", "[128, 3072, 768]"),
+        "w13_scale": ("uint8", "[128, 3072, 96]"),
+        "w2_scale": ("uint8", "[128, 3072, 48]"),
+        "w13_bias": ("bfloat16", "[128, 3072]"),
+        "w2_bias": ("bfloat16", "[128, 3072]"),
+    }
+    fp8 = peaks["fp8"]["inputs"]
+    assert set(fp8) == {"w13", "w2"} and fp8["w13"]["dtype"] == "float8_e4m3fn"
+    assert set(peaks["nvfp4"]["inputs"]) == {"w13", "w2", "w13_scale", "w2_scale"}
+
+
 def test_the_table_names_only_hud_metrics_in_their_units():
     named = [m for m in METRICS.values() if m.pytorch_name is not None]
     assert named, "the peak transient memory goes under peak_load_mem_usuage(mb)"
     for m in named:
         assert m.pytorch_name in HUD_METRICS, m.benchmark
         assert HUD_METRICS[m.pytorch_name][0] == m.unit, m.benchmark
-    names = [metric_name(m) for m in METRICS.values()]
+    names = [(metric_name(m), m.benchmark.partition(".")[0]) for m in METRICS.values()]
     assert len(names) == len(set(names))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -143,20 +144,37 @@ def track_quant_side(monkeypatch, libs):
 
 @pytest.mark.parametrize("kind", ["fast", "inplace"])
 def test_a_quantized_cell_is_paired_by_the_same_rule(monkeypatch, libs, track_quant_side, kind):
-    # bench_quant's cell (shape, kind): the shape's format's strategy through each side's own
+    # benchmarks.quant's cell (shape, kind): the shape's format's strategy through each side's own
     # QuantLayer and convert_quant (in place too), judged as a BF16 cell is.
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
     _fake_clock(monkeypatch, 1.3)
-    label = paired.bench_quant.CPU_PROFILE_QUANT_SHAPES[0]
+    label = paired.quant.CPU_PROFILE_QUANT_SHAPES[0]
     cell = paired.measure_quant_cell(libs, label, kind, paired.torch.device("cpu"))
     assert (cell.shape, cell.strategy, cell.verdict) == (label, kind, "regressed")
     assert cell.ratio == pytest.approx(1.3, rel=0.05)
 
 
+def test_a_format_selects_its_own_cells(monkeypatch):
+    # -b picks cells by their format's names: bench_nvfp4's are NVFP4's alone, LayerTime all.
+    monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
+    timed = paired.quant.CPU_PROFILE_QUANT_SHAPES
+    nvfp4 = paired.quant_cells(re.compile(r"bench_nvfp4\."))
+    assert {label for label, _ in nvfp4} == {
+        label for label in timed if label in paired.quant.FORMAT_SHAPES["nvfp4"]
+    }
+    assert len(nvfp4) == len(paired.quant.QUANT_KINDS)
+    everything = paired.quant_cells(re.compile("LayerTime"))
+    assert everything == paired.quant_cells(None)
+    assert {label for label, _ in everything} == set(timed)
+    assert paired.quant_cells(re.compile(r"bench_fp8\..*'fast'\)")) == [
+        (paired.quant.FORMAT_SHAPES["fp8"][0], "fast")
+    ]
+
+
 def test_a_base_from_before_the_formats_is_not_judged_and_a_head_without_them_fails(
     monkeypatch, libs
 ):
-    label = paired.bench_quant.CPU_PROFILE_QUANT_SHAPES[0]
+    label = paired.quant.CPU_PROFILE_QUANT_SHAPES[0]
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
     monkeypatch.setattr(libs["head"], "QUANT_STRATEGIES", {})
     cell = paired.measure_quant_cell(libs, label, "fast", paired.torch.device("cpu"))

@@ -17,7 +17,7 @@ import pytest
 
 from moe_bench import cli
 from moe_bench.compare import compare_commits
-from moe_bench.metrics import NOISE_FACTOR, QUANT_SIBLINGS
+from moe_bench.metrics import METRICS, NOISE_FACTOR, quant_sibling
 from moe_bench.report import changes_markdown, comment_markdown, render_markdown, summary_table
 from moe_bench.results import load_results
 from moe_bench.units import human
@@ -173,21 +173,21 @@ def test_markdown_in_human_units_with_marks(results):
 
 def with_quantized(results: pd.DataFrame) -> pd.DataFrame:
     """``results`` plus, for every BF16 point of qwen3 that has a quantized sibling figure
-    (``metrics.QUANT_SIBLINGS``), the same values as an NVFP4 and an FP8 shape's, each
-    strategy standing for the kind of the same name (``legacy``) or for ``fast``."""
+    (``metrics.quant_sibling``), the same values as an NVFP4 and an FP8 shape's under their
+    format's name, each strategy standing for the kind of the same name (``legacy``) or for
+    ``fast``."""
     kinds = {"legacy": "legacy", "strided_copy": "fast"}
-    rows = results[
-        results["benchmark"].isin(QUANT_SIBLINGS)
-        & (results["shape"] == QWEN)
-        & results["strategy"].isin(kinds)
-    ]
+    rows = results[(results["shape"] == QWEN) & results["strategy"].isin(kinds)]
     quantized = [
         rows.assign(
-            benchmark=rows["benchmark"].map(QUANT_SIBLINGS),
+            benchmark=rows["benchmark"].map({n: quant_sibling(n, fmt) for n in rows["benchmark"]}),
             shape=shape,
             strategy=rows["strategy"].map(kinds),
+        ).pipe(lambda frame: frame[frame["benchmark"].isin(METRICS)])
+        for fmt, shape in (
+            ("fp8", "llama-4-maverick-fp8/tp8"),
+            ("nvfp4", "qwen3-235b-a22b-nvfp4/tp4"),
         )
-        for shape in ("llama-4-maverick-fp8/tp8", "qwen3-235b-a22b-nvfp4/tp4")
     ]
     return pd.concat([results, *quantized], ignore_index=True)
 

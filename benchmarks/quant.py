@@ -1,14 +1,26 @@
-"""The quantized formats (NVFP4, MXFP4, FP8): exact peak memory, work, the replayed loads, time.
+"""The quantized formats' figures, written once for every format (NVFP4, MXFP4, FP8): the grid,
+its measurements and the benchmark classes each format's module makes its own.
 
-Parametrised over quantized catalog shape x kind (``QUANT_SHAPES`` x ``QUANT_KINDS``), the
-parameters named ``shape`` and ``strategy`` as everywhere in the suite (moe_bench keys results
-by them); a cell's strategy is ``<format>-<kind>``, the format the shape's (``fast`` on
-``kimi-k2-nvfp4/tp8`` is ``nvfp4-fast``), so the grid reads as one row per model and one column
-per kind, with no n/a cells but the shapes the cpu profile does not time. Every figure but
-time is full size on ``meta``: exact, deterministic, the same on every machine and in every
-profile. Time (``QuantLayerTime``) follows the BF16 rules (``bench_convert.LayerTime``: the
-profile's expert count, a same-size copy interleaved; the paired A/B of ``benchmarks.paired``
-decides it in the PR gate); the cpu profile times ``CPU_PROFILE_QUANT_SHAPES`` only.
+Each format is a module of the suite, ``bench_<format>.py``, whose classes ``format_benchmarks``
+makes from this module's: named as BF16's in ``bench_convert`` and ``bench_allocator``
+(``PeakMemory``, ``Traffic``, ``CudaMemory``, ``SleepModeReplay``, ``LayerTime``, ``Profile``,
+and ``RankLoadGB200``/``RankLoadH200`` for ``RankLoadReplay``), so the dashboard lists a format's
+figures together (``bench_nvfp4.PeakMemory.track_peak_transient_bytes``) and each figure is
+judged and shown as its BF16 sibling (``moe_bench.metrics.quant_sibling``). This module itself
+holds no benchmark: its classes are private, which asv's discovery skips.
+
+A format's grid is its catalog shapes (``FORMAT_SHAPES``) x ``QUANT_KINDS``, the parameters named
+``shape`` and ``strategy`` as everywhere in the suite (moe_bench keys results by them); a cell's
+strategy is ``<format>-<kind>`` (``fast`` on ``kimi-k2-nvfp4/tp8`` is ``nvfp4-fast``), so the grid
+reads as one row per model and one column per kind. Every figure but time and ``CudaMemory`` is
+full size on ``meta``: exact, deterministic, the same on every machine and in every profile.
+Time (``LayerTime``) follows the BF16 rules (``bench_convert.LayerTime``: the profile's expert
+count, a same-size copy interleaved; the paired A/B of ``benchmarks.paired`` decides it in the
+PR gate); the cpu profile times ``CPU_PROFILE_QUANT_SHAPES`` only.
+
+Each figure's ``setup_cache`` is defined here once, so asv (which keys a cache by the function's
+file and line) runs it once per run for the three formats' classes: it measures every format's
+cells, and each class reads its own.
 
 asv takes this file from the checkout and the library from the measured commit: a commit
 before the quantized formats has no ``moe_convert.QUANT_STRATEGIES``, and every cell is n/a there
@@ -17,23 +29,22 @@ before the quantized formats has no ``moe_convert.QUANT_STRATEGIES``, and every 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from moe_convert.wholemodel import VLLM_LOAD_MAX_SPLIT_MB
 
 from . import bench_convert, common
 
-#: Quantized catalog shapes, ``model/tpN`` (``moe_convert.quant_formats.QUANT_CATALOG``),
+#: Each format's catalog shapes, ``model/tpN`` (``moe_convert.quant_formats.QUANT_CATALOG``),
 #: written out: parameters must not depend on the installed library.
-QUANT_SHAPES = (
-    "kimi-k2-nvfp4/tp8",
-    "deepseek-r1-nvfp4/tp4",
-    "qwen3-235b-a22b-nvfp4/tp4",
-    "gpt-oss-120b-mxfp4/tp1",
-    "gpt-oss-120b-mxfp4/tp2",
-    "gpt-oss-20b-mxfp4/tp1",
-    "llama-4-maverick-fp8/tp8",
-)
+FORMAT_SHAPES = {
+    "nvfp4": ("kimi-k2-nvfp4/tp8", "deepseek-r1-nvfp4/tp4", "qwen3-235b-a22b-nvfp4/tp4"),
+    "mxfp4": ("gpt-oss-120b-mxfp4/tp1", "gpt-oss-120b-mxfp4/tp2", "gpt-oss-20b-mxfp4/tp1"),
+    "fp8": ("llama-4-maverick-fp8/tp8",),
+}
+#: Every quantized shape, in the catalog's order.
+QUANT_SHAPES = tuple(label for labels in FORMAT_SHAPES.values() for label in labels)
 #: The strategies of each format: the upstream path, then this library's.
 QUANT_KINDS = ("legacy", "preallocated", "inplace", "fast")
 #: The shapes the cpu profile times: per format the one of the smallest expert (every shape of a
@@ -56,7 +67,7 @@ def full_quant_shape(label: str):
 
 
 def timed_quant_shape(label: str):
-    """The shape ``QuantLayerTime`` converts under the profile in use (``common.timed_shape``'s
+    """The shape ``LayerTime`` converts under the profile in use (``common.timed_shape``'s
     rule: the cpu profile keeps each expert's geometry but ``common.CPU_PROFILE_EXPERTS``
     experts); ``None`` for a shape the cpu profile does not time."""
     shape = full_quant_shape(label)
@@ -75,12 +86,13 @@ def _shape_and_strategy(label: str, kind: str):
     return shape, f"{shape.format}-{kind}"
 
 
-def _measure_grid(measure, shapes: tuple[str, ...] = QUANT_SHAPES) -> dict[tuple[str, str], object]:
-    """``measure(shape, kind)`` of every quantized cell of ``shapes``, as ``common.measure_grid``
-    measures its own (a worker process; a cell that fails holds the reason's text); empty where
-    this commit's library has no quantized formats."""
+def _measure_grid(measure, shapes: tuple[str, ...] | None = None) -> dict[tuple[str, str], object]:
+    """``measure(shape, kind)`` of every quantized cell of ``shapes`` (every format's, by
+    default), as ``common.measure_grid`` measures its own (a worker process; a cell that fails
+    holds the reason's text); empty where this commit's library has no quantized formats."""
     if not _has_quant_formats():
         return {}
+    shapes = QUANT_SHAPES if shapes is None else shapes
     return common.measure_cells(
         measure, [(label, kind) for label in shapes for kind in QUANT_KINDS]
     )
@@ -126,8 +138,10 @@ def _traffic(label: str, kind: str):
     from moe_convert.traffic import measure_traffic
 
     shape, strategy = _shape_and_strategy(label, kind)
-    measured = measure_traffic(quant_strategy_call(shape, strategy, "meta"))
-    return measured.traffic_bytes, measured.launches
+    # Totals only (``bench_convert._count_traffic``'s reason): the per-op list is no figure.
+    return dataclasses.replace(
+        measure_traffic(quant_strategy_call(shape, strategy, "meta")), ops=()
+    )
 
 
 def _replay(label: str, kind: str):
@@ -160,11 +174,19 @@ def _rank_load(device: str, label: str, kind: str):
     return quant_rank_load(*_shape_and_strategy(label, kind), LOAD_DEVICES[device])
 
 
-class QuantGrid:
-    """Base of the quantized benchmarks: ``QUANT_SHAPES`` x ``QUANT_KINDS``, measured once per
-    asv run in ``setup_cache``. No benchmark itself."""
+def _cuda_memory(label: str, kind: str):
+    from moe_convert.memory import cuda_memory
+    from moe_convert.quant_registry import quant_strategy_call
 
-    params = [list(QUANT_SHAPES), list(QUANT_KINDS)]
+    shape, strategy = _shape_and_strategy(label, kind)
+    return cuda_memory(quant_strategy_call(shape, strategy, common.device()))
+
+
+class _Grid:
+    """Base of a format's benchmarks over its shapes x ``QUANT_KINDS`` (``params``: set by
+    ``format_benchmarks``), every format's cells measured once per asv run in the figure's
+    ``setup_cache``. No benchmark itself."""
+
     param_names = ["shape", "strategy"]
     timeout = 300.0
 
@@ -172,7 +194,7 @@ class QuantGrid:
         self.measured = _cell(results, shape, kind)
 
 
-class QuantPeakMemory(QuantGrid):
+class _PeakMemory(_Grid):
     """Exact peak transient bytes of one full-size quantized layer (dispatch level, ``meta``):
     each strategy's ``QUANT_STRATEGIES[name].peak``. The PR gate compares it exactly."""
 
@@ -189,9 +211,10 @@ class QuantPeakMemory(QuantGrid):
         return self.measured
 
 
-class QuantTraffic(QuantGrid):
+class _Traffic(_Grid, common.TrafficFigures):
     """Exact bytes read + written and data-moving ops of one full-size quantized layer, on
-    ``meta`` (``moe_convert.traffic``'s rule; each record's ``traffic`` and ``launches``)."""
+    ``meta`` (``moe_convert.traffic``'s rule; each record's ``traffic`` and ``launches``), and
+    their ratio to a copy of the layer: ``common.TrafficFigures``."""
 
     version = "1"
 
@@ -200,18 +223,27 @@ class QuantTraffic(QuantGrid):
 
     setup_cache.timeout = 300.0
 
-    def track_traffic_bytes(self, results: dict, shape: str, kind: str) -> int:
-        return self.measured[0]
-
-    track_traffic_bytes.unit = "bytes"
-
-    def track_launches(self, results: dict, shape: str, kind: str) -> int:
-        return self.measured[1]
-
-    track_launches.unit = "launches"
+    def setup(self, counts: dict, shape: str, kind: str) -> None:
+        super().setup(counts, shape, kind)
+        self.full = full_quant_shape(shape)
 
 
-class QuantSleepModeReplay(QuantGrid):
+class _CudaMemory(common.CudaMemoryFigures):
+    """CUDA caching-allocator peaks of one conversion of a full-size quantized layer (n/a without
+    CUDA): ``common.CudaMemoryFigures``."""
+
+    version = "1"
+    param_names = _Grid.param_names
+    timeout = _Grid.timeout
+
+    def setup(self, shape: str, kind: str) -> None:
+        common.require_cuda()
+        if not _has_quant_formats():
+            common.skip(_NO_QUANT)
+        self.measured = _cuda_memory(shape, kind)
+
+
+class _SleepModeReplay(_Grid):
     """The quantized model's sleep-mode load replayed at ``max_split_size_mb`` 20 on an
     unbounded device (``moe_convert.quant_replay``): the peak reserved bytes, and the reserved
     growth per converted layer (segments stranded by 1-10 MiB temporaries)."""
@@ -232,7 +264,7 @@ class QuantSleepModeReplay(QuantGrid):
         return self.measured.reserved_growth_per_layer_bytes
 
 
-class _QuantRankLoad(QuantGrid, common.RankLoadFigures):
+class _RankLoad(_Grid, common.RankLoadFigures):
     """The quantized rank's load as vLLM makes it (the default pool at ``max_split_size_mb`` 20,
     ``moe_convert.quant_replay.quant_rank_load``) on one device: ``common.RankLoadFigures``'
     figures, exact and gated, ``track_layers_lost_to_oom`` naming the OOM (its layer is the
@@ -246,20 +278,19 @@ class _QuantRankLoad(QuantGrid, common.RankLoadFigures):
         self.result = _cell(loads, shape, kind)
 
 
-class QuantRankLoadGB200(_QuantRankLoad):
-    """``_QuantRankLoad`` on a GB200: ``wholemodel.DEVICE_GB200_BYTES`` (184 GiB)."""
+class _RankLoadGB200(_RankLoad):
+    """``_RankLoad`` on a GB200: ``wholemodel.DEVICE_GB200_BYTES`` (184 GiB)."""
 
     def setup_cache(self) -> dict:
         return _measure_grid(functools.partial(_rank_load, "GB200"))
 
     # 28 cells: 21 s wall on the shared 2-core machine at load 3.2 (the upstream paths' traces
-    # most of it; `QuantRankLoadGB200().setup_cache()`, timed).
+    # most of it; `setup_cache()` timed).
     setup_cache.timeout = 300.0
 
 
-class QuantRankLoadH200(_QuantRankLoad):
-    """``_QuantRankLoad`` on an H200: ``wholemodel.DEVICE_141GB_BYTES`` (139.5 GiB of its
-    141 GB)."""
+class _RankLoadH200(_RankLoad):
+    """``_RankLoad`` on an H200: ``wholemodel.DEVICE_141GB_BYTES`` (139.5 GiB of its 141 GB)."""
 
     def setup_cache(self) -> dict:
         return _measure_grid(functools.partial(_rank_load, "H200"))
@@ -268,11 +299,11 @@ class QuantRankLoadH200(_QuantRankLoad):
     setup_cache.timeout = 300.0
 
 
-class QuantLayerTime(QuantGrid, common.LayerTimeFigures):
+class _LayerTime(_Grid, common.LayerTimeFigures):
     """One quantized layer's time, its ratio to a same-size copy of all its tensors and the whole
     model's seconds: ``common.LayerTimeFigures``, by ``bench_convert.LayerTime``'s rules
     (``moe_convert.timing.time_layer`` of a ``QuantLayerShape``, ``bench_convert.REPEATS``
-    calls), the grid measured once in ``setup_cache``; the cpu profile times
+    calls), every format's cells measured once in ``setup_cache``; the cpu profile times
     ``CPU_PROFILE_QUANT_SHAPES`` (the other shapes n/a, saying so). Judged by the paired A/B
     in the PR gate."""
 
@@ -286,13 +317,12 @@ class QuantLayerTime(QuantGrid, common.LayerTimeFigures):
     setup_cache.timeout = 900.0
 
 
-class QuantProfile:
-    """Experts per quantized layer ``QuantLayerTime`` converts under the profile in use (n/a for a
+class _Profile:
+    """Experts per quantized layer ``LayerTime`` converts under the profile in use (n/a for a
     shape the cpu profile does not time): ``bench_convert.Profile`` for the quantized grid."""
 
     version = "1"
     unit = "experts"
-    params = [list(QUANT_SHAPES)]
     param_names = ["shape"]
 
     def setup(self, shape: str) -> None:
@@ -304,3 +334,37 @@ class QuantProfile:
 
     def track_timed_experts(self, shape: str) -> int:
         return self.timed.experts
+
+
+#: The classes each format's module has, named without the ``_``.
+_BENCHMARKS = (
+    _PeakMemory,
+    _Traffic,
+    _CudaMemory,
+    _SleepModeReplay,
+    _RankLoadGB200,
+    _RankLoadH200,
+    _LayerTime,
+    _Profile,
+)
+
+
+def format_benchmarks(fmt: str, module: str) -> dict[str, type]:
+    """Format ``fmt``'s benchmark classes, for its module ``module`` (``bench_<fmt>``'s
+    ``__name__``, which asv and ``moe_bench`` name them by): each of ``_BENCHMARKS`` made over
+    the format's shapes (``FORMAT_SHAPES``), inheriting every method, ``setup_cache`` included."""
+    shapes_and_kinds = [list(FORMAT_SHAPES[fmt]), list(QUANT_KINDS)]
+    classes = {}
+    for base in _BENCHMARKS:
+        name = base.__name__.lstrip("_")
+        classes[name] = type(
+            name,
+            (base,),
+            {
+                "__module__": module,
+                "__qualname__": name,
+                "__doc__": f"{fmt.upper()}: {base.__doc__}",
+                "params": shapes_and_kinds[: len(base.param_names)],
+            },
+        )
+    return classes

@@ -1,0 +1,7 @@
+"""FP8 per-tensor experts (Llama-4-Maverick FP8): ``benchmarks.quant``'s figures of the format, its
+classes named as BF16's (``PeakMemory``, ``LayerTime``, ...), so the dashboard lists them together.
+"""
+
+from . import quant
+
+globals().update(quant.format_benchmarks("fp8", __name__))
