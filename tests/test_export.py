@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from moe_bench import cli
 from moe_bench.export import HUD_METRICS, metric_name
 from moe_bench.metrics import METRICS, PAIRED_TIME, PEAK_BYTES, RANK_LOAD_TIME
 
+ROOT = Path(__file__).resolve().parents[1]
 SHAPE, STRATEGIES = "qwen3-235b-a22b/tp4", ["legacy", "strided_copy"]
 #: A quantized figure's shape and kinds (each format's module, and the retired bench_quant's).
 QUANT_SHAPES = {
@@ -265,6 +267,18 @@ def test_the_table_names_only_hud_metrics_in_their_units():
         assert HUD_METRICS[m.pytorch_name][0] == m.unit, m.benchmark
     names = [(metric_name(m), m.benchmark.partition(".")[0]) for m in METRICS.values()]
     assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("machine", ["cpu-2core-epyc", "cpu-2core-xeon"])
+def test_the_committed_results_export(machine, tmp_path, capsys):
+    # What the nightly's export step runs on its own results: the latest commit of results/
+    # (quantized shapes included since 9a89166), every record valid.
+    out = tmp_path / "records.json"
+    assert cli.main(["export", str(ROOT / "results"), "--machine", machine, "--out", str(out)]) == 0
+    records = json.loads(out.read_text())
+    assert records
+    for record in records:
+        check_v3(record)
 
 
 def test_the_file_is_one_json_list_as_the_uploader_reads_it(results, capsys):
