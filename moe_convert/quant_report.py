@@ -100,7 +100,8 @@ def rank_load_markdown() -> str:
     """One row per quantized catalog shape and strategy: the load without sleep mode
     (``quant_rank_load``) on each of ``LOAD_DEVICES``: whether it fits (else the layer that runs
     out of memory) and its driver calls: ``cudaMalloc`` / ``cudaFree`` / refused ``cudaMalloc`` /
-    full cache releases (retries), the figures of each format's ``RankLoadGB200`` and ``RankLoadH200`` (``benchmarks/quant.py``)."""
+    full cache releases (retries), the figures of each format's ``RankLoadGB200`` and
+    ``RankLoadH200`` (``benchmarks/quant.py``)."""
     lines = [
         "| model / TP | strategy | "
         + " | ".join(
