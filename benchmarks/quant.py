@@ -1,4 +1,5 @@
-"""The quantized formats' figures, written once for every format (NVFP4, MXFP4, FP8): the grid,
+"""The quantized formats' figures, written once for every format (NVFP4, MXFP4, FP8 per-tensor,
+DeepSeek block-FP8): the grid,
 its measurements and the benchmark classes each format's module makes its own.
 
 Each format is a module of the suite, ``bench_<format>.py``, whose classes ``format_benchmarks``
@@ -42,6 +43,7 @@ FORMAT_SHAPES = {
     "nvfp4": ("kimi-k2-nvfp4/tp8", "deepseek-r1-nvfp4/tp4", "qwen3-235b-a22b-nvfp4/tp4"),
     "mxfp4": ("gpt-oss-120b-mxfp4/tp1", "gpt-oss-120b-mxfp4/tp2", "gpt-oss-20b-mxfp4/tp1"),
     "fp8": ("llama-4-maverick-fp8/tp8",),
+    "fp8block": ("deepseek-r1-fp8block/tp8",),
 }
 #: Every quantized shape, in the catalog's order.
 QUANT_SHAPES = tuple(label for labels in FORMAT_SHAPES.values() for label in labels)
