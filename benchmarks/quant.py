@@ -1,4 +1,5 @@
-"""The quantized formats' figures, written once for every format (NVFP4, MXFP4, FP8): the grid,
+"""The quantized formats' figures, written once for every format (NVFP4, MXFP4, FP8 per-tensor,
+DeepSeek block-FP8): the grid,
 its measurements and the benchmark classes each format's module makes its own.
 
 Each format is a module of the suite, ``bench_<format>.py``, whose classes ``format_benchmarks``
@@ -42,6 +43,7 @@ FORMAT_SHAPES = {
     "nvfp4": ("kimi-k2-nvfp4/tp8", "deepseek-r1-nvfp4/tp4", "qwen3-235b-a22b-nvfp4/tp4"),
     "mxfp4": ("gpt-oss-120b-mxfp4/tp1", "gpt-oss-120b-mxfp4/tp2", "gpt-oss-20b-mxfp4/tp1"),
     "fp8": ("llama-4-maverick-fp8/tp8",),
+    "fp8block": ("deepseek-r1-fp8block/tp8",),
 }
 #: Every quantized shape, in the catalog's order.
 QUANT_SHAPES = tuple(label for labels in FORMAT_SHAPES.values() for label in labels)
@@ -49,12 +51,14 @@ QUANT_SHAPES = tuple(label for labels in FORMAT_SHAPES.values() for label in lab
 QUANT_KINDS = ("legacy", "preallocated", "inplace", "fast")
 #: The shapes the cpu profile times: per format the one of the smallest expert (every shape of a
 #: format runs the same code; on CPU, time serves the paired A/B of a change). The whole grid
-#: took 77 s at 8 experts on the shared 2-core machine (load 3.7-4.0), these three 30 s of it;
-#: the full profile times every shape.
+#: took 77 s at 8 experts on the shared 2-core machine (load 3.7-4.0), the first three 30 s of
+#: it; deepseek-r1-fp8block/tp8's four cells 3.9 s (load 1.2-1.3); the full profile times every
+#: shape.
 CPU_PROFILE_QUANT_SHAPES = (
     "qwen3-235b-a22b-nvfp4/tp4",
     "gpt-oss-120b-mxfp4/tp2",
     "llama-4-maverick-fp8/tp8",
+    "deepseek-r1-fp8block/tp8",
 )
 
 
@@ -204,7 +208,8 @@ class _PeakMemory(_Grid):
     def setup_cache(self) -> dict:
         return _measure_grid(_peak)
 
-    # 28 cells: about 30 s on the shared 2-core machine (the folded scale indices built once).
+    # 32 cells: about 30 s on the shared 2-core machine (the folded scale indices built once);
+    # deepseek-r1-fp8block/tp8's 4 of them 3.0 s (load 1.3; each figure's alike, 3.0-3.4 s).
     setup_cache.timeout = 300.0
 
     def track_peak_transient_bytes(self, results: dict, shape: str, kind: str) -> int:
@@ -254,7 +259,7 @@ class _SleepModeReplay(_Grid):
     def setup_cache(self) -> dict:
         return _measure_grid(_replay)
 
-    # 28 cells: about 45 s on the shared 2-core machine.
+    # 32 cells: about 45 s on the shared 2-core machine.
     setup_cache.timeout = 600.0
 
     def track_peak_reserved_bytes(self, results: dict, shape: str, kind: str) -> int:
@@ -284,8 +289,8 @@ class _RankLoadGB200(_RankLoad):
     def setup_cache(self) -> dict:
         return _measure_grid(functools.partial(_rank_load, "GB200"))
 
-    # 28 cells: 21 s wall on the shared 2-core machine at load 3.2 (the upstream paths' traces
-    # most of it; `setup_cache()` timed).
+    # 32 cells: 21 s wall on the shared 2-core machine at load 3.2 for the first 28 (the
+    # upstream paths' traces most of it; `setup_cache()` timed), 3.3 s for fp8block's 4.
     setup_cache.timeout = 300.0
 
 
@@ -295,7 +300,8 @@ class _RankLoadH200(_RankLoad):
     def setup_cache(self) -> dict:
         return _measure_grid(functools.partial(_rank_load, "H200"))
 
-    # 28 cells: 24 s wall on the shared 2-core machine at load 3.7, timed as the GB200 one.
+    # 32 cells: 24 s wall on the shared 2-core machine at load 3.7 for the first 28, timed as the
+    # GB200 one; 3.2 s for fp8block's 4.
     setup_cache.timeout = 300.0
 
 
@@ -313,7 +319,8 @@ class _LayerTime(_Grid, common.LayerTimeFigures):
         shapes = tuple(label for label in QUANT_SHAPES if timed_quant_shape(label) is not None)
         return _measure_grid(_time, shapes)
 
-    # The cpu profile's 12 cells: 30 s on the shared 2-core machine (load 3.5).
+    # The cpu profile's 16 cells: 30 s on the shared 2-core machine (load 3.5) for the first 12,
+    # 3.9 s for deepseek-r1-fp8block/tp8's 4 (load 1.2).
     setup_cache.timeout = 900.0
 
 

@@ -27,6 +27,7 @@ import torch
 __all__ = [
     "BLOCK_K",
     "SHUFFLE_BLOCK",
+    "SHUFFLE_BLOCK_TILE64",
     "shuffle_row_index",
     "gated_interleave_index",
     "w13_row_index",
@@ -42,26 +43,40 @@ __all__ = [
 
 # Bytes per K block of BlockMajorK; fixed by the kernel.
 BLOCK_K = 128
-# Rows shuffled together for epilogue_tile_m = 128 (other tile sizes would use 16).
+# Rows shuffled together for epilogue_tile_m = 128; FlashInfer shuffles in blocks of 16 for
+# any other tile (get_shuffle_block_size), as DeepSeek block-FP8's tile of 64 does.
 SHUFFLE_BLOCK = 32
-# Inside a block of 32, old row o becomes new row _SHUFFLE_MAP[o]
-# (FlashInfer's srcToDstBlk32RowMap).
-_SHUFFLE_MAP = [0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
-                4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31]  # fmt: skip
+SHUFFLE_BLOCK_TILE64 = 16
+
+
+def _shuffle_map(block: int) -> torch.Tensor:
+    """Inside a block of ``block`` rows, old row ``o`` becomes new row ``map[o]``: FlashInfer's
+    srcToDstBlk32RowMap ``[0, 8, 16, 24, 1, 9, ...]`` (32) and srcToDstBlk16RowMap
+    ``[0, 8, 1, 9, ...]`` (16): the rows of each group of 8 dealt round-robin."""
+    groups = block // 8
+    old = torch.arange(block, dtype=torch.int64)
+    return (old % groups) * 8 + old // groups
+
 
 _CPU = torch.device("cpu")
 
 
 @functools.cache
-def shuffle_row_index(rows: int, device: torch.device = _CPU) -> torch.Tensor:
-    """Shuffle-A row index ``S`` (int64 ``[M]``, ``S[new] = old``), cached per (rows, device).
+def shuffle_row_index(
+    rows: int, device: torch.device = _CPU, *, block: int = SHUFFLE_BLOCK
+) -> torch.Tensor:
+    """Shuffle-A row index ``S`` (int64 ``[M]``, ``S[new] = old``), cached per (rows, device,
+    block): FlashInfer's ``get_shuffle_matrix_a_row_indices`` for ``epilogue_tile_m`` 128
+    (``block`` 32) or 64 (``block`` 16, ``SHUFFLE_BLOCK_TILE64``).
 
-    Needs ``rows % 32 == 0``. The cached tensor is shared: never write to it.
+    Needs ``rows % block == 0``. The cached tensor is shared: never write to it.
     """
-    if rows % SHUFFLE_BLOCK:
-        raise ValueError(f"rows ({rows}) must be a multiple of {SHUFFLE_BLOCK} for the row shuffle")
+    if block not in (SHUFFLE_BLOCK, SHUFFLE_BLOCK_TILE64):
+        raise ValueError(f"block must be {SHUFFLE_BLOCK} or {SHUFFLE_BLOCK_TILE64}, got {block}")
+    if rows % block:
+        raise ValueError(f"rows ({rows}) must be a multiple of {block} for the row shuffle")
     old = torch.arange(rows, dtype=torch.int64)
-    new = (old // SHUFFLE_BLOCK) * SHUFFLE_BLOCK + torch.tensor(_SHUFFLE_MAP)[old % SHUFFLE_BLOCK]
+    new = (old // block) * block + _shuffle_map(block)[old % block]
     index = torch.empty(rows, dtype=torch.int64)
     index[new] = old
     return index.to(device)

@@ -1,18 +1,23 @@
-"""The quantized formats of the TRTLLM-gen MoE and their layer shapes: NVFP4, MXFP4, FP8.
+"""The quantized formats of the TRTLLM-gen MoE and their layer shapes: NVFP4, MXFP4, FP8
+per-tensor, DeepSeek block-FP8.
 
 Legend: E experts, H hidden, I intermediate per rank, M13 rows of w13 (2I gated, I not), epb
-elements per stored byte (2: two e2m1 per byte; 1: fp8), V elements per scale factor.
+elements per stored byte (2: two e2m1 per byte; 1: fp8), V elements per scale factor along a
+row, R rows per scale factor (1, but 128 for block-FP8's 128x128 blocks).
 
 Per rank and MoE layer, as the checkpoint loader hands them to the conversion:
 
 - weights ``[E, M13, H/epb]`` and ``[E, H, I/epb]`` (packed bytes per row ``H/epb``, ``I/epb``);
 - block scale factors (NVFP4, MXFP4), one per V elements: ``[E, M13, H/V]`` and ``[E, H, I/V]``;
+  block-FP8's float32 one per 128x128 block: ``[E, M13/128, H/128]`` and ``[E, H/128, I/128]``;
 - biases (MXFP4, gpt-oss): bf16 ``[E, M13]`` and ``[E, H]``, made float32 by the conversion.
 
-FP8 here is per-tensor FP8: its scales are one float per expert, never relaid, so a layer of it is
-its weights alone. The dimensions are the padded ones the conversion sees: vLLM rounds H and I
-per rank up to each format's alignment first (``QuantFormat.hidden_align`` and
-``intermediate_align``, from vLLM 0.33.0; see docs/formats.md).
+FP8 (``fp8``) is per-tensor FP8: its scales are one float per expert, never relaid, so a layer of
+it is its weights alone. Block-FP8 (``fp8block``, DeepSeek's checkpoints) has one float32 scale
+per 128x128 block, which the conversion reorders (a gated w13's halves swapped) and clamps.
+The dimensions are the padded ones the conversion sees: vLLM rounds H and I per rank up to each
+format's alignment first (``QuantFormat.hidden_align`` and ``intermediate_align``, from vLLM
+0.33.0; see docs/formats.md).
 """
 
 from __future__ import annotations
@@ -47,6 +52,23 @@ class QuantFormat:
     gated_only: bool  # the upstream path exists only for a gated activation
     hidden_align: int  # H is padded up to a multiple of this
     intermediate_align: int  # I per rank is padded up to a multiple of this (gated)
+    # R, rows per scale factor: 1 for the 1-D blocks of a row (NVFP4, MXFP4), whose scales the
+    # conversion relays and swizzles; 128 for block-FP8's 2-D 128x128 blocks, whose scales it
+    # only reorders (vLLM's DeepSeek path: the kernel takes them linear).
+    scale_block_rows: int = 1
+
+    def scale_shape(self, experts: int, rows: int, elements: int) -> tuple[int, int, int] | None:
+        """The block scales of a weight ``[experts, rows, elements]`` (elements, not packed
+        bytes): ``[experts, rows / R, elements / V]``; ``None`` without block scales."""
+        if not self.scale_block:
+            return None
+        return (experts, rows // self.scale_block_rows, elements // self.scale_block)
+
+    def scale_bytes(self, shape: tuple[int, int, int] | None) -> int:
+        """Bytes of a scale tensor of ``shape`` (0 for ``None``)."""
+        if shape is None:
+            return 0
+        return shape[0] * shape[1] * shape[2] * self.scale_dtype.itemsize
 
 
 FORMATS: dict[str, QuantFormat] = {
@@ -59,6 +81,13 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat("mxfp4", torch.uint8, 2, torch.uint8, 32, True, True, 256, 128),
         # flashinfer_utils.py::prepare_fp8_moe_layer_for_fi: a gated min_alignment of 16.
         QuantFormat("fp8", torch.float8_e4m3fn, 1, None, 0, False, False, 1, 16),
+        # DeepSeek block-FP8 (weight_block_size [128, 128]): float32 scales per 128x128 block.
+        # prepare_fp8_moe_layer_for_fi pads nothing for block quantization; oracle/fp8.py's
+        # pad_tp_shard_to_weight_blocks rounds I per rank up to whole blocks for TRTLLM-gen,
+        # and H must already be a multiple of 128 (it raises otherwise).
+        QuantFormat(
+            "fp8block", torch.float8_e4m3fn, 1, torch.float32, 128, False, False, 1, 128, 128
+        ),
     )
 }
 
@@ -110,13 +139,11 @@ class QuantLayerShape:
 
     @property
     def w13_scale_shape(self) -> tuple[int, int, int] | None:
-        block = self.fmt.scale_block
-        return (self.experts, self.rows13, self.hidden // block) if block else None
+        return self.fmt.scale_shape(self.experts, self.rows13, self.hidden)
 
     @property
     def w2_scale_shape(self) -> tuple[int, int, int] | None:
-        block = self.fmt.scale_block
-        return (self.experts, self.hidden, self.intermediate // block) if block else None
+        return self.fmt.scale_shape(self.experts, self.hidden, self.intermediate)
 
     @property
     def w13_bias_shape(self) -> tuple[int, int] | None:
@@ -158,15 +185,13 @@ class QuantLayerShape:
 
     @property
     def w13_scale_bytes(self) -> int:
-        """F13: the whole w13 scale-factor tensor (one byte each; 0 without block scales)."""
-        shape = self.w13_scale_shape
-        return shape[0] * shape[1] * shape[2] if shape else 0
+        """F13: the whole w13 scale-factor tensor (0 without block scales)."""
+        return self.fmt.scale_bytes(self.w13_scale_shape)
 
     @property
     def w2_scale_bytes(self) -> int:
         """F2: the whole w2 scale-factor tensor."""
-        shape = self.w2_scale_shape
-        return shape[0] * shape[1] * shape[2] if shape else 0
+        return self.fmt.scale_bytes(self.w2_scale_shape)
 
     @property
     def w13_bias_bytes(self) -> int:
@@ -320,6 +345,19 @@ QUANT_CATALOG: dict[str, QuantModelSpec] = {
             (8,),
             "text_config: num_local_experts 128, hidden_size 5120, intermediate_size 8192, "
             "num_hidden_layers 48, interleave_moe_layer_step 2",
+        ),
+        QuantModelSpec(
+            "deepseek-r1-fp8block",
+            "deepseek-ai/DeepSeek-R1-0528",
+            "fp8block",
+            58,
+            256,
+            7168,
+            2048,
+            (8,),
+            "n_routed_experts 256, hidden_size 7168, moe_intermediate_size 2048, "
+            "num_hidden_layers 61, first_k_dense_replace 3; quantization_config "
+            "weight_block_size [128, 128]",
         ),
     )
 }

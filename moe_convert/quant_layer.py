@@ -26,11 +26,14 @@ class QuantLayer:
     """One layer's tensors as the conversion takes and returns them, in checkpoint row order.
 
     In: ``w13 [E, M13, H/epb]``, ``w2 [E, H, I/epb]`` (the format's ``weight_dtype``); block
-    scales ``[E, M13, H/V]``, ``[E, H, I/V]`` (``scale_dtype``) or ``None`` (FP8 per-tensor);
+    scales ``[E, M13/R, H/V]``, ``[E, H/R, I/V]`` (``scale_dtype``) or ``None`` (FP8 per-tensor);
     biases bf16 ``[E, M13]``, ``[E, H]`` or ``None`` (all but MXFP4). Out (every strategy): the
     same shapes; weights as uint8 (FP4) or float8_e4m3fn (FP8), scales as float8_e4m3fn in the
-    swizzled layout, biases float32. Gated, w13's halves are ``[w1; w3]`` (NVFP4, FP8) or its
-    rows interleaved ``[w1_0, w3_0, w1_1, ...]`` (gpt-oss's MXFP4 checkpoint).
+    swizzled layout, biases float32. Block-FP8 instead: weights float8_e4m3fn in BlockMajorK,
+    ``[E, H/128, M13, 128]`` and ``[E, I/128, H, 128]``; scales float32 in the input's shapes,
+    rows reordered as the weights' halves, clamped to at least 1e-10. Gated, w13's halves are
+    ``[w1; w3]`` (NVFP4, FP8s) or its rows interleaved ``[w1_0, w3_0, w1_1, ...]`` (gpt-oss's
+    MXFP4 checkpoint).
     """
 
     w13: torch.Tensor
@@ -50,12 +53,11 @@ class QuantLayer:
         """The shape each field must have, from the weights' shapes (``None``: must be absent)."""
         experts, rows13, packed13 = self.w13.shape
         hidden = packed13 * fmt.elements_per_byte
-        block = fmt.scale_block
         inter = rows13 // 2 if gated else rows13
         return {
             "w2": (experts, hidden, inter // fmt.elements_per_byte),
-            "w13_scale": (experts, rows13, hidden // block) if block else None,
-            "w2_scale": (experts, hidden, inter // block) if block else None,
+            "w13_scale": fmt.scale_shape(experts, rows13, hidden),
+            "w2_scale": fmt.scale_shape(experts, hidden, inter),
             "w13_bias": (experts, rows13) if fmt.has_bias else None,
             "w2_bias": (experts, hidden) if fmt.has_bias else None,
         }
@@ -72,8 +74,9 @@ def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> No
 
     Checked: every tensor present or absent as the format says, its dtype, 3-D (biases 2-D),
     non-empty, contiguous, on one device; w13's rows even when gated; the packed widths hold
-    whole scale blocks; every shape matching the weights'; rows a multiple of 32 (the row
-    shuffle) and of 128 where there are scales, scale columns a multiple of 4 (the swizzle).
+    whole scale blocks; rows a multiple of 32 (the row shuffle) and of 128 where there are
+    scales (their row shuffle, or whole 128x128 blocks); every shape matching the weights';
+    swizzled scale columns a multiple of 4.
     """
     if not isinstance(layer, QuantLayer):
         raise TypeError(f"layer must be a QuantLayer, got {type(layer).__name__}")
@@ -131,6 +134,24 @@ def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> No
                     f"multiple of {fmt.scale_block} (one scale each)",
                     "pad the row to whole scale blocks",
                 )
+    for name in ("w13", "w2"):
+        rows = getattr(layer, name).shape[1]
+        # Before the shapes: a row count off the 128-row blocks would otherwise read as a scale
+        # tensor of another layer.
+        if fmt.scale_block_rows > 1:
+            need, why = fmt.scale_block_rows, f"whole {fmt.scale_block_rows}-row scale blocks"
+        elif fmt.scale_block:
+            need, why = ROWS_PER_TILE, "the row shuffle of the scales"
+        else:
+            need, why = SHUFFLE_BLOCK, "the row shuffle"
+        if rows % need:
+            fail(
+                ValueError,
+                name,
+                getattr(layer, name),
+                f"rows per expert ({rows}) must be a multiple of {need} ({why})",
+                "pad the rows as vLLM does (hidden to 256, intermediate to 64 or 128)",
+            )
     for name, shape in layer.expected_shapes(fmt, gated).items():
         tensor = getattr(layer, name)
         if shape is not None and tuple(tensor.shape) != shape:
@@ -141,21 +162,10 @@ def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> No
                 f"expected shape {shape} to match w13 {tuple(layer.w13.shape)} as {fmt.name}",
                 "pass the tensors of one layer (w13 [E, M13, H/epb], w2 [E, H, I/epb])",
             )
-    for name in ("w13", "w2"):
-        rows = getattr(layer, name).shape[1]
-        need = ROWS_PER_TILE if fmt.scale_block else SHUFFLE_BLOCK
-        if rows % need:
-            fail(
-                ValueError,
-                name,
-                getattr(layer, name),
-                f"rows per expert ({rows}) must be a multiple of {need} (the row shuffle"
-                f"{' of the scales' if fmt.scale_block else ''})",
-                "pad the rows as vLLM does (hidden to 256, intermediate to 64 or 128)",
-            )
     for name in ("w13_scale", "w2_scale"):
         scale = getattr(layer, name)
-        if scale is not None and scale.shape[2] % COLS_PER_TILE:
+        # Only 1-D block scales are swizzled; block-FP8's are reordered by whole rows.
+        if scale is not None and fmt.scale_block_rows == 1 and scale.shape[2] % COLS_PER_TILE:
             fail(
                 ValueError,
                 name,

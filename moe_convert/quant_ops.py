@@ -12,7 +12,15 @@ the checkpoint's rows (``row_index``):
   swap folded into FlashInfer's w3_w1 index ``G[S]``;
 - ``"swap_pairs"``: gpt-oss's interleaved w13 (MXFP4): ``S ^ 1``, vLLM's
   ``swap_every_two_rows`` folded into FlashInfer's w2 index ``S`` that it applies next;
-- ``"shuffle"``: w2, and a non-gated w13: ``S``.
+- ``"shuffle"``: w2, and a non-gated w13: ``S``;
+- ``"swap"``: ``(r + M/2) % M``, vLLM's ``swap_w13_to_w31`` alone (block-FP8's w13 scale rows);
+- ``"swap_halves_tile64"``, ``"shuffle_tile64"``: DeepSeek block-FP8's (no gated interleave;
+  FlashInfer's shuffle for ``epilogue_tile_m`` 64, in blocks of 16 rows, ``S64``):
+  ``(S64 + M/2) % M`` for a gated ``[w1; w3]`` w13, ``S64`` otherwise.
+
+Block-FP8's weights come out in BlockMajorK, ``[E, K/128, M, 128]``: the row gather reads the
+input through its ``[E, K/128, M, 128]``-permuted view, so one gather both reorders the rows
+and lays the 128-byte blocks out (``gather_block_rows``).
 """
 
 from __future__ import annotations
@@ -21,11 +29,14 @@ import functools
 
 import torch
 
-from .layout import shuffle_row_index, w13_row_index
+from .layout import BLOCK_K, SHUFFLE_BLOCK_TILE64, shuffle_row_index, w13_row_index
 from .swizzle import swizzled_view
 
 __all__ = [
+    "MIN_BLOCK_SCALE",
     "ROW_ORDERS",
+    "block_major_k",
+    "gather_block_rows",
     "gather_rows",
     "gather_scales",
     "relay_rows_in_place",
@@ -34,9 +45,16 @@ __all__ = [
     "scale_index",
 ]
 
-ROW_ORDERS = ("swap_halves", "swap_pairs", "shuffle")
+ROW_ORDERS = (
+    "swap_halves", "swap_pairs", "shuffle", "swap", "swap_halves_tile64", "shuffle_tile64"
+)  # fmt: skip
 
 _CPU = torch.device("cpu")
+
+# vLLM's _FI_CUTLASS_MIN_BLOCK_SCALE (prepare_fp8_moe_layer_for_fi): block-FP8 scales are
+# clamped up to it on every FlashInfer path, TRTLLM-gen's included (near-zero scales of dead
+# experts give NaN in the CUTLASS kernel on Hopper).
+MIN_BLOCK_SCALE = 1e-10
 
 
 @functools.cache
@@ -51,6 +69,14 @@ def row_index(order: str, rows: int, device: torch.device = _CPU) -> torch.Tenso
         return shuffle_row_index(rows, device) ^ 1
     if order == "shuffle":
         return shuffle_row_index(rows, device)
+    if order == "swap":
+        return (torch.arange(rows, dtype=torch.int64) + rows // 2).remainder(rows).to(device)
+    if order == "swap_halves_tile64":
+        return row_index("swap", rows)[shuffle_row_index(rows, block=SHUFFLE_BLOCK_TILE64)].to(
+            device
+        )
+    if order == "shuffle_tile64":
+        return shuffle_row_index(rows, device, block=SHUFFLE_BLOCK_TILE64)
     raise ValueError(f"unknown row order {order!r}; one of {', '.join(ROW_ORDERS)}")
 
 
@@ -92,14 +118,34 @@ def gather_scales(scale: torch.Tensor, order: str) -> torch.Tensor:
     return out.view(torch.float8_e4m3fn)
 
 
+def block_major_k(rows_u8: torch.Tensor) -> torch.Tensor:
+    """``uint8 [..., M, K] -> [..., K/128, M, 128]``: a permuted view of the same storage (no
+    copy), which a row gather along dim -2 turns into BlockMajorK."""
+    *lead, rows, cols = rows_u8.shape
+    blocked = rows_u8.view(*lead, rows, cols // BLOCK_K, BLOCK_K)
+    return blocked.transpose(-3, -2)
+
+
+def gather_block_rows(weight: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Every expert's rows of ``weight [E, M, K]`` by ``index``, in BlockMajorK, in one
+    ``index_select``: a new contiguous ``[E, K/128, M, 128]`` tensor of ``weight``'s dtype."""
+    experts, rows, cols = weight.shape
+    out = torch.empty(
+        (experts, cols // BLOCK_K, rows, BLOCK_K), dtype=torch.uint8, device=weight.device
+    )
+    torch.index_select(block_major_k(weight.view(torch.uint8)), 2, index, out=out)
+    return out.view(weight.dtype)
+
+
 def relay_rows_in_place(weight: torch.Tensor, index: torch.Tensor, scratch: torch.Tensor) -> None:
     """Each expert of ``weight [E, M, K]`` gathered by ``index`` into ``scratch``, copied back.
 
     ``scratch``: uint8, at least one expert's bytes. The result is in ``weight``'s own storage.
     """
-    _, rows, cols = weight.shape
+    experts = weight.view(torch.uint8)  # K bytes per row of any dtype (float32 scales: 4 K)
+    _, rows, cols = experts.shape
     expert_scratch = scratch[: rows * cols].view(rows, cols)
-    for expert in weight.view(torch.uint8):
+    for expert in experts:
         torch.index_select(expert, 0, index, out=expert_scratch)
         expert.copy_(expert_scratch)
 

@@ -17,7 +17,8 @@ names file, function and release for each. What differs from the engine, everywh
   shapes.
 
 Each returns a ``QuantLayer`` of new tensors. The NVFP4 ones first reorder a gated w13 and its
-scales to ``[w3; w1]`` in place, as vLLM does: they leave the input so.
+scales to ``[w3; w1]`` in place, as vLLM does: they leave the input so. Block-FP8's clamps w2's
+scales (and a non-gated w13's) in place and returns them: the input's own tensors.
 """
 
 from __future__ import annotations
@@ -25,12 +26,20 @@ from __future__ import annotations
 import torch
 
 from .formulas import Formula
-from .layout import gated_interleave_index, shuffle_row_index, swap_w13_to_w31, w13_row_index
+from .layout import (
+    BLOCK_K,
+    SHUFFLE_BLOCK_TILE64,
+    gated_interleave_index,
+    shuffle_row_index,
+    swap_w13_to_w31,
+    w13_row_index,
+)
 from .quant_layer import QuantLayer
+from .quant_ops import MIN_BLOCK_SCALE
 from .quant_registry import register_quant
 from .swizzle import block_scale_interleave
 
-__all__ = ["fp8_legacy", "mxfp4_legacy", "nvfp4_legacy", "nvfp4_preallocated"]
+__all__ = ["fp8_legacy", "fp8block_legacy", "mxfp4_legacy", "nvfp4_legacy", "nvfp4_preallocated"]
 
 # FlashInfer's TRTLLM-gen kernels: "FIXME: this depends on the kernel internals" in vLLM.
 EPILOGUE_TILE_M = 128  # the shuffle of rows in blocks of 32 (layout.SHUFFLE_BLOCK)
@@ -360,3 +369,39 @@ def fp8_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     del gemm1_weights  # `gemm1_weights.data = ...`: the swap copy's storage is released here
     w2_out = torch.stack(gemm2_weights_fp8_shuffled).view(torch.float8_e4m3fn)
     return QuantLayer(w13_out, w2_out)
+
+
+@register_quant(
+    "fp8block-legacy",
+    inplace=False,
+    origin="vLLM 0.33.0, transcribed",
+    peak=Formula("2 T13 + T2 + F13", "T13 + T2"),
+    traffic=Formula("4 T13 + 2 T2 + 4 F13 + 2 F2 + X13 + X2", "2 (T13 + T2 + F13 + F2) + X13 + X2"),
+    launches=Formula("6", "4"),
+)
+def fp8block_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
+    """vLLM 0.33.0 ``prepare_fp8_moe_layer_for_fi``, DeepSeek block-FP8 on TRTLLM-gen.
+
+    Gated, ``swap_w13_to_w31`` copies of w13 and its scales; ``_shuffle_deepseek_fp8_moe_weights``:
+    per weight one gather of the rows (``shuffle_matrix_a``'s index, ``epilogue_tile_m`` 64)
+    through the ``[E, K/128, M, 128]``-permuted view, which is BlockMajorK already
+    (``.contiguous()`` copies nothing); then both scales ``clamp_``-ed in place (the swap copy
+    of w13's, the input's own w2 scales). The weights' swap copy lives until both gathers are
+    done. Peak transient, gated: the swap copies and both gathers.
+    """
+    w13, w2, w13_scale, w2_scale = layer.w13, layer.w2, layer.w13_scale, layer.w2_scale
+    if gated:
+        w13 = swap_w13_to_w31(w13)
+        w13_scale = swap_w13_to_w31(w13_scale)
+
+    def shuffle_to_block_major_k(w: torch.Tensor) -> torch.Tensor:
+        num_experts, m, k = w.shape
+        rows = shuffle_row_index(m, w.device, block=SHUFFLE_BLOCK_TILE64)
+        blocked = w.view(torch.uint8).view(num_experts, m, k // BLOCK_K, BLOCK_K)
+        out = blocked.permute(0, 2, 1, 3)[:, :, rows, :].contiguous()
+        return out.view(torch.float8_e4m3fn)
+
+    w13, w2 = shuffle_to_block_major_k(w13), shuffle_to_block_major_k(w2)
+    w13_scale.clamp_(min=MIN_BLOCK_SCALE)
+    w2_scale.clamp_(min=MIN_BLOCK_SCALE)
+    return QuantLayer(w13, w2, w13_scale, w2_scale)

@@ -25,9 +25,9 @@ from moe_convert.wholemodel import LOAD_DEVICES
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
-from benchmarks import bench_fp8, bench_mxfp4, bench_nvfp4, quant  # noqa: E402
+from benchmarks import bench_fp8, bench_fp8block, bench_mxfp4, bench_nvfp4, quant  # noqa: E402
 
-MODULES = {"nvfp4": bench_nvfp4, "mxfp4": bench_mxfp4, "fp8": bench_fp8}
+MODULES = {"nvfp4": bench_nvfp4, "mxfp4": bench_mxfp4, "fp8": bench_fp8, "fp8block": bench_fp8block}
 
 
 def test_every_format_has_a_module_of_every_shape_and_kind():
@@ -135,6 +135,20 @@ def test_the_replay_finds_the_upstream_oom_and_ours_fit():
     for kind in ("fast", "inplace"):
         ours = load(kind)
         assert ours.oom_layer is None and ours.reserved_growth_per_layer_bytes == 0, kind
+
+
+def test_the_replay_frees_the_inputs_the_result_does_not_keep():
+    # Out of place: every input; in place: all but the new float32 biases; vLLM's block-FP8
+    # path: all but w2's scales, which it clamps in place and returns.
+    from moe_convert.quant_replay import _meta_conversion
+
+    r1 = quant_layer_shape("deepseek-r1-fp8block", 8)
+    oss = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
+    scaled = {"w13", "w2", "w13_scale", "w2_scale"}
+    assert _meta_conversion(r1, "fp8block-legacy")[1] == {"w2_scale"}
+    assert _meta_conversion(r1, "fp8block-inplace")[1] == scaled
+    assert _meta_conversion(r1, "fp8block-fast")[1] == set()
+    assert _meta_conversion(oss, "mxfp4-inplace")[1] == scaled
 
 
 def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):

@@ -22,6 +22,7 @@ QUANT_SHAPES = {
     "bench_quant": "qwen3-235b-a22b-nvfp4/tp4",
     "bench_mxfp4": "gpt-oss-120b-mxfp4/tp2",
     "bench_fp8": "llama-4-maverick-fp8/tp8",
+    "bench_fp8block": "deepseek-r1-fp8block/tp8",
 }
 KINDS = ["legacy", "fast"]
 COMMIT = "c" * 40
@@ -236,7 +237,7 @@ def test_a_quantized_figure_says_its_format_model_and_tensors(results, capsys):
         )
         and r["benchmark"]["extra_info"]["strategy"] == "fast"
     }
-    assert peaks.keys() == {"nvfp4", "mxfp4", "fp8"}
+    assert peaks.keys() == {"nvfp4", "mxfp4", "fp8", "fp8block"}
     mxfp4 = peaks["mxfp4"]
     assert mxfp4["model"]["name"] == "openai/gpt-oss-120b"
     assert mxfp4["benchmark"]["extra_info"]["asv_benchmark"].startswith("bench_mxfp4.")
@@ -257,6 +258,18 @@ def test_a_quantized_figure_says_its_format_model_and_tensors(results, capsys):
     fp8 = peaks["fp8"]["inputs"]
     assert set(fp8) == {"w13", "w2"} and fp8["w13"]["dtype"] == "float8_e4m3fn"
     assert set(peaks["nvfp4"]["inputs"]) == {"w13", "w2", "w13_scale", "w2_scale"}
+    block = peaks["fp8block"]
+    assert block["model"]["name"] == "deepseek-ai/DeepSeek-R1-0528"
+    assert {
+        name: (value["dtype"], value["extra_info"]["shape"])
+        for name, value in block["inputs"].items()
+    } == {
+        # TP8: E 256, H 7168, I 2048 / 8 = 256; a float32 scale per 128x128 block
+        "w13": ("float8_e4m3fn", "[256, 512, 7168]"),
+        "w2": ("float8_e4m3fn", "[256, 7168, 256]"),
+        "w13_scale": ("float32", "[256, 4, 56]"),
+        "w2_scale": ("float32", "[256, 56, 2]"),
+    }
 
 
 def test_the_table_names_only_hud_metrics_in_their_units():

@@ -15,10 +15,20 @@ from moe_convert.quant_layer import quant_layer_tensors
 NVFP4 = QuantLayerShape("bad", 1, "nvfp4", 2, 256, 128, 1)  # w13 [2, 256, 128], w2 [2, 256, 64]
 MXFP4 = QuantLayerShape("bad", 1, "mxfp4", 2, 256, 128, 1)
 FP8 = QuantLayerShape("bad", 1, "fp8", 2, 64, 32, 1)
+# w13 [2, 512, 256], w2 [2, 256, 256]; scales float32 [2, 4, 2], [2, 2, 2]
+FP8BLOCK = QuantLayerShape("bad", 1, "fp8block", 2, 256, 256, 1)
 
 
 def nvfp4(**changes: torch.Tensor | None) -> QuantLayer:
     return dataclasses.replace(quant_layer_tensors(NVFP4, "cpu"), **changes)
+
+
+def fp8block(**changes: torch.Tensor | None) -> QuantLayer:
+    return dataclasses.replace(quant_layer_tensors(FP8BLOCK, "cpu"), **changes)
+
+
+def f32(*shape: int) -> torch.Tensor:
+    return torch.ones(shape, dtype=torch.float32)
 
 
 def u8(*shape: int) -> torch.Tensor:
@@ -101,6 +111,41 @@ BAD = {
         TypeError,
         ["w2", "(2, 64, 32)", "float8_e4m3fn"],
     ),
+    "fp8block-scales-as-e4m3": (
+        "fp8block",
+        lambda: fp8block(w13_scale=e4m3(2, 4, 2)),
+        True,
+        TypeError,
+        ["w13_scale", "(2, 4, 2)", "torch.float8_e4m3fn", "torch.float32"],
+    ),
+    "fp8block-scales-per-row": (
+        "fp8block",
+        lambda: fp8block(w2_scale=f32(2, 256, 2)),
+        True,
+        ValueError,
+        ["w2_scale", "(2, 256, 2)", "(2, 2, 2)"],
+    ),
+    "fp8block-scales-missing": (
+        "fp8block",
+        lambda: fp8block(w2_scale=None),
+        True,
+        ValueError,
+        ["w2_scale", "missing", "torch.float32"],
+    ),
+    "fp8block-width-not-whole-blocks": (
+        "fp8block",
+        lambda: fp8block(w2=e4m3(2, 256, 192)),
+        True,
+        ValueError,
+        ["w2", "(2, 256, 192)", "192 elements", "multiple of 128"],
+    ),
+    "fp8block-rows-not-whole-blocks": (
+        "fp8block",
+        lambda: QuantLayer(e4m3(2, 192, 256), e4m3(2, 256, 128), f32(2, 1, 2), f32(2, 2, 1)),
+        False,
+        ValueError,
+        ["w13", "(2, 192, 256)", "multiple of 128", "128-row scale blocks"],
+    ),
 }
 
 
@@ -136,6 +181,10 @@ def test_catalog_shapes_are_vllms_padded_ones():
     assert quant_layer_shape("gpt-oss-120b-mxfp4", 2).intermediate == 1536  # 1440 -> 1536
     maverick = quant_layer_shape("llama-4-maverick-fp8", 8)
     assert maverick.w13_shape == (128, 2048, 5120) and maverick.w13_scale_shape is None
+    r1 = quant_layer_shape("deepseek-r1-fp8block", 8)  # I 2048 / 8 = 256: whole 128-row blocks
+    assert r1.w13_shape == (256, 512, 7168) and r1.w13_scale_shape == (256, 4, 56)
+    assert r1.w2_shape == (256, 7168, 256) and r1.w2_scale_shape == (256, 56, 2)
+    assert (r1.w13_bytes, r1.w13_scale_bytes, r1.w2_scale_bytes) == (939524096, 229376, 114688)
     with pytest.raises(ValueError, match="kimi-k2-nvfp4"):
         quant_layer_shape("kimi-k2", 8)
     for shape in quant_catalog_shapes():  # every catalog shape converts (on meta: no memory)

@@ -24,6 +24,8 @@ SMALL = [
     QuantLayerShape("small", 1, "mxfp4", 3, 384, 256, 1),
     QuantLayerShape("small", 1, "fp8", 3, 96, 64, 1),
     QuantLayerShape("small", 1, "fp8", 2, 64, 96, 1, gated=False),
+    QuantLayerShape("small", 1, "fp8block", 3, 384, 256, 1),
+    QuantLayerShape("small", 1, "fp8block", 2, 256, 384, 1, gated=False),
 ]
 SMALL_CASES = [
     (name, shape)

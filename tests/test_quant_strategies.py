@@ -17,7 +17,7 @@ from moe_convert.swizzle import block_scale_interleave
 # (E, H, I, gated) per format: the smallest aligned shapes and odd ones (one expert, I not a
 # power of two, H much larger or smaller than I, non-gated where the format has it).
 # NVFP4: H % 64 and I % 64 (scale columns % 4), rows % 128. MXFP4: gated only, H and I % 128.
-# FP8: rows % 32 only.
+# FP8: rows % 32 only. Block-FP8: H and I % 128 (whole 128x128 scale blocks).
 SHAPES = {
     "nvfp4": [
         (1, 128, 64, True), (2, 256, 64, True), (3, 128, 128, True), (2, 384, 192, True),
@@ -34,6 +34,11 @@ SHAPES = {
         (3, 64, 112, True), (2, 288, 16, True), (3, 96, 32, False), (1, 224, 96, False),
         (2, 32, 160, False), (1, 96, 224, False),
     ],
+    "fp8block": [
+        (1, 128, 128, True), (2, 256, 128, True), (3, 128, 256, True), (2, 384, 384, True),
+        (2, 640, 128, True), (1, 128, 640, True), (4, 256, 256, True), (3, 384, 128, False),
+        (2, 128, 384, False), (1, 1152, 256, False),
+    ],
 }  # fmt: skip
 CASES = [
     QuantLayerShape("test", 1, fmt, experts, hidden, inter, 1, gated)
@@ -44,6 +49,8 @@ CASES = [
 
 # vLLM's NVFP4 paths reorder a gated w13 and its scales to [w3; w1] in place first.
 REORDER_IN_PLACE = ("nvfp4-legacy", "nvfp4-preallocated")
+# vLLM's block-FP8 path clamps the scales it does not copy in place: w2's, and a non-gated w13's.
+CLAMP_IN_PLACE = "fp8block-legacy"
 
 
 def case_id(shape: QuantLayerShape) -> str:
@@ -88,6 +95,14 @@ def test_every_strategy_gives_the_legacy_bytes(shape):
                 given.w13_scale.view(torch.uint8),
                 swap_w13_to_w31(layer.w13_scale).view(torch.uint8),
             )
+        elif name == CLAMP_IN_PLACE:  # the scales it returns uncopied are the input's, clamped
+            assert got.w2_scale is given.w2_scale
+            assert (got.w13_scale is given.w13_scale) == (not shape.gated)
+            clamped = QuantLayer(
+                layer.w13, layer.w2, layer.w13_scale if shape.gated else want.w13_scale,
+                want.w2_scale,
+            )  # fmt: skip
+            assert_same_bytes(given, clamped)
         else:
             assert_same_bytes(given, layer)
 
@@ -100,6 +115,7 @@ def test_row_indices_are_flashinfers(rows):
         _maybe_get_cached_w3_w1_permute_indices,
         get_w2_permute_indices_with_cache,
     )
+    from flashinfer.utils import get_shuffle_matrix_a_row_indices
 
     weight = torch.empty(rows, 64, dtype=torch.uint8)
     scale = torch.empty(rows, 8, dtype=torch.uint8)
@@ -111,6 +127,10 @@ def test_row_indices_are_flashinfers(rows):
     # Applied to [w3; w1] rows (swap_w13_to_w31) = applied to [w1; w3] rows with the swap folded.
     assert torch.equal(row_index("swap_halves", rows), (w3_w1 + rows // 2) % rows)
     assert torch.equal(row_index("shuffle", rows), shuffle)
+    # Block-FP8: shuffle_matrix_a's rows for epilogue_tile_m 64 (blocks of 16), after the swap.
+    tile64 = get_shuffle_matrix_a_row_indices(weight, 64)
+    assert torch.equal(row_index("shuffle_tile64", rows), tile64)
+    assert torch.equal(row_index("swap_halves_tile64", rows), (tile64 + rows // 2) % rows)
     # gpt-oss: the w2 index applied to swap_every_two_rows' output.
     assert torch.equal(
         row_index("swap_pairs", rows), torch.arange(rows).view(-1, 2).flip(1).reshape(-1)[shuffle]
@@ -127,6 +147,32 @@ def flashinfer_fp8(layer: QuantLayer, gated: bool) -> QuantLayer:
     out13 = torch.stack([shuffle_matrix_a(x.view(torch.uint8), 128) for x in w13])
     out2 = torch.stack([shuffle_matrix_a(x.view(torch.uint8), 128) for x in layer.w2])
     return QuantLayer(out13.view(torch.float8_e4m3fn), out2.view(torch.float8_e4m3fn))
+
+
+def flashinfer_fp8block(layer: QuantLayer, gated: bool) -> QuantLayer:
+    """vLLM 0.33.0's block-FP8 path, its weights two ways on FlashInfer's own helpers: the
+    batched gather on ``get_shuffle_matrix_a_row_indices`` (as vLLM calls it) and, per
+    expert, ``shuffle_matrix_a`` then ``convert_to_block_layout`` (the form it replaced); the
+    scales as vLLM relays them."""
+    from flashinfer import shuffle_matrix_a
+    from flashinfer.fused_moe.core import convert_to_block_layout
+    from flashinfer.utils import get_shuffle_matrix_a_row_indices
+
+    w13 = swap_w13_to_w31(layer.w13) if gated else layer.w13
+    s13 = swap_w13_to_w31(layer.w13_scale) if gated else layer.w13_scale.clone()
+    weights = []
+    for w in (w13, layer.w2):
+        experts, m, k = w.shape
+        rows = get_shuffle_matrix_a_row_indices(w[0].view(torch.uint8), 64)
+        blocked = w.view(torch.uint8).view(experts, m, k // 128, 128)
+        batched = blocked.permute(0, 2, 1, 3)[:, :, rows, :].contiguous()
+        per_expert = torch.stack(
+            [convert_to_block_layout(shuffle_matrix_a(x.view(torch.uint8), 64), 128) for x in w]
+        )
+        assert torch.equal(batched, per_expert)
+        weights.append(batched.view(torch.float8_e4m3fn))
+    scales = [s.clamp_(min=1e-10) for s in (s13, layer.w2_scale.clone())]
+    return QuantLayer(*weights, *scales)
 
 
 def flashinfer_nvfp4(layer: QuantLayer, gated: bool) -> QuantLayer:
@@ -157,11 +203,12 @@ def flashinfer_nvfp4(layer: QuantLayer, gated: bool) -> QuantLayer:
 
 @requires_flashinfer
 @pytest.mark.parametrize(
-    "shape", [s for s in CASES if s.format in ("fp8", "nvfp4")][::3], ids=case_id
+    "shape", [s for s in CASES if s.format in ("fp8", "nvfp4", "fp8block")][::3], ids=case_id
 )
 def test_legacy_is_vllm_on_flashinfers_helpers(shape):
     layer = quant_layer_tensors(shape, "cpu")
-    reference = {"fp8": flashinfer_fp8, "nvfp4": flashinfer_nvfp4}[shape.format]
+    reference = {"fp8": flashinfer_fp8, "nvfp4": flashinfer_nvfp4, "fp8block": flashinfer_fp8block}
+    reference = reference[shape.format]
     want = reference(layer, shape.gated)
     got = convert_quant(copy_of(layer), strategy=f"{shape.format}-legacy", gated=shape.gated)
     assert_same_bytes(got, want)

@@ -40,7 +40,12 @@ CPU_REFERENCE = "strided_copy"
 #: Step 1's quantized part: FlashInfer's test_block_scale_interleave shapes, and one catalog
 #: shape per format with a few experts (the CPU reference is the transcribed upstream path).
 SWIZZLE_CHECK_SHAPES = ((128, 64), (256, 128), (120, 64), (200, 256), (2048, 2048))
-QUANT_CHECK_SHAPES = ("kimi-k2-nvfp4/tp8", "gpt-oss-120b-mxfp4/tp1", "llama-4-maverick-fp8/tp8")
+QUANT_CHECK_SHAPES = (
+    "kimi-k2-nvfp4/tp8",
+    "gpt-oss-120b-mxfp4/tp1",
+    "llama-4-maverick-fp8/tp8",
+    "deepseek-r1-fp8block/tp8",
+)
 QUANT_CHECK_EXPERTS = 8
 #: Step 5's experiments, to choose the Triton strategies' constants: (shape, strategy, settings
 #: of ``moe_convert.triton_strategy`` constants), each timed like a strategy, the constants
