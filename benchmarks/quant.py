@@ -64,10 +64,9 @@ CPU_PROFILE_QUANT_SHAPES = (
 
 def full_quant_shape(label: str):
     """The full-size ``QuantLayerShape`` of ``label`` (``model/tpN``)."""
-    from moe_convert.quant_formats import quant_layer_shape
+    from moe_convert.quant_formats import quant_shape_from_label
 
-    model, _, tp = label.rpartition("/tp")
-    return quant_layer_shape(model, int(tp))
+    return quant_shape_from_label(label)
 
 
 def timed_quant_shape(label: str):

@@ -35,6 +35,7 @@ __all__ = [
     "SHAPE_FORMATS",
     "quant_catalog_shapes",
     "quant_layer_shape",
+    "quant_shape_from_label",
     "shape_format",
 ]
 
@@ -372,6 +373,16 @@ def quant_layer_shape(model: str, tp: int) -> QuantLayerShape:
             f"unknown quantized model {model!r}; catalog: {', '.join(QUANT_CATALOG)}"
         ) from None
     return spec.shape(tp)
+
+
+def quant_shape_from_label(label: str) -> QuantLayerShape:
+    """The per-rank layer shape of ``label``, ``model/tpN`` (``QuantLayerShape.label``'s
+    inverse); ``ValueError`` naming the label unless it is a quantized catalog model at a valid
+    TP (``quant_layer_shape``)."""
+    model, slash_tp, tp = label.rpartition("/tp")
+    if not slash_tp or not tp.isdigit():
+        raise ValueError(f"shape label {label!r} is not model/tpN (e.g. kimi-k2-nvfp4/tp8)")
+    return quant_layer_shape(model, int(tp))
 
 
 #: Every format a shape of the suite has, in the order reports show them: BF16 (``shapes``'

@@ -51,16 +51,10 @@ def quant_layer_trace(shape: QuantLayerShape, strategy: str) -> LayerTrace:
 
 
 def _tensor_bytes(shape: QuantLayerShape) -> dict[str, int]:
-    """Bytes of each tensor of one loaded layer, biases bf16 as the checkpoint holds them."""
-    sizes = {
-        "w13": shape.w13_bytes,
-        "w2": shape.w2_bytes,
-        "w13_scale": shape.w13_scale_bytes,
-        "w2_scale": shape.w2_scale_bytes,
-        "w13_bias": shape.w13_bias_bytes // 2,
-        "w2_bias": shape.w2_bias_bytes // 2,
-    }
-    return {name: nbytes for name, nbytes in sizes.items() if nbytes}
+    """Bytes of each tensor of one loaded layer in ``QuantLayer``'s field order, biases bf16 as
+    the checkpoint holds them: ``quant_layer_tensors``' on ``meta``, the tensors
+    ``wholemodel.run_load`` allocates when it runs this load on CUDA."""
+    return {name: t.nbytes for name, t in quant_layer_tensors(shape, "meta").tensors().items()}
 
 
 def replay_quant_load(

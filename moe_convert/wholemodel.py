@@ -31,9 +31,12 @@ from dataclasses import dataclass, fields
 import torch
 
 from .allocator import MiB, Pool
-from .inputs import warm_strategy
+from .inputs import layer_weights, warm_strategy
 from .memory import require_cuda
 from .nvtx import nvtx_range
+from .quant_formats import QuantLayerShape
+from .quant_layer import QuantLayer, quant_layer_tensors
+from .quant_registry import convert_quant, warm_quant_strategy
 from .registry import convert
 from .shapes import LayerShape, shape_from_label
 
@@ -216,8 +219,39 @@ class RankLoad:
         return found
 
 
+def _loaded_layer(
+    shape: LayerShape | QuantLayerShape, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor] | QuantLayer:
+    """One layer's tensors as the checkpoint loader leaves them on ``device``: uninitialised (the
+    bytes do not matter), each its own allocation, in the order and sizes its replay loads them.
+
+    BF16: ``(w13 [E, M13, H], w2 [E, H, I])`` (``replay.replay_load``). Quantized: a
+    ``QuantLayer`` of every tensor ``quant_layer_tensors`` makes (weights, scale factors, bf16
+    biases, in field order; ``quant_replay.replay_quant_load``). Memory: ``shape.layer_bytes``.
+    """
+    if isinstance(shape, QuantLayerShape):
+        template = quant_layer_tensors(shape, "meta")
+        return QuantLayer(
+            **{name: torch.empty_like(t, device=device) for name, t in template.tensors().items()}
+        )
+    w13, w2 = layer_weights(shape, "meta")
+    return torch.empty_like(w13, device=device), torch.empty_like(w2, device=device)
+
+
+def _convert_layer(
+    shape: LayerShape | QuantLayerShape,
+    strategy: str,
+    layer: tuple[torch.Tensor, torch.Tensor] | QuantLayer,
+) -> tuple[torch.Tensor, torch.Tensor] | QuantLayer:
+    """``layer`` (``_loaded_layer``'s) converted with ``strategy``: ``convert`` or
+    ``convert_quant``, as the shape's format needs."""
+    if isinstance(shape, QuantLayerShape):
+        return convert_quant(layer, strategy=strategy, gated=shape.gated)
+    return convert(*layer, strategy=strategy, gated=shape.gated)
+
+
 def run_load(
-    shape: LayerShape,
+    shape: LayerShape | QuantLayerShape,
     strategy: str,
     *,
     layers: int | None = None,
@@ -229,11 +263,13 @@ def run_load(
 
     Under ``max_split_size_mb`` (``None``: unlimited), in ``pool`` (``RUN_POOLS``: ``default``,
     as vLLM loads without sleep mode, or ``mempool``, a fresh ``torch.cuda.MemPool``): one
-    ballast tensor of ``other_weights_bytes`` (the model's other weights), then every layer's w13
-    and w2 (bf16, uninitialised: the bytes do not matter), each its own allocation as vLLM's
-    parameters are; then each layer converted in order, an out-of-place result replacing the
-    layer's weights (the old tensors freed, as vLLM's ``replace_parameter`` does), an in-place
-    one staying where it is, each layer inside the NVTX range
+    ballast tensor of ``other_weights_bytes`` (the model's other weights), then every layer's
+    tensors (``_loaded_layer``: a BF16 ``LayerShape``'s w13 and w2; a ``QuantLayerShape``'s
+    weights, scale factors and bf16 biases, converted by ``convert_quant`` with a strategy of its
+    format), each its own allocation as vLLM's parameters are; then each layer converted in
+    order, the result replacing the layer's tensors (the old ones it does not live in freed, as
+    vLLM's ``replace_parameter`` does: all of them out of place, in place only a quantized
+    layer's bf16 biases, which come back float32), each layer inside the NVTX range
     ``moe_load/<strategy>/<model/tpN>/layer<i>``. No synchronisation between layers: one CUDA
     event after each layer gives ``layer_seconds``, and ``seconds`` is host wall time from the
     first conversion to the end of the last (synchronised). The strategy's index caches are
@@ -242,9 +278,11 @@ def run_load(
 
     ``device_bytes`` is what the device had free at the start (``torch.cuda.mem_get_info``, after
     ``empty_cache``), so ``replay.replay_load`` with the same arguments predicts this run event
-    by event (``RankLoad.differences``). ``layers`` defaults to ``shape.moe_layers``, the whole
-    rank (Qwen3-235B TP4: 94 layers, 105.75 GiB). ``RuntimeError`` without CUDA, or when the
-    weights themselves do not fit.
+    by event (``RankLoad.differences``; ``quant_replay.replay_quant_load`` for a quantized shape,
+    which loads no ballast). ``layers`` defaults to ``shape.moe_layers``, the whole rank
+    (Qwen3-235B TP4: 94 layers, 105.75 GiB). Memory: the ballast and ``layers x
+    shape.layer_bytes`` of weights, then what the conversions reserve. ``RuntimeError`` without
+    CUDA, or when the weights themselves do not fit.
     """
     layers = shape.moe_layers if layers is None else layers
     if layers < 1:
@@ -258,8 +296,9 @@ def run_load(
     # as its replay does (a trace is recorded after the same warm-up, on meta).
     if device not in _CACHES_POOL:
         _CACHES_POOL[device] = torch.cuda.MemPool()
+    warm = warm_quant_strategy if isinstance(shape, QuantLayerShape) else warm_strategy
     with torch.cuda.use_mem_pool(_CACHES_POOL[device], device=device):
-        warm_strategy(shape, strategy, device)
+        warm(shape, strategy, device)
     oom_layer, oom_message, reserved_after, ends = None, None, [], []
     with allocator_max_split_size(max_split_size_mb):
         torch.cuda.synchronize(device)
@@ -275,13 +314,7 @@ def run_load(
         with context:
             try:
                 ballast = torch.empty(other_weights_bytes, dtype=torch.uint8, device=device)
-                weights = [
-                    (
-                        torch.empty(shape.w13_shape, dtype=torch.bfloat16, device=device),
-                        torch.empty(shape.w2_shape, dtype=torch.bfloat16, device=device),
-                    )
-                    for _ in range(layers)
-                ]
+                weights = [_loaded_layer(shape, device) for _ in range(layers)]
             except torch.OutOfMemoryError as exc:
                 raise RuntimeError(
                     f"layers ({layers}) x {shape.layer_bytes / 2**30:.2f} GiB of {shape.label} "
@@ -295,15 +328,15 @@ def run_load(
             started = time.perf_counter()
             start.record()
             for index in range(layers):
-                w13, w2 = weights[index]
+                layer = weights[index]
                 try:
                     with nvtx_range(f"moe_load/{strategy}/{shape.label}/layer{index}", device):
-                        weights[index] = convert(w13, w2, strategy=strategy, gated=shape.gated)
+                        weights[index] = _convert_layer(shape, strategy, layer)
                 except torch.OutOfMemoryError as exc:
                     oom_layer, oom_message = index, str(exc).splitlines()[0]
                     break
                 finally:
-                    del w13, w2
+                    del layer  # the tensors the result replaced are freed here
                 ends.append(torch.cuda.Event(enable_timing=True))
                 ends[-1].record()
                 reserved_after.append(torch.cuda.memory_reserved(device) - base_reserved)

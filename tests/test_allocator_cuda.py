@@ -22,8 +22,10 @@ import pytest
 import torch
 from conftest import requires_cuda
 
-from moe_convert import STRATEGIES, layer_shape
+from moe_convert import FORMATS, QUANT_STRATEGIES, STRATEGIES, layer_shape
 from moe_convert.allocator import Allocator, MiB
+from moe_convert.quant_formats import quant_catalog_shapes
+from moe_convert.quant_replay import replay_quant_load
 from moe_convert.replay import layer_trace, replay_load
 from moe_convert.wholemodel import RUN_POOLS, run_load
 
@@ -34,6 +36,13 @@ MAX_SPLIT_MB = 20
 # layer and 3 layers: the legacy load's allocation pattern (vLLM #45589) at a size any CUDA
 # device holds.
 SMALL_QWEN = dataclasses.replace(layer_shape("qwen3-235b-a22b", 4).with_experts(8), moe_layers=3)
+# Per format, its first catalog shape's per-expert geometry, 8 experts and 3 layers likewise.
+SMALL_QUANT = {
+    fmt: dataclasses.replace(
+        next(s for s in quant_catalog_shapes() if s.format == fmt).with_experts(8), moe_layers=3
+    )
+    for fmt in FORMATS
+}
 
 # (kind, key, bytes): the notes' worked example, then one step per rule (see test_allocator.py).
 RULE_STEPS = [
@@ -172,5 +181,19 @@ def test_replay_matches_a_real_rank_load(strategy, pool):
         max_split_size_mb=MAX_SPLIT_MB,
         pool=pool,
         device_bytes=got.device_bytes,
+    )
+    assert want.differences(got) == {}
+
+
+@pytest.mark.parametrize("pool", RUN_POOLS)
+@pytest.mark.parametrize("strategy", sorted(QUANT_STRATEGIES))
+def test_replay_matches_a_real_quantized_rank_load(strategy, pool):
+    """The quantized rank load run on CUDA (``run_load`` of a ``QuantLayerShape``: weights,
+    scales and biases each loaded, then each layer converted) against ``replay_quant_load`` for
+    the device it found, field by field and event by event."""
+    shape = SMALL_QUANT[QUANT_STRATEGIES[strategy].format]
+    got = run_load(shape, strategy, max_split_size_mb=MAX_SPLIT_MB, pool=pool)
+    want = replay_quant_load(
+        shape, strategy, max_split_size_mb=MAX_SPLIT_MB, pool=pool, device_bytes=got.device_bytes
     )
     assert want.differences(got) == {}

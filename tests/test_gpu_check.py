@@ -3,6 +3,7 @@ that fails or runs out of time reported while the next one runs, and the targets
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -10,12 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from moe_bench.gpucheck import exact, load, memory, plan, report
+from moe_bench.gpucheck import exact, load, memory, plan, report, timing
 from moe_bench.gpucheck.__main__ import main, plan_lines
-from moe_convert import STRATEGIES
-from moe_convert.shapes import shape_from_label
-from moe_convert.wholemodel import PR45589_SHAPE
+from moe_convert import FORMATS, QUANT_STRATEGIES, STRATEGIES, QuantLayerShape
+from moe_convert.quant_replay import quant_rank_load
+from moe_convert.wholemodel import DEVICE_141GB_BYTES, PR45589_SHAPE, VLLM_LOAD_MAX_SPLIT_MB
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def small(monkeypatch):
     """Every shape label resolves to its per-expert geometry with 2 experts, loads to 3 layers."""
-    monkeypatch.setattr(plan, "shape", lambda label: shape_from_label(label).with_experts(2))
+    full = plan.shape
+    monkeypatch.setattr(plan, "shape", lambda label: full(label).with_experts(2))
     monkeypatch.setattr(plan, "ALLOCATOR_LAYERS", 3)
 
 
@@ -43,13 +46,23 @@ def test_dry_run_exact_computes_the_cpu_reference_only(small):
 
 def test_dry_run_memory_gives_formula_and_model_for_every_strategy(small):
     rows = memory.step_memory(dry_run=True)["rows"]
-    assert {(r["shape"], r["strategy"]) for r in rows} == {
+    quantized = {
+        (label, name)
+        for label in plan.QUANT_CHECK_SHAPES
+        for name, record in QUANT_STRATEGIES.items()
+        if record.format == plan.shape(label).format
+    }
+    assert {(r["shape"], r["strategy"]) for r in rows} == quantized | {
         (label, name) for label in plan.CHECK_SHAPES for name in STRATEGIES
     }
     for row in rows:  # the model reserves whole segments, multiples of 2 MiB
         assert row["dispatch_peak_bytes"] > 0
         assert row["model_reserved_bytes"] % (2 * 2**20) == 0
         assert "peak_reserved_bytes" not in row  # the CUDA part did not run
+    for row in rows:  # a quantized row's dispatch peak is its record's exact formula
+        if (row["shape"], row["strategy"]) in quantized:
+            want = QUANT_STRATEGIES[row["strategy"]].peak.evaluate(plan.shape(row["shape"]))
+            assert row["dispatch_peak_bytes"] == want
 
 
 def test_dry_run_allocator_replays_the_model_per_layer(small):
@@ -62,22 +75,114 @@ def test_dry_run_allocator_replays_the_model_per_layer(small):
 
 def test_the_load_step_loads_vllm_45589s_rank():
     assert plan.LOAD_SHAPE == PR45589_SHAPE
+    assert plan.MAX_SPLIT_MB == VLLM_LOAD_MAX_SPLIT_MB
+    # the report's legacy / preallocated ratios need both default-pool settings
+    assert {(plan.MAX_SPLIT_MB, "default"), (None, "default")} <= set(plan.LOAD_CONFIGS)
+
+
+def test_the_quantized_shapes_cover_every_format_once():
+    formats = [plan.shape(label).format for label in plan.QUANT_CHECK_SHAPES]
+    assert sorted(formats) == sorted(FORMATS)
+    assert all(isinstance(plan.shape(label), QuantLayerShape) for label in plan.QUANT_CHECK_SHAPES)
+    assert set(plan.strategies(plan.shape("kimi-k2-nvfp4/tp8"))) == {
+        "nvfp4-legacy",
+        "nvfp4-preallocated",
+        "nvfp4-inplace",
+        "nvfp4-fast",
+    }
+    assert plan.strategies(plan.shape(plan.LOAD_SHAPE)) is STRATEGIES
+
+
+def test_the_quantized_budgets_are_sized_from_the_records():
+    """plan.py's sizing of steps 2 and 5 (a round of every quantized strategy on
+    QUANT_CHECK_SHAPES: 15,361 launches, 94 GB moved): a strategy that changes either changes
+    this, and the budgets are to be sized again."""
+    cells = [
+        (plan.shape(label), name)
+        for label in plan.QUANT_CHECK_SHAPES
+        for name in plan.strategies(plan.shape(label))
+    ]
+    assert len(cells) == 16
+    assert sum(QUANT_STRATEGIES[name].launches.evaluate(shape) for shape, name in cells) == 15_361
+    moved = sum(QUANT_STRATEGIES[name].traffic.evaluate(shape) for shape, name in cells)
+    assert round(moved / 1e9) == 94
+
+
+@pytest.mark.slow
+def test_the_quantized_load_is_the_one_whose_upstream_path_the_replay_finds_in_trouble():
+    # docs/formats.md: on an H200 under vLLM's setting, DeepSeek-R1 NVFP4 TP4's nvfp4-legacy
+    # fits only through 1,797 refused cudaMalloc calls; -fast, the control, makes none
+    shape = plan.shape(plan.QUANT_LOAD_SHAPE)
+    assert plan.QUANT_LOAD_STRATEGIES == (f"{shape.format}-legacy", f"{shape.format}-fast")
+    legacy, fast = (
+        quant_rank_load(shape, n, DEVICE_141GB_BYTES) for n in plan.QUANT_LOAD_STRATEGIES
+    )
+    assert (legacy.num_device_alloc_failed, legacy.num_device_free) == (1797, 1797)
+    assert (fast.num_device_alloc_failed, fast.num_device_free, fast.oom_layer) == (0, 0, None)
 
 
 def test_dry_run_load_replays_every_configuration(monkeypatch):
     monkeypatch.setattr(plan, "LOAD_STRATEGIES", ("preallocated", "inplace", "no-such"))
+    monkeypatch.setattr(plan, "QUANT_LOAD_STRATEGIES", ("nvfp4-fast",))  # legacy: the slow test
     findings = load.step_load(dry_run=True)
     assert findings["ok"] and findings["events"] is None
     rows = findings["rows"]
-    assert [(r["strategy"], r["max_split_mb"], r["pool"]) for r in rows] == [
-        (name, max_split, pool)
+    assert [(r["shape"], r["strategy"], r["max_split_mb"], r["pool"]) for r in rows] == [
+        (plan.QUANT_LOAD_SHAPE, "nvfp4-fast", plan.MAX_SPLIT_MB, "default")
+    ] + [
+        (plan.LOAD_SHAPE, name, max_split, pool)
         for max_split, pool in plan.LOAD_CONFIGS
         for name in ("preallocated", "inplace")
     ]
     for row in rows:  # full size, replayed only: no run, no prediction without costs
         assert "run" not in row and "predicted_seconds" not in row
-        assert row["replayed"]["layers"] == 94 and row["replayed"]["oom_layer"] is None
-    assert rows[0]["replayed"]["num_device_alloc"] == 3  # preallocated: two outputs, indices
+        assert row["replayed"]["oom_layer"] is None
+        assert row["replayed"]["device_bytes"] == DEVICE_141GB_BYTES
+    # the quantized load is vLLM's as quant_rank_load replays it: 58 layers, no ballast
+    quantized = quant_rank_load(plan.shape(plan.QUANT_LOAD_SHAPE), "nvfp4-fast", DEVICE_141GB_BYTES)
+    assert rows[0]["replayed"] == dataclasses.asdict(quantized)
+    assert rows[0]["replayed"]["layers"] == 58
+    assert rows[1]["replayed"]["layers"] == 94
+    assert rows[1]["replayed"]["num_device_alloc"] == 3  # preallocated: two outputs, indices
+
+
+def test_dry_run_timing_lists_every_cell_and_sizes_the_quantized_ones():
+    step = timing.step_timing(dry_run=True)
+    lines = step["plan"]
+    assert "qwen3-235b-a22b/tp4 x legacy" in lines
+    assert "kimi-k2-nvfp4/tp8 x nvfp4-legacy (7.45 GB moved, 2,344 launches)" in lines
+    assert sum(" x fp8-" in line for line in lines) == 4
+    text = report.report_markdown(_summary({"step": "timing", **step}, dry_run=True))
+    assert "- kimi-k2-nvfp4/tp8 x nvfp4-legacy (7.45 GB moved, 2,344 launches)" in text
+
+
+def test_a_quantized_timing_row_carries_what_its_targets_are_judged_by(monkeypatch):
+    # time_strategy with the CPU standing in for the GPU, one timed call on one expert
+    monkeypatch.setattr(plan, "TIMING_REPEATS", 1)
+    shape = plan.shape("llama-4-maverick-fp8/tp8").with_experts(1)
+    row = timing.time_strategy(shape, "fp8-fast", torch.device("cpu"))
+    assert (row["shape"], row["format"], row["origin"], row["inplace"]) == (
+        "llama-4-maverick-fp8/tp8",
+        "fp8",
+        "ours",
+        False,
+    )
+    assert row["peak_bytes"] == QUANT_STRATEGIES["fp8-fast"].peak.evaluate(shape)
+    assert row["seconds"] > 0 and row["copy_ratio"] > 0 and len(row["samples"]) == 1
+
+
+def _summary(step: dict, *, dry_run: bool) -> dict:
+    """A run's summary holding one step's findings, as ``__main__`` writes it."""
+    return {
+        "started": "2026-12-01 00:00:00 UTC",
+        "device": "NVIDIA H200",
+        "torch": "2.11.0+cu130",
+        "triton": "3.6.0",
+        "commit": "abcdef0",
+        "dry_run": dry_run,
+        "seconds": 1.0,
+        "steps": [{"title": "t", "status": "passed", "seconds": 1.0, "budget_s": 45, **step}],
+    }
 
 
 def _load_row(strategy: str, max_split, seconds: float, allocs: int) -> dict:
@@ -89,6 +194,7 @@ def _load_row(strategy: str, max_split, seconds: float, allocs: int) -> dict:
     }
     run = {**replayed, "seconds": seconds}
     return {
+        "shape": plan.LOAD_SHAPE,
         "strategy": strategy,
         "max_split_mb": max_split,
         "pool": "default",
@@ -115,6 +221,21 @@ def test_load_report_states_the_ratio_against_vllm_45589():
     assert "max_split_size_mb 20: 4.50x (vLLM #45589: 4.5x at 20; target at 20: >= 3.4x)" in text
     assert "max_split_size_mb None: 1.30x" in text
     assert "- triton 20 default: boom" in text
+    assert text.count("### ") == 1  # no quantized section without its rows
+
+
+def test_load_report_says_whether_a_quantized_run_agrees_with_its_replay():
+    legacy = {**_load_row("nvfp4-legacy", 20, 4.0, 4557), "shape": plan.QUANT_LOAD_SHAPE}
+    legacy["replayed"] = {**legacy["replayed"], "num_device_free": 1797}
+    legacy["run"] = {**legacy["run"], "num_device_free": 1790}
+    legacy["differences"] = {"num_device_free": [1797, 1790]}
+    fast = {**_load_row("nvfp4-fast", 20, 0.1, 4), "shape": plan.QUANT_LOAD_SHAPE}
+    lines = report.load_lines({"events": None, "rows": [legacy, fast]})
+    text = "\n".join(lines)
+    assert f"### {plan.QUANT_LOAD_SHAPE}: vLLM's load (default pool, max_split_size_mb 20)" in text
+    assert "| nvfp4-legacy | 20 | default | 4.000 s | 4.400 s | 4557/4557 | 1790/1797 |" in text
+    assert "- nvfp4-legacy: OOM layer None, run and replay DIFFER in num_device_free" in lines
+    assert "- nvfp4-fast: OOM layer None, run and replay agree" in lines
 
 
 def test_costs_record_takes_step_4s_costs_and_the_timed_layers():
@@ -126,7 +247,14 @@ def test_costs_record_takes_step_4s_costs_and_the_timed_layers():
         "commit": "abcdef0",
         "started": "2026-12-01 00:00:00 UTC",
         "steps": [
-            {"step": "load", "events": costs, "layer_seconds": {"legacy": 0.0097}},
+            {
+                "step": "load",
+                "events": costs,
+                "layer_seconds": {
+                    plan.LOAD_SHAPE: {"legacy": 0.0097},
+                    plan.QUANT_LOAD_SHAPE: {"nvfp4-legacy": 0.03},
+                },
+            },
             {"step": "timing", "rows": [_timing_row("deepseek-v3/tp8", "triton", 1.07, 1.4e-3)]},
         ],
     }
@@ -139,6 +267,7 @@ def test_costs_record_takes_step_4s_costs_and_the_timed_layers():
     assert record.layer_seconds == {
         "deepseek-v3/tp8": {"triton": 1.4e-3},
         plan.LOAD_SHAPE: {"legacy": 0.0097},
+        plan.QUANT_LOAD_SHAPE: {"nvfp4-legacy": 0.03},
     }
     summary["steps"][0] = {"step": "load", "events": None}  # a dry run
     assert report.costs_record(summary) is None
@@ -174,6 +303,74 @@ def test_targets_take_the_best_strategy_of_each_kind():
         "in place: `strided_inplace` x1.500 copy (target <= 1.5: met)" in line for line in lines
     )
     assert any("`strided_inplace` 56.4 ms (target <= 60 ms: met)" in line for line in lines)
+
+
+def _quant_row(strategy: str, ratio: float, seconds: float) -> dict:
+    record = QUANT_STRATEGIES[strategy]
+    return {
+        "shape": "kimi-k2-nvfp4/tp8",
+        "strategy": strategy,
+        "format": record.format,
+        "origin": record.origin,
+        "inplace": record.inplace,
+        "copy_ratio": ratio,
+        "seconds": seconds,
+    }
+
+
+@pytest.mark.parametrize(("ratio", "verdict"), [(1.2, "met"), (1.4, "NOT met")])
+def test_quant_targets_judge_fast_against_a_copy(ratio, verdict):
+    rows = [
+        _quant_row("nvfp4-legacy", 30.0, 0.03),
+        _quant_row("nvfp4-preallocated", 20.0, 0.02),
+        _quant_row("nvfp4-inplace", 10.0, 0.01),
+        _quant_row("nvfp4-fast", ratio, 0.6e-3),
+        _timing_row(plan.LOAD_SHAPE, "legacy", 9.0, 5e-3),  # BF16: judged by target_lines
+    ]
+    lines = report.quant_target_lines(rows)
+    assert lines == [
+        f"- kimi-k2-nvfp4/tp8: `nvfp4-fast` x{ratio:.3f} copy (target <= 1.3: {verdict}), "
+        "0.600 ms/layer",
+        "- kimi-k2-nvfp4/tp8, ours against `nvfp4-legacy` (30.000 ms): none slower "
+        "(`nvfp4-inplace`, `nvfp4-fast`)",
+    ]
+    assert not any("nvfp4" in line for line in report.target_lines(rows))
+
+
+def test_quant_targets_name_a_strategy_of_ours_slower_than_legacy():
+    rows = [
+        _quant_row("nvfp4-legacy", 3.0, 0.03),
+        _quant_row("nvfp4-preallocated", 4.0, 0.04),  # upstream (#55407): not judged
+        _quant_row("nvfp4-inplace", 4.5, 0.045),
+        _quant_row("nvfp4-fast", 1.1, 0.011),
+        {"shape": "kimi-k2-nvfp4/tp8", "strategy": "nvfp4-fast", "error": "boom"},
+    ]
+    lines = report.quant_target_lines(rows)
+    assert lines[0].startswith("- kimi-k2-nvfp4/tp8: `nvfp4-fast` x1.100 copy (target <= 1.3: met)")
+    assert lines[1] == (
+        "- kimi-k2-nvfp4/tp8, ours against `nvfp4-legacy` (30.000 ms): "
+        "SLOWER: `nvfp4-inplace` 1.50x its time"
+    )
+
+
+def test_quant_targets_say_when_legacy_or_fast_was_not_timed():
+    rows = [_quant_row("nvfp4-inplace", 1.2, 0.01)]
+    (line,) = report.quant_target_lines(rows)
+    assert line == "- kimi-k2-nvfp4/tp8: `nvfp4-legacy` not timed, ours not compared with it"
+
+
+def test_memory_report_says_whether_cuda_agrees_with_the_dispatch_peak():
+    row = {"shape": "kimi-k2-nvfp4/tp8", "strategy": "nvfp4-fast", "model_reserved_bytes": 0}
+    rows = [
+        {**row, "dispatch_peak_bytes": 2**20, "requested_peak_bytes": 2**20},
+        {**row, "dispatch_peak_bytes": 2**20, "requested_peak_bytes": 2**20 + 512},
+        {**row, "dispatch_peak_bytes": 2**20},  # a dry run
+    ]
+    rows[0]["requested_minus_dispatch"], rows[1]["requested_minus_dispatch"] = 0, 512
+    text = report.report_markdown(_summary({"step": "memory", "rows": rows}, dry_run=False))
+    assert "| requested = dispatch |" in text
+    for cell in ("| agree |", "| DISAGREE (+512 B) |", "| n/a |"):
+        assert cell in text
 
 
 def test_a_failed_or_timed_out_step_is_reported_and_the_next_one_runs(tmp_path, monkeypatch):

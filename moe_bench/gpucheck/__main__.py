@@ -21,24 +21,30 @@ Steps (budgets in ``plan.STEPS``):
    row saying FlashInfer is absent), and every quantized strategy on CUDA against its format's
    ``-legacy`` on CPU.
 2. ``memory``: CUDA memory of every strategy (peak requested/allocated/reserved, retries)
-   against the dispatch-level peak (``strategy_memory`` on ``meta``) and the allocator model's
-   peak reserved for the same call.
+   against the dispatch-level peak (``strategy_memory`` on ``meta``; a quantized strategy's
+   record's exact formula) and the allocator model's peak reserved for the same call, on
+   ``CHECK_SHAPES`` and, for every quantized strategy, ``QUANT_CHECK_SHAPES`` at full size.
 3. ``allocator``: one recorded load (``replay.load_steps``) replayed in ``moe_convert.allocator``
    and in PyTorch's caching allocator under ``max_split_size_mb:20``, reserved bytes compared
    after every allocation and free; the first step that differs is named.
-4. ``load``: vLLM #45589's whole rank (``LOAD_SHAPE``, every layer, a ballast to its 109.61 GiB)
-   run on CUDA (``wholemodel.run_load``) for each of ``LOAD_STRATEGIES`` x ``LOAD_CONFIGS``, timed
+4. ``load``: a quantized rank (``QUANT_LOAD_SHAPE``, whose upstream path the replay finds in
+   trouble on an H200) for each of ``QUANT_LOAD_STRATEGIES`` under vLLM's setting, then vLLM
+   #45589's whole rank (``LOAD_SHAPE``, every layer, a ballast to its 109.61 GiB) for each of
+   ``LOAD_STRATEGIES`` x ``LOAD_CONFIGS``, each run on CUDA (``wholemodel.run_load``), timed
    layer by layer, against the same load replayed for the memory the device had free
-   (``replay.pr45589_replay``), field by field and driver call by driver call; the allocator
-   events' costs measured (``loadtime.measure_event_costs``) and each load predicted from them.
+   (``quant_replay.replay_quant_load``, ``replay.pr45589_replay``), field by field and driver
+   call by driver call; the allocator events' costs measured
+   (``loadtime.measure_event_costs``) and each load predicted from them.
    The costs and the per-layer seconds of step 5 become ``OUT/device-costs.json``: the committed
    ``docs/gpu-results/device-costs.json`` with this run's record added (copy it over that file).
 5. ``timing``: every strategy and a same-size device copy with CUDA events, per shape of the asv
-   suite: copy ratio, GB/s, per-layer and whole-model seconds; then ``TRITON_SWEEPS``.
+   suite, and every quantized strategy on ``QUANT_CHECK_SHAPES`` at full size: copy ratio,
+   GB/s, per-layer and whole-model seconds; then ``TRITON_SWEEPS``.
 6. ``asv``: ``asv run -E existing:python3 --quick`` of ``LayerTime.track_layer_seconds`` on
    ``CHECK_SHAPES``, published, zipped.
 
-The report ends with the targets, judged on step 5's figures (``report.target_lines``).
+The report ends with the targets, judged on step 5's figures (``report.target_lines``; the
+quantized formats' in ``report.quant_target_lines``).
 ``docs/gpu.md`` has the recipe and the figures of the H200 run.
 
 ``--dry-run`` prints the plan and runs the parts that need no CUDA (the CPU references, the

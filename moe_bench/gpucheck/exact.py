@@ -100,7 +100,7 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
     FlashInfer is absent; the dry run computes nothing (the CPU tests check the same on CPU)."""
     import torch
 
-    from moe_convert import QUANT_STRATEGIES, convert_quant, quant_layer_shape
+    from moe_convert import convert_quant
     from moe_convert.quant_layer import quant_layer_tensors
     from moe_convert.swizzle import block_scale_interleave
 
@@ -129,12 +129,11 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
             row = {"exact": False, "error": f"{type(error).__name__}: {error}"}
         rows.append({"shape": f"scales {dims}", "strategy": "block_scale_interleave", **row})
     for label in plan.QUANT_CHECK_SHAPES:
-        model, _, tp = label.rpartition("/tp")
-        shape = quant_layer_shape(model, int(tp)).with_experts(plan.QUANT_CHECK_EXPERTS)
+        shape = plan.shape(label).with_experts(plan.QUANT_CHECK_EXPERTS)
         layer = quant_layer_tensors(shape, "cpu")
 
         want = convert_quant(_layer_to(layer, "cpu"), strategy=f"{shape.format}-legacy")
-        for name in (n for n, r in QUANT_STRATEGIES.items() if r.format == shape.format):
+        for name in plan.strategies(shape):
             try:
                 got = convert_quant(_layer_to(layer, device), strategy=name)
                 bad = sum(

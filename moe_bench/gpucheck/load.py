@@ -1,6 +1,7 @@
-"""Step 4, ``load``: vLLM #45589's whole rank run on CUDA for each of ``plan.LOAD_STRATEGIES`` x
-``plan.LOAD_CONFIGS``, against the same load replayed; the allocator events' costs measured and
-each load predicted from them.
+"""Step 4, ``load``: a quantized rank's load (``plan.QUANT_LOAD_SHAPE``) for each of
+``plan.QUANT_LOAD_STRATEGIES`` under vLLM's setting, then vLLM #45589's whole rank for each of
+``plan.LOAD_STRATEGIES`` x ``plan.LOAD_CONFIGS``, each run on CUDA against the same load
+replayed; the allocator events' costs measured and each load predicted from them.
 """
 
 from __future__ import annotations
@@ -11,17 +12,52 @@ from . import plan
 from .timing import time_strategy
 
 
+def _loads(names: list[str]) -> list[tuple[object, str, int | None, str]]:
+    """(shape, strategy, max_split_size_mb, pool) of every load, in the order they run: the
+    quantized ones (vLLM's setting, the default pool), then the BF16 rank's ``names`` per
+    configuration of ``plan.LOAD_CONFIGS``."""
+    quantized = plan.shape(plan.QUANT_LOAD_SHAPE)
+    bf16 = plan.shape(plan.LOAD_SHAPE)
+    return [
+        (quantized, name, plan.MAX_SPLIT_MB, "default") for name in plan.QUANT_LOAD_STRATEGIES
+    ] + [(bf16, name, max_split, pool) for max_split, pool in plan.LOAD_CONFIGS for name in names]
+
+
+def _replayed(shape, name: str, max_split: int | None, pool: str, device_bytes: int):
+    """The load replayed for a device lending ``device_bytes``: vLLM #45589's rank with its
+    ballast (``pr45589_replay``, full size), or a quantized rank without one
+    (``replay_quant_load``), as ``_run`` loads them."""
+    from moe_convert import QuantLayerShape
+    from moe_convert.quant_replay import replay_quant_load
+    from moe_convert.replay import pr45589_replay
+
+    if isinstance(shape, QuantLayerShape):
+        return replay_quant_load(
+            shape, name, max_split_size_mb=max_split, pool=pool, device_bytes=device_bytes
+        )
+    return pr45589_replay(name, max_split_size_mb=max_split, pool=pool, device_bytes=device_bytes)
+
+
+def _run(shape, name: str, max_split: int | None, pool: str):
+    """The load run on CUDA (``run_load``), with the ballast its replay loads."""
+    from moe_convert import QuantLayerShape
+    from moe_convert.wholemodel import PR45589_BALLAST_BYTES, run_load
+
+    ballast = 0 if isinstance(shape, QuantLayerShape) else PR45589_BALLAST_BYTES
+    return run_load(
+        shape, name, max_split_size_mb=max_split, pool=pool, other_weights_bytes=ballast
+    )
+
+
 def step_load(dry_run: bool) -> dict:
-    """vLLM #45589's whole rank run (``run_load``) and replayed for the device it found
-    (``pr45589_replay``), every configuration of ``plan.LOAD_CONFIGS``; the event costs measured and
-    each load predicted from them (``moe_convert.loadtime``)."""
+    """Every load of ``_loads`` run (``run_load``) and replayed for the device it found
+    (``_replayed``; the dry run replays for ``DEVICE_141GB_BYTES``); the event costs measured
+    and each load predicted from them (``moe_convert.loadtime``)."""
     from moe_convert import STRATEGIES
     from moe_convert.loadtime import measure_event_costs, predict_replayed
-    from moe_convert.replay import pr45589_replay
-    from moe_convert.wholemodel import DEVICE_141GB_BYTES, PR45589_BALLAST_BYTES, run_load
+    from moe_convert.wholemodel import DEVICE_141GB_BYTES, PR45589_BALLAST_BYTES
 
-    shape = plan.shape(plan.LOAD_SHAPE)
-    names = [name for name in plan.LOAD_STRATEGIES if name in STRATEGIES]
+    loads = _loads([name for name in plan.LOAD_STRATEGIES if name in STRATEGIES])
     events, layer_seconds = None, {}
     if not dry_run:
         import torch
@@ -29,43 +65,33 @@ def step_load(dry_run: bool) -> dict:
         device = plan.cuda_device()
         events = measure_event_costs()
         print(f"[load] event costs: {events}", flush=True)
-        for name in names:  # one layer's steady-state conversion, for the prediction
-            layer_seconds[name] = time_strategy(shape, name, device)["seconds"]
-            torch.cuda.empty_cache()
+        for shape, name, _, _ in loads:  # one layer's steady-state conversion, to predict
+            seconds = layer_seconds.setdefault(shape.label, {})
+            if name not in seconds:
+                seconds[name] = time_strategy(shape, name, device)["seconds"]
+                torch.cuda.empty_cache()
     rows = []
-    for max_split, pool in plan.LOAD_CONFIGS:
-        for name in names:
-            row = {"strategy": name, "max_split_mb": max_split, "pool": pool}
-            try:
-                ran = None
-                if not dry_run:
-                    ran = run_load(
-                        shape,
-                        name,
-                        max_split_size_mb=max_split,
-                        pool=pool,
-                        other_weights_bytes=PR45589_BALLAST_BYTES,
-                    )
-                    row["run"] = dataclasses.asdict(ran)
-                replayed = pr45589_replay(
-                    name,
-                    max_split_size_mb=max_split,
-                    pool=pool,
-                    device_bytes=DEVICE_141GB_BYTES if ran is None else ran.device_bytes,
+    for shape, name, max_split, pool in loads:
+        row = {"shape": shape.label, "strategy": name, "max_split_mb": max_split, "pool": pool}
+        try:
+            ran = None if dry_run else _run(shape, name, max_split, pool)
+            if ran is not None:
+                row["run"] = dataclasses.asdict(ran)
+            device_bytes = DEVICE_141GB_BYTES if ran is None else ran.device_bytes
+            replayed = _replayed(shape, name, max_split, pool, device_bytes)
+            row["replayed"] = dataclasses.asdict(replayed)
+            if ran is not None:  # every field both sides know: {field: [replayed, run]}
+                row["differences"] = {
+                    field: list(pair) for field, pair in replayed.differences(ran).items()
+                }
+            if events is not None:
+                row["predicted_seconds"] = predict_replayed(
+                    replayed, layer_seconds[shape.label][name], events
                 )
-                row["replayed"] = dataclasses.asdict(replayed)
-                if ran is not None:  # every field both sides know: {field: [replayed, run]}
-                    row["differences"] = {
-                        field: list(pair) for field, pair in replayed.differences(ran).items()
-                    }
-                if events is not None:
-                    row["predicted_seconds"] = predict_replayed(
-                        replayed, layer_seconds[name], events
-                    )
-            except Exception as error:
-                row["error"] = f"{type(error).__name__}: {error}"
-            plan.record(rows, row)
-            print(f"[load] {_load_line(row)}", flush=True)
+        except Exception as error:
+            row["error"] = f"{type(error).__name__}: {error}"
+        plan.record(rows, row)
+        print(f"[load] {_load_line(row)}", flush=True)
     # The OOM message's wording differs between the allocator and its model: not a finding.
     ok = all(
         "error" not in row and set(row.get("differences", ())) <= {"oom_message"} for row in rows
@@ -82,7 +108,7 @@ def step_load(dry_run: bool) -> dict:
 
 def _load_line(row: dict) -> str:
     """One printed line of a step-4 row."""
-    head = f"{row['strategy']} max_split {row['max_split_mb']} {row['pool']}: "
+    head = f"{row['shape']} {row['strategy']} max_split {row['max_split_mb']} {row['pool']}: "
     if "error" in row:
         return head + row["error"]
     replayed, ran = row["replayed"], row.get("run")

@@ -12,32 +12,52 @@ from . import plan
 
 
 def _model_transient_reserved(shape, strategy: str, max_split_size_mb: int | None) -> int:
-    """Peak reserved above the loaded weights for one conversion, per the allocator model."""
+    """Peak reserved above the loaded layer for one conversion, per the allocator model: a
+    one-layer load replayed (``replay_load``, or ``replay_quant_load`` for a quantized shape)."""
+    from moe_convert import QuantLayerShape
+    from moe_convert.quant_replay import replay_quant_load
     from moe_convert.replay import replay_load
 
-    one = dataclasses.replace(shape, moe_layers=1)
-    return replay_load(
-        one, strategy, max_split_size_mb=max_split_size_mb, pool="default", device_bytes=None
+    replay = replay_quant_load if isinstance(shape, QuantLayerShape) else replay_load
+    return replay(
+        dataclasses.replace(shape, moe_layers=1),
+        strategy,
+        max_split_size_mb=max_split_size_mb,
+        pool="default",
+        device_bytes=None,
     ).transient_reserved_bytes
 
 
+def _conversion(shape, strategy: str, device):
+    """One conversion of a fresh ``shape`` layer on ``device``, caches warmed."""
+    from moe_convert import QuantLayerShape
+    from moe_convert.inputs import strategy_call
+    from moe_convert.quant_registry import quant_strategy_call
+
+    call = quant_strategy_call if isinstance(shape, QuantLayerShape) else strategy_call
+    return call(shape, strategy, device)
+
+
 def step_memory(dry_run: bool) -> dict:
-    from moe_convert import STRATEGIES
-    from moe_convert.memory import strategy_cuda_memory, strategy_memory
+    """Every strategy on ``plan.CHECK_SHAPES`` and every quantized strategy on
+    ``plan.QUANT_CHECK_SHAPES``, full size: the CUDA caching allocator's figures of one
+    conversion (``cuda_memory``) against the dispatch-level peak and the allocator model's
+    peak reserved; the dry run computes the latter two."""
+    from moe_convert.memory import cuda_memory
 
     rows = []
-    for label in plan.CHECK_SHAPES:
+    for label in (*plan.CHECK_SHAPES, *plan.QUANT_CHECK_SHAPES):
         shape = plan.shape(label)
-        for name in STRATEGIES:
+        for name in plan.strategies(shape):
             row = {
                 "shape": label,
                 "strategy": name,
-                "dispatch_peak_bytes": strategy_memory(shape, name, device="meta").peak_bytes,
+                "dispatch_peak_bytes": plan.dispatch_peak(shape, name),
                 "model_reserved_bytes": _model_transient_reserved(shape, name, None),
             }
             if not dry_run:
                 try:
-                    cuda = strategy_cuda_memory(shape, name)
+                    cuda = cuda_memory(_conversion(shape, name, plan.cuda_device()))
                     row.update(dataclasses.asdict(cuda))
                     row["requested_minus_dispatch"] = (
                         cuda.requested_peak_bytes - row["dispatch_peak_bytes"]

@@ -27,18 +27,36 @@ MAX_SPLIT_MB = 20
 #: Step 4: the whole rank's load of these strategies (vLLM's legacy, preallocated and in place,
 #: and this library's out-of-place and in-place ones worth a whole rank, docs/gpu.md; issue 19's
 #: ``cycle_inplace`` before the others of ours, so that a load step cut short by its budget has
-#: it), each under vLLM's setting and PyTorch's default, in the default pool (vLLM without
-#: sleep mode) and a MemPool.
+#: it), in the default pool (vLLM without sleep mode) under vLLM's setting and PyTorch's
+#: default, and in a MemPool under vLLM's setting (what sleep mode loads under). The fourth
+#: configuration, a MemPool unlimited, is left out to make room in the step's budget for the
+#: quantized loads below: no engine loads that way (sleep mode always sets 20), and its 6
+#: loads of 110 GiB with their replays (about 1 s each on this project's CPU) cost about what
+#: the two quantized loads do.
 LOAD_STRATEGIES = ("legacy", "preallocated", "inplace", "cycle_inplace", "triton", "triton_inplace")
 LOAD_CONFIGS = (
     (MAX_SPLIT_MB, "default"),
     (None, "default"),
     (MAX_SPLIT_MB, "mempool"),
-    (None, "mempool"),
 )
+#: Step 4's quantized loads (issue 18), before the BF16 ones: the catalog shape whose upstream
+#: path the replay finds in trouble on an H200 under vLLM's setting (the default pool at
+#: ``MAX_SPLIT_MB``: DeepSeek-R1 NVFP4 TP4's ``nvfp4-legacy`` fits 139.5 GiB only through 1,797
+#: refused cudaMalloc calls, docs/formats.md), run on CUDA for the memory the device had free
+#: and compared with the replay event by event, with ``-fast`` as the control. The legacy path
+#: is the point (its driver-call storm is what the replay predicts), so fewer BF16
+#: configurations run rather than dropping it. Sizing on an H200: legacy 58 layers x 1,588
+#: launches at about 20 us each (the H200 run's host-bound ``inplace``: 512 launches in
+#: 7.1 ms) is 1.8 s, plus 1,797 refused-and-released rounds at about 1.7 ms each
+#: (docs/allocator.md's hypothesis) 3.1 s; ``-fast`` 58 layers of 3.2 GB moved, 0.05 s; the
+#: two replays 4.1 s on this project's 2-core CPU; about 10 s with the weights' allocation.
+QUANT_LOAD_SHAPE = "deepseek-r1-nvfp4/tp4"
+QUANT_LOAD_STRATEGIES = ("nvfp4-legacy", "nvfp4-fast")
 CPU_REFERENCE = "strided_copy"
 #: Step 1's quantized part: FlashInfer's test_block_scale_interleave shapes, and one catalog
 #: shape per format with a few experts (the CPU reference is the transcribed upstream path).
+#: Steps 2 and 5 take every quantized strategy on the same shapes at full size (the budgets
+#: below say what that costs).
 SWIZZLE_CHECK_SHAPES = ((128, 64), (256, 128), (120, 64), (200, 256), (2048, 2048))
 QUANT_CHECK_SHAPES = (
     "kimi-k2-nvfp4/tp8",
@@ -72,19 +90,32 @@ class Step:
 
 
 #: Budgets: the H200 run of 2026-11-30 took 21, 11, 13, 19 and 83 s for exact, memory,
-#: allocator, timing and asv; the whole-rank load (20 loads of 110 GiB, each timed and
-#: replayed) gets the most, and the total stays within the wall budget.
+#: allocator, timing and asv; the whole-rank load (18 BF16 loads of 110 GiB and the 2
+#: quantized ones, each timed and replayed) gets the most, and the total stays within the wall
+#: budget. The quantized formats' full-size part of steps 2 and 5 (every strategy on
+#: ``QUANT_CHECK_SHAPES``) is sized from their records' launch and traffic formulas
+#: (tests/test_gpu_check.py holds these figures): one round of the 16 strategies is 15,361
+#: launches (kimi-k2-nvfp4/tp8 8,528, gpt-oss-120b-mxfp4/tp1 3,611, llama-4-maverick-fp8/tp8
+#: 1,158, deepseek-r1-fp8block/tp8 2,064) and 94 GB moved. Step 5 times 11 rounds (warm-up
+#: included) with their copies: 3.4 s of launches at about 20 us each and 0.5 s of bytes at
+#: 4 TB/s, beside the 19 s it took and
+#: the BF16 strategies added since (``cycle_inplace``, ``sglang``, ``trtllm``): 45 s. Step 2
+#: converts once each (0.3 s of launches) and replays each layer in the allocator model on the
+#: CPU (4.1 s on this project's 2-core CPU), paid for by taking every dispatch-level peak from
+#: its record's formula instead of measuring it on ``meta`` (the BF16 part: 18.0 s before,
+#: 12.2 s after, here); but its dry run here, imports included, took 24.3 s of its 25, so it
+#: gets 10 s more, 5 from step 5 and 5 from step 3 (13 s on the H200, 13.8 s in that dry run).
 STEPS = (
     Step("exact", "byte-exactness on CUDA against the CPU result", 40),
-    Step("memory", "CUDA memory against the dispatch-level formulas", 25),
+    Step("memory", "CUDA memory against the dispatch-level formulas", 35),
     Step(
         "allocator",
         "allocator model against the caching allocator",
-        30,
+        25,
         (("PYTORCH_ALLOC_CONF", f"max_split_size_mb:{MAX_SPLIT_MB}"),),
     ),
     Step("load", "the whole rank's load run, replayed and predicted", 115),
-    Step("timing", "timing with CUDA events against a device copy", 50),
+    Step("timing", "timing with CUDA events against a device copy", 45),
     Step("asv", "asv run --quick on the box's own python", 100),
 )
 
@@ -102,9 +133,23 @@ def record(rows: list[dict], row: dict) -> None:
 
 
 def shape(label: str):
+    """The full-size per-rank shape of ``label`` (``model/tpN``): a ``QuantLayerShape`` for a
+    model of the quantized catalog, else a BF16 ``LayerShape``."""
+    from moe_convert.quant_formats import quant_shape_from_label, shape_format
     from moe_convert.shapes import shape_from_label
 
-    return shape_from_label(label)
+    return (shape_from_label if shape_format(label) == "bf16" else quant_shape_from_label)(label)
+
+
+def strategies(shape) -> dict:
+    """Name -> registry record of every strategy a step runs on ``shape``: ``STRATEGIES`` for a
+    BF16 ``LayerShape``, the ``QUANT_STRATEGIES`` of a ``QuantLayerShape``'s format (both
+    records say ``inplace``, ``origin`` and the exact ``peak``)."""
+    from moe_convert import QUANT_STRATEGIES, STRATEGIES, QuantLayerShape
+
+    if isinstance(shape, QuantLayerShape):
+        return {name: r for name, r in QUANT_STRATEGIES.items() if r.format == shape.format}
+    return STRATEGIES
 
 
 def cuda_device():
@@ -113,3 +158,11 @@ def cuda_device():
     if not torch.cuda.is_available():
         raise RuntimeError("no CUDA device: this part runs only on a GPU box")
     return torch.device("cuda", torch.cuda.current_device())
+
+
+def dispatch_peak(shape, strategy: str) -> int:
+    """The dispatch-level peak transient bytes of one conversion: the strategy record's exact
+    formula (``peak``), which the CPU tests hold equal to the measurement on ``meta`` at full
+    size (tests/test_memory.py, tests/test_quant_memory.py), without the measurement's cost
+    (9.5 s for the 18 BF16 cells of ``CHECK_SHAPES`` on this project's 2-core CPU)."""
+    return strategies(shape)[strategy].peak.evaluate(shape)

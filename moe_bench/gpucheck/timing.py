@@ -1,5 +1,6 @@
 """Step 5, ``timing``: every strategy and a same-size device copy with CUDA events, per shape of
-the asv suite; then ``plan.TRITON_SWEEPS``.
+the asv suite, and every quantized strategy on ``plan.QUANT_CHECK_SHAPES``; then
+``plan.TRITON_SWEEPS``.
 """
 
 from __future__ import annotations
@@ -8,18 +9,22 @@ from . import plan
 
 
 def time_strategy(shape, name: str, device) -> dict:
-    """One timing row: ``timing.time_layer`` (CUDA events, paired with a device copy), the
-    asv suite's measurement; every time figure derives from it."""
-    from moe_convert import STRATEGIES
-    from moe_convert.memory import strategy_memory
+    """One timing row: ``timing.time_layer`` (CUDA events, paired with a device copy of every
+    tensor of the layer), the asv suite's measurement; every time figure derives from it.
+    ``shape`` a BF16 ``LayerShape`` or a ``QuantLayerShape`` (``format``: ``bf16`` or its
+    format; ``origin``: the strategy record's, which says whether it is upstream's)."""
+    from moe_convert.quant_formats import shape_format
     from moe_convert.timing import time_layer
 
+    record = plan.strategies(shape)[name]
     timed = time_layer(shape, name, device=device, repeats=plan.TIMING_REPEATS, warmup=1)
     return {
         "shape": shape.label,
         "strategy": name,
-        "inplace": STRATEGIES[name].inplace,
-        "peak_bytes": strategy_memory(shape, name, device="meta").peak_bytes,
+        "format": shape_format(shape.label),
+        "origin": record.origin,
+        "inplace": record.inplace,
+        "peak_bytes": plan.dispatch_peak(shape, name),
         "seconds": timed.seconds,
         "copy_seconds": timed.copy_time.median,
         "copy_ratio": timed.copy_ratio,
@@ -32,42 +37,59 @@ def time_strategy(shape, name: str, device) -> dict:
     }
 
 
-def step_timing(dry_run: bool) -> dict:
+def _cells() -> list[tuple[str, str]]:
+    """(shape label, strategy) of every timed cell: the asv suite's shapes x every strategy,
+    then ``plan.QUANT_CHECK_SHAPES`` x their format's strategies."""
     from benchmarks.common import SHAPES
-    from moe_convert import STRATEGIES
 
+    labels = (*SHAPES, *plan.QUANT_CHECK_SHAPES)
+    return [(label, name) for label in labels for name in plan.strategies(plan.shape(label))]
+
+
+def _plan_line(label: str, name: str) -> str:
+    """What the dry run says of a cell; a quantized one with its record's bytes moved and
+    launches per call, the figures its share of the step's budget is sized from."""
+    from moe_convert import QuantLayerShape
+
+    shape = plan.shape(label)
+    if not isinstance(shape, QuantLayerShape):
+        return f"{label} x {name}"
+    record = plan.strategies(shape)[name]
+    return (
+        f"{label} x {name} ({record.traffic.evaluate(shape) / 1e9:.2f} GB moved, "
+        f"{record.launches.evaluate(shape):,} launches)"
+    )
+
+
+def step_timing(dry_run: bool) -> dict:
     if dry_run:
-        return {
-            "ok": True,
-            "rows": [],
-            "plan": [f"{label} x {name}" for label in SHAPES for name in STRATEGIES],
-        }
+        return {"ok": True, "rows": [], "plan": [_plan_line(*cell) for cell in _cells()]}
     import torch
+
+    from moe_convert import STRATEGIES
 
     device = plan.cuda_device()
     rows, sweep = [], []
-    for label in SHAPES:
-        shape = plan.shape(label)
-        for name in STRATEGIES:
-            try:
-                row = time_strategy(shape, name, device)
-            except Exception as error:
-                row = {
-                    "shape": label,
-                    "strategy": name,
-                    "error": f"{type(error).__name__}: {error}",
-                }
-            torch.cuda.empty_cache()
-            plan.record(rows, row)
-            print(
-                f"[timing] {label} {name}: "
-                + (
-                    row.get("error")
-                    or f"{row['seconds'] * 1e3:.3f} ms, "
-                    f"x{row['copy_ratio']:.2f} copy, {row['gbps']:.0f} GB/s"
-                ),
-                flush=True,
-            )
+    for label, name in _cells():
+        try:
+            row = time_strategy(plan.shape(label), name, device)
+        except Exception as error:
+            row = {
+                "shape": label,
+                "strategy": name,
+                "error": f"{type(error).__name__}: {error}",
+            }
+        torch.cuda.empty_cache()
+        plan.record(rows, row)
+        print(
+            f"[timing] {label} {name}: "
+            + (
+                row.get("error")
+                or f"{row['seconds'] * 1e3:.3f} ms, "
+                f"x{row['copy_ratio']:.2f} copy, {row['gbps']:.0f} GB/s"
+            ),
+            flush=True,
+        )
     for label, name, settings in plan.TRITON_SWEEPS if "triton" in STRATEGIES else ():
         from moe_convert import triton_strategy
 
