@@ -1,5 +1,5 @@
 """The quantized formats of the TRTLLM-gen MoE and their layer shapes: NVFP4, MXFP4, FP8
-per-tensor, DeepSeek block-FP8.
+per-tensor, DeepSeek block-FP8, MXFP8.
 
 Legend: E experts, H hidden, I intermediate per rank, M13 rows of w13 (2I gated, I not), epb
 elements per stored byte (2: two e2m1 per byte; 1: fp8), V elements per scale factor along a
@@ -8,13 +8,16 @@ row, R rows per scale factor (1, but 128 for block-FP8's 128x128 blocks).
 Per rank and MoE layer, as the checkpoint loader hands them to the conversion:
 
 - weights ``[E, M13, H/epb]`` and ``[E, H, I/epb]`` (packed bytes per row ``H/epb``, ``I/epb``);
-- block scale factors (NVFP4, MXFP4), one per V elements: ``[E, M13, H/V]`` and ``[E, H, I/V]``;
+- block scale factors (NVFP4, MXFP4, MXFP8), one per V elements: ``[E, M13, H/V]`` and
+  ``[E, H, I/V]``;
   block-FP8's float32 one per 128x128 block: ``[E, M13/128, H/128]`` and ``[E, H/128, I/128]``;
 - biases (MXFP4, gpt-oss): bf16 ``[E, M13]`` and ``[E, H]``, made float32 by the conversion.
 
 FP8 (``fp8``) is per-tensor FP8: its scales are one float per expert, never relaid, so a layer of
 it is its weights alone. Block-FP8 (``fp8block``, DeepSeek's checkpoints) has one float32 scale
 per 128x128 block, which the conversion reorders (a gated w13's halves swapped) and clamps.
+MXFP8 (``mxfp8``: OCP microscaling, MiniMax-M3's checkpoint) is fp8 weights with one e8m0 scale
+(uint8) per 32 elements of a row, relaid and swizzled as NVFP4's are.
 The dimensions are the padded ones the conversion sees: vLLM rounds H and I per rank up to each
 format's alignment first (``QuantFormat.hidden_align`` and ``intermediate_align``, from vLLM
 0.33.0; see docs/formats.md).
@@ -57,6 +60,9 @@ class QuantFormat:
     # conversion relays and swizzles; 128 for block-FP8's 2-D 128x128 blocks, whose scales it
     # only reorders (vLLM's DeepSeek path: the kernel takes them linear).
     scale_block_rows: int = 1
+    # The relaid 1-D block scales' dtype as vLLM returns them: NVFP4's and MXFP4's are viewed
+    # float8_e4m3fn; MXFP8's stay the uint8 that block_scale_interleave returns for uint8.
+    relaid_scale_dtype: torch.dtype = torch.float8_e4m3fn
 
     def scale_shape(self, experts: int, rows: int, elements: int) -> tuple[int, int, int] | None:
         """The block scales of a weight ``[experts, rows, elements]`` (elements, not packed
@@ -88,6 +94,11 @@ FORMATS: dict[str, QuantFormat] = {
         # and H must already be a multiple of 128 (it raises otherwise).
         QuantFormat(
             "fp8block", torch.float8_e4m3fn, 1, torch.float32, 128, False, False, 1, 128, 128
+        ),
+        # flashinfer_utils.py::prepare_fp8_moe_layer_for_fi, MXFP8 on TRTLLM-gen:
+        # align_mxfp8_moe_weights_for_fi_trtllm pads I to 128 (gated or not) and H to 256.
+        QuantFormat(
+            "mxfp8", torch.float8_e4m3fn, 1, torch.uint8, 32, False, False, 256, 128, 1, torch.uint8
         ),
     )
 }
@@ -359,6 +370,19 @@ QUANT_CATALOG: dict[str, QuantModelSpec] = {
             "n_routed_experts 256, hidden_size 7168, moe_intermediate_size 2048, "
             "num_hidden_layers 61, first_k_dense_replace 3; quantization_config "
             "weight_block_size [128, 128]",
+        ),
+        QuantModelSpec(
+            "minimax-m3-mxfp8",
+            "MiniMaxAI/MiniMax-M3-MXFP8",
+            "mxfp8",
+            57,
+            128,
+            6144,
+            3072,
+            (4,),
+            "text_config: num_local_experts 128, hidden_size 6144, intermediate_size 3072, "
+            "num_hidden_layers 60, the first 3 dense; quantization_config quant_method mxfp8, "
+            "weight_block_size [1, 32]",
         ),
     )
 }

@@ -28,12 +28,13 @@ class QuantLayer:
     In: ``w13 [E, M13, H/epb]``, ``w2 [E, H, I/epb]`` (the format's ``weight_dtype``); block
     scales ``[E, M13/R, H/V]``, ``[E, H/R, I/V]`` (``scale_dtype``) or ``None`` (FP8 per-tensor);
     biases bf16 ``[E, M13]``, ``[E, H]`` or ``None`` (all but MXFP4). Out (every strategy): the
-    same shapes; weights as uint8 (FP4) or float8_e4m3fn (FP8), scales as float8_e4m3fn in the
-    swizzled layout, biases float32. Block-FP8 instead: weights float8_e4m3fn in BlockMajorK,
-    ``[E, H/128, M13, 128]`` and ``[E, I/128, H, 128]``; scales float32 in the input's shapes,
-    rows reordered as the weights' halves, clamped to at least 1e-10. Gated, w13's halves are
-    ``[w1; w3]`` (NVFP4, FP8s) or its rows interleaved ``[w1_0, w3_0, w1_1, ...]`` (gpt-oss's
-    MXFP4 checkpoint).
+    same shapes; weights as uint8 (FP4) or float8_e4m3fn (FP8), scales in the swizzled layout
+    as float8_e4m3fn (MXFP8's as uint8, as vLLM returns them), biases float32. Block-FP8
+    instead: weights float8_e4m3fn in BlockMajorK, ``[E, H/128, M13, 128]`` and
+    ``[E, I/128, H, 128]``; scales float32 in the input's shapes, rows reordered as the
+    weights' halves, clamped to at least 1e-10. Gated, w13's halves are ``[w1; w3]`` (NVFP4,
+    FP8s, MXFP8) or its rows interleaved ``[w1_0, w3_0, w1_1, ...]`` (gpt-oss's MXFP4
+    checkpoint).
     """
 
     w13: torch.Tensor

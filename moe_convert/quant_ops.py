@@ -8,7 +8,7 @@ The TRTLLM-gen kernels read each expert's weight rows and scale rows in one perm
 (``rows_out[r] = rows_in[P[r]]``), and the scales besides in the 128x4 swizzle. ``P`` is, on
 the checkpoint's rows (``row_index``):
 
-- ``"swap_halves"``: a gated ``[w1; w3]`` w13 (NVFP4, FP8): ``(G[S] + M/2) % M``, the w3/w1
+- ``"swap_halves"``: a gated ``[w1; w3]`` w13 (NVFP4, FP8, MXFP8): ``(G[S] + M/2) % M``, the w3/w1
   swap folded into FlashInfer's w3_w1 index ``G[S]``;
 - ``"swap_pairs"``: gpt-oss's interleaved w13 (MXFP4): ``S ^ 1``, vLLM's
   ``swap_every_two_rows`` folded into FlashInfer's w2 index ``S`` that it applies next;
@@ -107,15 +107,15 @@ def gather_rows(weight: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def gather_scales(scale: torch.Tensor, order: str) -> torch.Tensor:
     """Every expert's scales ``[E, M, K]``, rows by ``order`` and swizzled, in one gather.
 
-    A new contiguous ``[E, M, K]`` float8_e4m3fn tensor (the swizzled bytes of each expert,
-    as vLLM reshapes them).
+    A new contiguous ``[E, M, K]`` uint8 tensor (the swizzled bytes of each expert, as vLLM
+    reshapes them; the caller views it as its format returns scales).
     """
     experts, rows, cols = scale.shape
     out = torch.empty(scale.shape, dtype=torch.uint8, device=scale.device)
     index = scale_index(order, rows, cols, scale.device)
     flat = scale.view(torch.uint8).view(experts, rows * cols)
     torch.index_select(flat, 1, index, out=out.view(experts, rows * cols))
-    return out.view(torch.float8_e4m3fn)
+    return out
 
 
 def block_major_k(rows_u8: torch.Tensor) -> torch.Tensor:

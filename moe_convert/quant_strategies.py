@@ -2,11 +2,12 @@
 
 Legend and formula letters as in ``moe_convert.quant_upstream``. Each kind is one function for
 every format: the format only decides w13's row order (``quant_ops.ROW_ORDERS``: gpt-oss's
-pairs for MXFP4, ``[w1; w3]`` halves for the others when gated) and which of scales and
-biases there are. Registered as ``<format>-<kind>``:
+pairs for MXFP4, ``[w1; w3]`` halves for the others when gated), which of scales and biases
+there are and the relaid scales' dtype (MXFP8's stay uint8). Registered as
+``<format>-<kind>``:
 
-- ``preallocated`` (MXFP4, FP8; NVFP4's is vLLM #55407's own, ``quant_upstream``): the outputs
-  allocated once, each expert gathered into its slot, scales through a scratch and the
+- ``preallocated`` (MXFP4, FP8, MXFP8; NVFP4's is vLLM #55407's own, ``quant_upstream``): the
+  outputs allocated once, each expert gathered into its slot, scales through a scratch and the
   interleave, as #55407 does; no reorder pass, the w1/w3 swap folded into the index;
 - ``inplace``: one scratch of an expert (at least 10 MiB); each expert's rows gathered into it
   and copied back,
@@ -29,6 +30,7 @@ import torch
 from .allocator import K_MIN_LARGE_ALLOC
 from .formulas import Formula
 from .layout import BLOCK_K
+from .quant_formats import FORMATS
 from .quant_layer import QuantLayer
 from .quant_ops import (
     MIN_BLOCK_SCALE,
@@ -57,9 +59,9 @@ def _gather_bias(bias: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor
     return None if bias is None else torch.index_select(bias, 1, index).to(torch.float32)
 
 
-def _as_scale(scale: torch.Tensor | None) -> torch.Tensor | None:
-    """Scales are returned as float8_e4m3fn, the dtype vLLM gives the relaid ones."""
-    return None if scale is None else scale.view(torch.float8_e4m3fn)
+def _as_scale(scale: torch.Tensor | None, fmt: str) -> torch.Tensor | None:
+    """Relaid scales viewed as the dtype vLLM returns them in (``relaid_scale_dtype``)."""
+    return None if scale is None else scale.view(FORMATS[fmt].relaid_scale_dtype)
 
 
 def _weights(layer: QuantLayer, order13: str):
@@ -91,7 +93,9 @@ def preallocated(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
                 torch.index_select(scale[e].view(torch.uint8), 0, index, out=scratch)
                 out_scale[e].view(-1).copy_(block_scale_interleave(scratch))
         del scratch
-        converted.append((out.view(weight.dtype), _as_scale(out_scale), _gather_bias(bias, index)))
+        converted.append(
+            (out.view(weight.dtype), _as_scale(out_scale, fmt), _gather_bias(bias, index))
+        )
     (w13, s13, b13), (w2, s2, b2) = converted
     return QuantLayer(w13, w2, s13, s2, b13, b2)
 
@@ -113,9 +117,9 @@ def inplace(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
     scale rows gathered into it and swizzled back by a strided ``copy_``.
 
     In place: weights and scales are returned in the input's own storage (``data_ptr``
-    unchanged; scales viewed float8_e4m3fn); biases are new float32 tensors. Peak transient:
-    the scratch, ``max(S13, S2, 10 MiB)`` (a weight expert holds more bytes than its scales),
-    and the biases.
+    unchanged; scales viewed as vLLM returns them); biases are new float32 tensors. Peak
+    transient: the scratch, ``max(S13, S2, 10 MiB)`` (a weight expert holds more bytes than its
+    scales), and the biases.
     """
     scratch = _scratch(layer)
     biases = []
@@ -126,7 +130,11 @@ def inplace(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
         biases.append(_gather_bias(bias, index))
     del scratch
     return QuantLayer(
-        layer.w13, layer.w2, _as_scale(layer.w13_scale), _as_scale(layer.w2_scale), *biases
+        layer.w13,
+        layer.w2,
+        _as_scale(layer.w13_scale, fmt),
+        _as_scale(layer.w2_scale, fmt),
+        *biases,
     )
 
 
@@ -144,7 +152,7 @@ def fast(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
         converted.append(
             (
                 gather_rows(weight, index),
-                None if scale is None else gather_scales(scale, order),
+                None if scale is None else _as_scale(gather_scales(scale, order), fmt),
                 _gather_bias(bias, index),
             )
         )
@@ -238,6 +246,9 @@ def block_fast(layer: QuantLayer, gated: bool) -> QuantLayer:
 # index, in four launches; a scale gather reads 8 bytes of index per scale factor of one expert
 # (quant_ops.scale_index).
 _BIAS_TRAFFIC = "5 (B13 + B2) // 2 + X13 + X2"
+# NVFP4 and MXFP8 move the same tensors the same way (1-D block scales, no biases): one figure.
+_SCALED_INPLACE = ("4 (T13 + T2 + F13 + F2) + 2 E (X13 + X2)", "8 E")
+_SCALED_FAST = ("2 (T13 + T2 + F13 + F2) + 8 (F13 // E + F2 // E) + X13 + X2", "4")
 _KINDS = {
     "preallocated": (
         preallocated,
@@ -250,6 +261,7 @@ _KINDS = {
                 "8 E + 4",
             ),
             "fp8": ("2 (T13 + T2) + E (X13 + X2)", "2 E"),
+            "mxfp8": ("2 (T13 + T2) + 6 (F13 + F2) + 2 E (X13 + X2)", "8 E"),
         },
     ),
     "inplace": (
@@ -258,9 +270,10 @@ _KINDS = {
         True,
         Formula("max(S13, S2, 10 MiB) + B13 + max(B13 // 2, B2 + B2 // 2)"),
         {
-            "nvfp4": ("4 (T13 + T2 + F13 + F2) + 2 E (X13 + X2)", "8 E"),
+            "nvfp4": _SCALED_INPLACE,
             "mxfp4": (f"4 (T13 + T2 + F13 + F2) + 2 E (X13 + X2) + {_BIAS_TRAFFIC}", "8 E + 4"),
             "fp8": ("4 (T13 + T2) + E (X13 + X2)", "4 E"),
+            "mxfp8": _SCALED_INPLACE,
         },
     ),
     "fast": (
@@ -269,13 +282,14 @@ _KINDS = {
         False,
         Formula("T13 + T2 + F13 + F2 + B13 + B2 + B2 // 2"),
         {
-            "nvfp4": ("2 (T13 + T2 + F13 + F2) + 8 (F13 // E + F2 // E) + X13 + X2", "4"),
+            "nvfp4": _SCALED_FAST,
             "mxfp4": (
                 "2 (T13 + T2 + F13 + F2) + 8 (F13 // E + F2 // E) + 2 (X13 + X2) "
                 "+ 5 (B13 + B2) // 2",
                 "8",
             ),
             "fp8": ("2 (T13 + T2) + X13 + X2", "2"),
+            "mxfp8": _SCALED_FAST,
         },
     ),
 }

@@ -17,6 +17,8 @@ MXFP4 = QuantLayerShape("bad", 1, "mxfp4", 2, 256, 128, 1)
 FP8 = QuantLayerShape("bad", 1, "fp8", 2, 64, 32, 1)
 # w13 [2, 512, 256], w2 [2, 256, 256]; scales float32 [2, 4, 2], [2, 2, 2]
 FP8BLOCK = QuantLayerShape("bad", 1, "fp8block", 2, 256, 256, 1)
+# w13 [2, 256, 256], w2 [2, 256, 128]; e8m0 scales uint8 [2, 256, 8], [2, 256, 4]
+MXFP8 = QuantLayerShape("bad", 1, "mxfp8", 2, 256, 128, 1)
 
 
 def nvfp4(**changes: torch.Tensor | None) -> QuantLayer:
@@ -25,6 +27,10 @@ def nvfp4(**changes: torch.Tensor | None) -> QuantLayer:
 
 def fp8block(**changes: torch.Tensor | None) -> QuantLayer:
     return dataclasses.replace(quant_layer_tensors(FP8BLOCK, "cpu"), **changes)
+
+
+def mxfp8(**changes: torch.Tensor | None) -> QuantLayer:
+    return dataclasses.replace(quant_layer_tensors(MXFP8, "cpu"), **changes)
 
 
 def f32(*shape: int) -> torch.Tensor:
@@ -146,6 +152,35 @@ BAD = {
         ValueError,
         ["w13", "(2, 192, 256)", "multiple of 128", "128-row scale blocks"],
     ),
+    "mxfp8-scales-as-e4m3": (
+        "mxfp8",
+        lambda: mxfp8(w13_scale=e4m3(2, 256, 8)),
+        True,
+        TypeError,
+        ["w13_scale", "(2, 256, 8)", "torch.float8_e4m3fn", "torch.uint8"],
+    ),
+    "mxfp8-packed-fp4-weights": (
+        "mxfp8",
+        lambda: mxfp8(w2=u8(2, 256, 64)),
+        True,
+        TypeError,
+        ["w2", "(2, 256, 64)", "torch.uint8", "float8_e4m3fn"],
+    ),
+    "mxfp8-nvfp4-scale-blocks": (
+        "mxfp8",
+        lambda: mxfp8(w2_scale=u8(2, 256, 8)),
+        True,
+        ValueError,
+        ["w2_scale", "(2, 256, 8)", "(2, 256, 4)"],
+    ),
+    "mxfp8-scale-columns-not-4": (
+        "mxfp8",
+        # I 192: scale columns 6 (vLLM pads I to 128 first)
+        lambda: QuantLayer(e4m3(2, 384, 256), e4m3(2, 256, 192), u8(2, 384, 8), u8(2, 256, 6)),
+        True,
+        ValueError,
+        ["w2_scale", "(2, 256, 6)", "multiple of 4"],
+    ),
 }
 
 
@@ -185,6 +220,10 @@ def test_catalog_shapes_are_vllms_padded_ones():
     assert r1.w13_shape == (256, 512, 7168) and r1.w13_scale_shape == (256, 4, 56)
     assert r1.w2_shape == (256, 7168, 256) and r1.w2_scale_shape == (256, 56, 2)
     assert (r1.w13_bytes, r1.w13_scale_bytes, r1.w2_scale_bytes) == (939524096, 229376, 114688)
+    m3 = quant_layer_shape("minimax-m3-mxfp8", 4)  # I 3072 / 4 = 768; an e8m0 scale per 32
+    assert m3.w13_shape == (128, 1536, 6144) and m3.w13_scale_shape == (128, 1536, 192)
+    assert m3.w2_shape == (128, 6144, 768) and m3.w2_scale_shape == (128, 6144, 24)
+    assert m3.fmt.scale_dtype == torch.uint8 and m3.w13_bytes == 1207959552
     with pytest.raises(ValueError, match="kimi-k2-nvfp4"):
         quant_layer_shape("kimi-k2", 8)
     for shape in quant_catalog_shapes():  # every catalog shape converts (on meta: no memory)

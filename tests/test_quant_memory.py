@@ -26,6 +26,8 @@ SMALL = [
     QuantLayerShape("small", 1, "fp8", 2, 64, 96, 1, gated=False),
     QuantLayerShape("small", 1, "fp8block", 3, 384, 256, 1),
     QuantLayerShape("small", 1, "fp8block", 2, 256, 384, 1, gated=False),
+    QuantLayerShape("small", 1, "mxfp8", 3, 384, 256, 1),
+    QuantLayerShape("small", 1, "mxfp8", 2, 256, 384, 1, gated=False),
 ]
 SMALL_CASES = [
     (name, shape)

@@ -17,7 +17,8 @@ from moe_convert.swizzle import block_scale_interleave
 # (E, H, I, gated) per format: the smallest aligned shapes and odd ones (one expert, I not a
 # power of two, H much larger or smaller than I, non-gated where the format has it).
 # NVFP4: H % 64 and I % 64 (scale columns % 4), rows % 128. MXFP4: gated only, H and I % 128.
-# FP8: rows % 32 only. Block-FP8: H and I % 128 (whole 128x128 scale blocks).
+# FP8: rows % 32 only. Block-FP8: H and I % 128 (whole 128x128 scale blocks). MXFP8: H and
+# I % 128 (rows % 128, 32 elements per scale, scale columns % 4), gated or not.
 SHAPES = {
     "nvfp4": [
         (1, 128, 64, True), (2, 256, 64, True), (3, 128, 128, True), (2, 384, 192, True),
@@ -37,6 +38,11 @@ SHAPES = {
     "fp8block": [
         (1, 128, 128, True), (2, 256, 128, True), (3, 128, 256, True), (2, 384, 384, True),
         (2, 640, 128, True), (1, 128, 640, True), (4, 256, 256, True), (3, 384, 128, False),
+        (2, 128, 384, False), (1, 1152, 256, False),
+    ],
+    "mxfp8": [
+        (1, 128, 128, True), (2, 256, 128, True), (3, 128, 256, True), (2, 384, 384, True),
+        (2, 640, 128, True), (1, 128, 640, True), (3, 1152, 384, True), (4, 256, 128, False),
         (2, 128, 384, False), (1, 1152, 256, False),
     ],
 }  # fmt: skip
@@ -201,13 +207,53 @@ def flashinfer_nvfp4(layer: QuantLayer, gated: bool) -> QuantLayer:
     return QuantLayer(torch.stack(out["w13"]), torch.stack(out["w2"]), *scales)
 
 
+def flashinfer_mxfp8(layer: QuantLayer, gated: bool) -> QuantLayer:
+    """vLLM 0.33.0's MXFP8 path on FlashInfer's index helpers, called as vLLM calls them (one
+    gather per tensor), and held to the per-expert form its docstring says it equals:
+    ``reorder_rows_for_gated_act_gemm`` then ``shuffle_matrix_a`` per weight expert, scale rows
+    by ``get_shuffle_matrix_sf_a_row_indices`` (32 elements per scale); the interleave (a CUDA
+    op) is ``block_scale_interleave``, its torch definition."""
+    from flashinfer import reorder_rows_for_gated_act_gemm, shuffle_matrix_a
+    from flashinfer.fused_moe.core import get_reorder_rows_for_gated_act_gemm_row_indices
+    from flashinfer.utils import (
+        get_shuffle_matrix_a_row_indices,
+        get_shuffle_matrix_sf_a_row_indices,
+    )
+
+    w13 = (swap_w13_to_w31(layer.w13) if gated else layer.w13).view(torch.uint8)
+    s13 = swap_w13_to_w31(layer.w13_scale) if gated else layer.w13_scale
+    if gated:
+        gate_idx = get_reorder_rows_for_gated_act_gemm_row_indices(w13[0])
+        per_expert = torch.stack([reorder_rows_for_gated_act_gemm(x) for x in w13])
+        w13, s13 = w13[:, gate_idx], s13[:, gate_idx]
+        assert torch.equal(w13, per_expert)
+    out = []
+    for w in (w13, layer.w2.view(torch.uint8)):
+        batched = w[:, get_shuffle_matrix_a_row_indices(w[0], 128)]
+        assert torch.equal(batched, torch.stack([shuffle_matrix_a(x, 128) for x in w]))
+        out.append(batched.view(torch.float8_e4m3fn))
+    for s in (s13, layer.w2_scale):
+        batched = block_scale_interleave(s[:, get_shuffle_matrix_a_row_indices(s[0], 128)])
+        sf_rows = get_shuffle_matrix_sf_a_row_indices(s[0], 128, num_elts_per_sf=32)
+        assert torch.equal(batched, torch.cat([block_scale_interleave(x[sf_rows]) for x in s]))
+        out.append(batched.reshape(s.shape))
+    return QuantLayer(*out)
+
+
 @requires_flashinfer
 @pytest.mark.parametrize(
-    "shape", [s for s in CASES if s.format in ("fp8", "nvfp4", "fp8block")][::3], ids=case_id
+    "shape",
+    [s for s in CASES if s.format in ("fp8", "nvfp4", "fp8block", "mxfp8")][::3],
+    ids=case_id,
 )
 def test_legacy_is_vllm_on_flashinfers_helpers(shape):
     layer = quant_layer_tensors(shape, "cpu")
-    reference = {"fp8": flashinfer_fp8, "nvfp4": flashinfer_nvfp4, "fp8block": flashinfer_fp8block}
+    reference = {
+        "fp8": flashinfer_fp8,
+        "nvfp4": flashinfer_nvfp4,
+        "fp8block": flashinfer_fp8block,
+        "mxfp8": flashinfer_mxfp8,
+    }
     reference = reference[shape.format]
     want = reference(layer, shape.gated)
     got = convert_quant(copy_of(layer), strategy=f"{shape.format}-legacy", gated=shape.gated)
