@@ -1,6 +1,6 @@
 """The quantized formats' figures, written once for every format (NVFP4, MXFP4, FP8 per-tensor,
-DeepSeek block-FP8): the grid,
-its measurements and the benchmark classes each format's module makes its own.
+DeepSeek block-FP8, MXFP8): the grid, its measurements and the benchmark classes each format's
+module makes its own.
 
 Each format is a module of the suite, ``bench_<format>.py``, whose classes ``format_benchmarks``
 makes from this module's: named as BF16's in ``bench_convert`` and ``bench_allocator``
@@ -20,7 +20,7 @@ count, a same-size copy interleaved; the paired A/B of ``benchmarks.paired`` dec
 PR gate); the cpu profile times ``CPU_PROFILE_QUANT_SHAPES`` only.
 
 Each figure's ``setup_cache`` is defined here once, so asv (which keys a cache by the function's
-file and line) runs it once per run for the three formats' classes: it measures every format's
+file and line) runs it once per run for every format's classes: it measures every format's
 cells, and each class reads its own.
 
 asv takes this file from the checkout and the library from the measured commit: a commit
@@ -44,6 +44,7 @@ FORMAT_SHAPES = {
     "mxfp4": ("gpt-oss-120b-mxfp4/tp1", "gpt-oss-120b-mxfp4/tp2", "gpt-oss-20b-mxfp4/tp1"),
     "fp8": ("llama-4-maverick-fp8/tp8",),
     "fp8block": ("deepseek-r1-fp8block/tp8",),
+    "mxfp8": ("minimax-m3-mxfp8/tp4",),
 }
 #: Every quantized shape, in the catalog's order.
 QUANT_SHAPES = tuple(label for labels in FORMAT_SHAPES.values() for label in labels)
@@ -53,7 +54,9 @@ QUANT_KINDS = ("legacy", "preallocated", "inplace", "fast")
 #: format runs the same code; on CPU, time serves the paired A/B of a change). The whole grid
 #: took 77 s at 8 experts on the shared 2-core machine (load 3.7-4.0), the first three 30 s of
 #: it; deepseek-r1-fp8block/tp8's four cells 3.9 s (load 1.2-1.3); the full profile times every
-#: shape.
+#: shape. minimax-m3-mxfp8/tp4 is not timed here: its four cells took 9.0 s (load 1.8-2.0), most
+#: of it the upstream path's 0.3 s calls, and its three kinds of ours run NVFP4's code, whose
+#: qwen3-235b-a22b-nvfp4/tp4 cells the profile times.
 CPU_PROFILE_QUANT_SHAPES = (
     "qwen3-235b-a22b-nvfp4/tp4",
     "gpt-oss-120b-mxfp4/tp2",
@@ -207,8 +210,9 @@ class _PeakMemory(_Grid):
     def setup_cache(self) -> dict:
         return _measure_grid(_peak)
 
-    # 32 cells: about 30 s on the shared 2-core machine (the folded scale indices built once);
-    # deepseek-r1-fp8block/tp8's 4 of them 3.0 s (load 1.3; each figure's alike, 3.0-3.4 s).
+    # 36 cells: about 30 s on the shared 2-core machine (the folded scale indices built once);
+    # deepseek-r1-fp8block/tp8's 4 of them 3.0 s (load 1.3; each figure's alike, 3.0-3.4 s),
+    # minimax-m3-mxfp8/tp4's 3.1 s (load 1.8-2.0; each figure's 2.9-3.7 s).
     setup_cache.timeout = 300.0
 
     def track_peak_transient_bytes(self, results: dict, shape: str, kind: str) -> int:
@@ -258,7 +262,7 @@ class _SleepModeReplay(_Grid):
     def setup_cache(self) -> dict:
         return _measure_grid(_replay)
 
-    # 32 cells: about 45 s on the shared 2-core machine.
+    # 36 cells: about 45 s on the shared 2-core machine for the first 28; 3.7 s for mxfp8's 4.
     setup_cache.timeout = 600.0
 
     def track_peak_reserved_bytes(self, results: dict, shape: str, kind: str) -> int:
@@ -288,8 +292,9 @@ class _RankLoadGB200(_RankLoad):
     def setup_cache(self) -> dict:
         return _measure_grid(functools.partial(_rank_load, "GB200"))
 
-    # 32 cells: 21 s wall on the shared 2-core machine at load 3.2 for the first 28 (the
-    # upstream paths' traces most of it; `setup_cache()` timed), 3.3 s for fp8block's 4.
+    # 36 cells: 21 s wall on the shared 2-core machine at load 3.2 for the first 28 (the
+    # upstream paths' traces most of it; `setup_cache()` timed), 3.3 s for fp8block's 4, 2.9 s
+    # for mxfp8's.
     setup_cache.timeout = 300.0
 
 
@@ -299,8 +304,8 @@ class _RankLoadH200(_RankLoad):
     def setup_cache(self) -> dict:
         return _measure_grid(functools.partial(_rank_load, "H200"))
 
-    # 32 cells: 24 s wall on the shared 2-core machine at load 3.7 for the first 28, timed as the
-    # GB200 one; 3.2 s for fp8block's 4.
+    # 36 cells: 24 s wall on the shared 2-core machine at load 3.7 for the first 28, timed as the
+    # GB200 one; 3.2 s for fp8block's 4, 3.4 s for mxfp8's.
     setup_cache.timeout = 300.0
 
 

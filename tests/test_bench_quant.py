@@ -25,9 +25,22 @@ from moe_convert.wholemodel import LOAD_DEVICES
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
-from benchmarks import bench_fp8, bench_fp8block, bench_mxfp4, bench_nvfp4, quant  # noqa: E402
+from benchmarks import (  # noqa: E402
+    bench_fp8,
+    bench_fp8block,
+    bench_mxfp4,
+    bench_mxfp8,
+    bench_nvfp4,
+    quant,
+)
 
-MODULES = {"nvfp4": bench_nvfp4, "mxfp4": bench_mxfp4, "fp8": bench_fp8, "fp8block": bench_fp8block}
+MODULES = {
+    "nvfp4": bench_nvfp4,
+    "mxfp4": bench_mxfp4,
+    "fp8": bench_fp8,
+    "fp8block": bench_fp8block,
+    "mxfp8": bench_mxfp8,
+}
 
 
 def test_every_format_has_a_module_of_every_shape_and_kind():

@@ -23,6 +23,7 @@ QUANT_SHAPES = {
     "bench_mxfp4": "gpt-oss-120b-mxfp4/tp2",
     "bench_fp8": "llama-4-maverick-fp8/tp8",
     "bench_fp8block": "deepseek-r1-fp8block/tp8",
+    "bench_mxfp8": "minimax-m3-mxfp8/tp4",
 }
 KINDS = ["legacy", "fast"]
 COMMIT = "c" * 40
@@ -225,6 +226,14 @@ def test_model_benchmark_and_dependencies_say_what_was_measured(results, capsys)
     assert deps["moe-convert-bench"]["sha"] == COMMIT
 
 
+def stored(record: dict) -> dict[str, tuple[str, str]]:
+    """Each input tensor of an exported record: (dtype, shape)."""
+    return {
+        name: (value["dtype"], value["extra_info"]["shape"])
+        for name, value in record["inputs"].items()
+    }
+
+
 def test_a_quantized_figure_says_its_format_model_and_tensors(results, capsys):
     # The format's name as the dtype, the quantized catalog's Hugging Face id, and each tensor
     # of the full-size layer with its stored dtype (gpt-oss: weights, e8m0 scales, bf16 biases).
@@ -237,16 +246,12 @@ def test_a_quantized_figure_says_its_format_model_and_tensors(results, capsys):
         )
         and r["benchmark"]["extra_info"]["strategy"] == "fast"
     }
-    assert peaks.keys() == {"nvfp4", "mxfp4", "fp8", "fp8block"}
+    assert peaks.keys() == {"nvfp4", "mxfp4", "fp8", "fp8block", "mxfp8"}
     mxfp4 = peaks["mxfp4"]
     assert mxfp4["model"]["name"] == "openai/gpt-oss-120b"
     assert mxfp4["benchmark"]["extra_info"]["asv_benchmark"].startswith("bench_mxfp4.")
     assert mxfp4["metric"]["name"] == "PeakMemory.peak_transient_bytes"
-    inputs = {
-        name: (value["dtype"], value["extra_info"]["shape"])
-        for name, value in mxfp4["inputs"].items()
-    }
-    assert inputs == {
+    assert stored(mxfp4) == {
         # TP2: E 128, H 2880 padded to 3072, I 1440 per rank padded to 1536 (vLLM's rule)
         "w13": ("uint8", "[128, 3072, 1536]"),
         "w2": ("uint8", "[128, 3072, 768]"),
@@ -260,15 +265,21 @@ def test_a_quantized_figure_says_its_format_model_and_tensors(results, capsys):
     assert set(peaks["nvfp4"]["inputs"]) == {"w13", "w2", "w13_scale", "w2_scale"}
     block = peaks["fp8block"]
     assert block["model"]["name"] == "deepseek-ai/DeepSeek-R1-0528"
-    assert {
-        name: (value["dtype"], value["extra_info"]["shape"])
-        for name, value in block["inputs"].items()
-    } == {
+    assert stored(block) == {
         # TP8: E 256, H 7168, I 2048 / 8 = 256; a float32 scale per 128x128 block
         "w13": ("float8_e4m3fn", "[256, 512, 7168]"),
         "w2": ("float8_e4m3fn", "[256, 7168, 256]"),
         "w13_scale": ("float32", "[256, 4, 56]"),
         "w2_scale": ("float32", "[256, 56, 2]"),
+    }
+    m3 = peaks["mxfp8"]
+    assert m3["model"]["name"] == "MiniMaxAI/MiniMax-M3-MXFP8"
+    assert stored(m3) == {
+        # TP4: E 128, H 6144, I 3072 / 4 = 768; an e8m0 (uint8) scale per 32 elements
+        "w13": ("float8_e4m3fn", "[128, 1536, 6144]"),
+        "w2": ("float8_e4m3fn", "[128, 6144, 768]"),
+        "w13_scale": ("uint8", "[128, 1536, 192]"),
+        "w2_scale": ("uint8", "[128, 6144, 24]"),
     }
 
 
