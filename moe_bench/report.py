@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from moe_convert.loadtime import read_costs
-from moe_convert.quant_formats import SHAPE_FORMATS, shape_format
+from moe_convert.quant_formats import SHAPE_FORMATS, format_title, shape_format
 
 from .gate import failed_benchmarks
 from .hardware import copy_scale, copy_seconds, copy_spread, strategy_changes
@@ -223,9 +223,9 @@ def render_markdown(table: pd.DataFrame, *, title: str, headline: str = "") -> s
         f"on same-looking hardware (its same-size copies within {HARDWARE_BAND:g}x of this run's; "
         f"moe_bench.metrics.HARDWARE_BAND); between two steady runs, also a copy ratio beyond "
         f"{STRATEGY_FACTOR:g}x where its strategy rose so in the median over its shapes "
-        "(moe_bench.metrics.STRATEGY_FACTOR). Speed-up: `{BASELINE}` time / time. Copy ratio: time "
-        "/ a same-size copy's (1 is the out-of-place limit). Traffic ratio: bytes moved / (2 x "
-        "layer bytes). Whole model: every MoE layer of the model on one rank."
+        f"(moe_bench.metrics.STRATEGY_FACTOR). Speed-up: `{BASELINE}` time / time. Copy ratio: "
+        "time / a same-size copy's (1 is the out-of-place limit). Traffic ratio: bytes moved / "
+        "(2 x layer bytes). Whole model: every MoE layer of the model on one rank."
     )
     for (machine, env, profile, commit, date), rows in table.groupby(
         ["machine", "env", "profile", "commit", "date"], sort=False
@@ -246,7 +246,7 @@ def render_markdown(table: pd.DataFrame, *, title: str, headline: str = "") -> s
             for column in _HEADERS:
                 shown[_HEADERS[column]] = [_cell(row, column) for _, row in of_format.iterrows()]
             lines += [
-                f"### {fmt.upper()}",
+                f"### {format_title(fmt)}",
                 "",
                 shown.to_markdown(index=False, disable_numparse=True),
             ]

@@ -25,7 +25,7 @@ format's alignment first (``QuantFormat.hidden_align`` and ``intermediate_align`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -36,6 +36,7 @@ __all__ = [
     "QuantLayerShape",
     "QuantModelSpec",
     "SHAPE_FORMATS",
+    "format_title",
     "quant_catalog_shapes",
     "quant_layer_shape",
     "quant_shape_from_label",
@@ -63,6 +64,7 @@ class QuantFormat:
     # The relaid 1-D block scales' dtype as vLLM returns them: NVFP4's and MXFP4's are viewed
     # float8_e4m3fn; MXFP8's stay the uint8 that block_scale_interleave returns for uint8.
     relaid_scale_dtype: torch.dtype = torch.float8_e4m3fn
+    title: str = field(kw_only=True)  # how reports name it (a table's heading)
 
     def scale_shape(self, experts: int, rows: int, elements: int) -> tuple[int, int, int] | None:
         """The block scales of a weight ``[experts, rows, elements]`` (elements, not packed
@@ -83,22 +85,47 @@ FORMATS: dict[str, QuantFormat] = {
     for fmt in (
         # flashinfer_fp4_moe.py: trtllm_hidden_alignment=256; a gated intermediate to 64
         # (align_fp4_moe_weights_for_fi's min_alignment, so that 2I % 128 == 0).
-        QuantFormat("nvfp4", torch.uint8, 2, torch.float8_e4m3fn, 16, False, False, 256, 64),
+        QuantFormat(
+            "nvfp4", torch.uint8, 2, torch.float8_e4m3fn, 16, False, False, 256, 64, title="NVFP4"
+        ),
         # oracle/mxfp4.py::mxfp4_round_up_hidden_size_and_intermediate_size, TRTLLM backends.
-        QuantFormat("mxfp4", torch.uint8, 2, torch.uint8, 32, True, True, 256, 128),
+        QuantFormat("mxfp4", torch.uint8, 2, torch.uint8, 32, True, True, 256, 128, title="MXFP4"),
         # flashinfer_utils.py::prepare_fp8_moe_layer_for_fi: a gated min_alignment of 16.
-        QuantFormat("fp8", torch.float8_e4m3fn, 1, None, 0, False, False, 1, 16),
+        QuantFormat(
+            "fp8", torch.float8_e4m3fn, 1, None, 0, False, False, 1, 16, title="FP8 per-tensor"
+        ),
         # DeepSeek block-FP8 (weight_block_size [128, 128]): float32 scales per 128x128 block.
         # prepare_fp8_moe_layer_for_fi pads nothing for block quantization; oracle/fp8.py's
         # pad_tp_shard_to_weight_blocks rounds I per rank up to whole blocks for TRTLLM-gen,
         # and H must already be a multiple of 128 (it raises otherwise).
         QuantFormat(
-            "fp8block", torch.float8_e4m3fn, 1, torch.float32, 128, False, False, 1, 128, 128
+            "fp8block",
+            torch.float8_e4m3fn,
+            1,
+            torch.float32,
+            128,
+            False,
+            False,
+            1,
+            128,
+            128,
+            title="DeepSeek block-FP8",
         ),
         # flashinfer_utils.py::prepare_fp8_moe_layer_for_fi, MXFP8 on TRTLLM-gen:
         # align_mxfp8_moe_weights_for_fi_trtllm pads I to 128 (gated or not) and H to 256.
         QuantFormat(
-            "mxfp8", torch.float8_e4m3fn, 1, torch.uint8, 32, False, False, 256, 128, 1, torch.uint8
+            "mxfp8",
+            torch.float8_e4m3fn,
+            1,
+            torch.uint8,
+            32,
+            False,
+            False,
+            256,
+            128,
+            1,
+            torch.uint8,
+            title="MXFP8",
         ),
     )
 }
@@ -412,6 +439,11 @@ def quant_shape_from_label(label: str) -> QuantLayerShape:
 #: Every format a shape of the suite has, in the order reports show them: BF16 (``shapes``'
 #: catalog), then ``FORMATS``.
 SHAPE_FORMATS = ("bf16", *FORMATS)
+
+
+def format_title(fmt: str) -> str:
+    """How reports name ``fmt`` of ``SHAPE_FORMATS``: ``BF16``, or its ``QuantFormat.title``."""
+    return "BF16" if fmt == "bf16" else FORMATS[fmt].title
 
 
 def shape_format(label: str) -> str:

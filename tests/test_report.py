@@ -202,11 +202,13 @@ def test_the_summary_has_a_table_per_format_bf16_first(results):
     assert fast["regressions"] == ("peak_bytes",)
     text = render_markdown(table, title="nightly")
     headers = [line for line in text.splitlines() if line.startswith("### ")]
-    assert headers == ["### BF16", "### NVFP4", "### FP8"]  # SHAPE_FORMATS' order, not the run's
+    # SHAPE_FORMATS' order, not the run's; each format's title
+    assert headers == ["### BF16", "### NVFP4", "### FP8 per-tensor"]
     nvfp4 = text[text.index("### NVFP4") : text.index("### FP8")]
     assert "qwen3-235b-a22b-nvfp4/tp4 | fast" in nvfp4 and "**1.69 GiB** ⚠ +50%" in nvfp4
     assert QWEN + " " not in nvfp4 and "llama-4" not in nvfp4
     assert "3 regressed figure(s)" in text
+    assert "Speed-up: `legacy` time / time." in text  # the legend names the baseline
 
 
 def test_the_first_answer_is_what_changed_since_the_previous_results(results):
