@@ -13,7 +13,8 @@ from . import (  # noqa: F401 (imported for their registrations, not their names
     engines,  # registers "vllm", "sglang-installed" where the engines are installed
     flashinfer_strategy,  # registers "flashinfer" where FlashInfer is installed
     quant_strategies,  # registers "<format>-preallocated", "-inplace", "-fast"
-    quant_upstream,  # registers "nvfp4-legacy", "nvfp4-preallocated", "mxfp4-legacy", ...
+    quant_upstream,  # registers "nvfp4-legacy", "nvfp4-preallocated", "mxfp4-legacy"
+    quant_upstream_fp8,  # registers "fp8-legacy", "fp8block-legacy", "mxfp8-legacy"
     strategies,  # registers "legacy" ... "trtllm", everywhere
     triton_strategy,  # registers "triton", "triton_inplace" where Triton can run
 )
