@@ -295,7 +295,7 @@ def quant_cells(regex: re.Pattern | None) -> list[tuple[str, str]]:
         (label, kind)
         for fmt, labels in quant.FORMAT_SHAPES.items()
         for label in labels
-        if quant.timed_quant_shape(label) is not None
+        if quant.is_timed(label)
         for kind in quant.QUANT_KINDS
         if _selected(regex, tuple(quant_sibling(n, fmt) for n in JUDGED_BENCHMARKS), label, kind)
     ]

@@ -37,7 +37,7 @@ from moe_convert.wholemodel import VLLM_LOAD_MAX_SPLIT_MB
 
 from . import bench_convert, common
 
-#: Each format's catalog shapes, ``model/tpN`` (``moe_convert.quant_formats.QUANT_CATALOG``),
+#: Each format's catalog shapes, ``model/tpN`` (``moe_convert.quant_catalog.QUANT_CATALOG``),
 #: written out: parameters must not depend on the installed library.
 FORMAT_SHAPES = {
     "nvfp4": ("kimi-k2-nvfp4/tp8", "deepseek-r1-nvfp4/tp4", "qwen3-235b-a22b-nvfp4/tp4"),
@@ -66,24 +66,29 @@ CPU_PROFILE_QUANT_SHAPES = (
 
 
 def full_quant_shape(label: str):
-    """The full-size ``QuantLayerShape`` of ``label`` (``model/tpN``)."""
-    from moe_convert.quant_formats import quant_shape_from_label
+    """The full-size ``QuantLayerShape`` of ``label`` (``model/tpN``), through the package's
+    ``quant_layer_shape``: every commit with the formats exports it, whatever module holds it."""
+    import moe_convert
 
-    return quant_shape_from_label(label)
+    model, _, tp = label.rpartition("/tp")
+    return moe_convert.quant_layer_shape(model, int(tp))
+
+
+def is_timed(label: str) -> bool:
+    """Whether the profile in use times ``label``: every shape but in the cpu profile, which
+    times ``CPU_PROFILE_QUANT_SHAPES``. From the label alone: a commit without the formats
+    answers it too (its cells are n/a, not failed)."""
+    return common.profile() != "cpu" or label in CPU_PROFILE_QUANT_SHAPES
 
 
 def timed_quant_shape(label: str):
     """The shape ``LayerTime`` converts under the profile in use (``common.timed_shape``'s
     rule: the cpu profile keeps each expert's geometry but ``common.CPU_PROFILE_EXPERTS``
-    experts); ``None`` for a shape the cpu profile does not time."""
+    experts); ``None`` for a shape it does not time (``is_timed``)."""
+    if not is_timed(label):
+        return None
     shape = full_quant_shape(label)
-    if common.profile() != "cpu":
-        return shape
-    return (
-        shape.with_experts(common.CPU_PROFILE_EXPERTS)
-        if label in CPU_PROFILE_QUANT_SHAPES
-        else None
-    )
+    return shape if common.profile() != "cpu" else shape.with_experts(common.CPU_PROFILE_EXPERTS)
 
 
 def _shape_and_strategy(label: str, kind: str):
@@ -320,7 +325,7 @@ class _LayerTime(_Grid, common.LayerTimeFigures):
     version = "1"
 
     def setup_cache(self) -> dict:
-        shapes = tuple(label for label in QUANT_SHAPES if timed_quant_shape(label) is not None)
+        shapes = tuple(label for label in QUANT_SHAPES if is_timed(label))
         return _measure_grid(_time, shapes)
 
     # The cpu profile's 16 cells: 30 s on the shared 2-core machine (load 3.5) for the first 12,

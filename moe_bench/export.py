@@ -103,7 +103,7 @@ def _models(labels: set[str]) -> dict[str, _Model]:
     """
     import torch
 
-    from moe_convert.quant_formats import QUANT_CATALOG, quant_layer_shape
+    from moe_convert.quant_catalog import QUANT_CATALOG, quant_layer_shape
     from moe_convert.quant_layer import quant_layer_tensors
     from moe_convert.shapes import CATALOG, shape_from_label
 

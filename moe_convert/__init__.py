@@ -21,7 +21,8 @@ from . import (  # noqa: F401 (imported for their registrations, not their names
 from .checks import check_weights
 from .formulas import Formula
 from .layout import unconvert
-from .quant_formats import FORMATS, QUANT_CATALOG, QuantLayerShape, quant_layer_shape
+from .quant_catalog import QUANT_CATALOG, quant_layer_shape
+from .quant_formats import FORMATS, QuantLayerShape
 from .quant_layer import QuantLayer, check_quant_layer
 from .quant_registry import QUANT_STRATEGIES, QuantStrategy, convert_quant
 from .registry import STRATEGIES, Strategy, convert, register

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from .quant_formats import quant_catalog_shapes
+from .quant_catalog import quant_catalog_shapes
 from .quant_registry import QUANT_STRATEGIES
 from .quant_replay import quant_rank_load, replay_quant_load
 from .units import format_bytes

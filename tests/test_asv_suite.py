@@ -18,6 +18,7 @@ from asv.util import load_json
 import moe_convert
 from moe_bench import metrics
 from moe_bench.results import load_results
+from moe_convert import QUANT_STRATEGIES, quant_layer_shape
 from moe_convert.registry import UNAVAILABLE
 from moe_convert.replay import layer_trace, replay_load
 from moe_convert.traffic import strategy_traffic
@@ -351,6 +352,9 @@ _SUITE_AGAINST = """
 import inspect, os, sys
 lib, root = sys.argv[1], sys.argv[2]
 sys.path[:0] = [lib, root]
+# as in asv's environment, where the commit's wheel is installed: no editable install of this
+# checkout to answer for a module the commit lacks
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in repr(f)]
 import moe_convert
 assert moe_convert.__file__.startswith(lib), moe_convert.__file__
 from benchmarks import bench_allocator, bench_convert, bench_noise, common
@@ -414,6 +418,48 @@ def test_the_suite_runs_against_the_oldest_commit_it_can_measure(tmp_path, monke
         "LayerTime.track_copy_ratio" in ran and "SleepModeReplay.track_peak_reserved_bytes" in ran
     )
     assert {"PeakMemory:n/a", "RankLoadH200:n/a", "LayerTime:n/a", "Profile:n/a"} <= set(ran)
+
+
+#: A commit whose library has the formats (the last measured before each format had a module),
+#: and a script measuring one quantized cell's exact figures with it: the benchmarks read the
+#: library through what every such commit has, whatever module holds it now.
+FORMATS_COMMIT = "9a8916695829f15523c1fcb88cf0d370719d4938"
+_QUANT_AGAINST = """
+import sys
+sys.path[:0] = sys.argv[1:3]
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in repr(f)]  # as above
+import moe_convert
+assert moe_convert.__file__.startswith(sys.argv[1]), moe_convert.__file__
+from benchmarks import quant
+label = "qwen3-235b-a22b-nvfp4/tp4"
+print(quant.full_quant_shape(label).experts, quant._peak(label, "fast"),
+      quant._traffic(label, "fast").launches, quant._rank_load("H200", label, "fast").layers)
+"""
+
+
+def test_the_quantized_suite_measures_a_library_from_before_its_modules(tmp_path):
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", FORMATS_COMMIT, "moe_convert", "moe_bench"],
+        capture_output=True,
+        check=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _QUANT_AGAINST, str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    experts, peak, launches, layers = map(int, done.stdout.split())
+    shape = quant_layer_shape("qwen3-235b-a22b-nvfp4", 4)  # this checkout's: the same figures
+    fast = QUANT_STRATEGIES["nvfp4-fast"]
+    assert (experts, peak, launches) == (
+        shape.experts,
+        fast.peak.evaluate(shape),
+        fast.launches.evaluate(shape),
+    )
+    assert layers == shape.moe_layers
 
 
 def test_bringing_back_per_expert_temporaries_fails_the_gate_without_a_gpu(monkeypatch):

@@ -18,7 +18,8 @@ from moe_bench.metrics import (
     metric,
 )
 from moe_convert import QUANT_STRATEGIES
-from moe_convert.quant_formats import FORMATS, quant_catalog_shapes, quant_layer_shape
+from moe_convert.quant_catalog import quant_catalog_shapes, quant_layer_shape
+from moe_convert.quant_formats import FORMATS
 from moe_convert.quant_replay import quant_rank_load, replay_quant_load
 from moe_convert.wholemodel import LOAD_DEVICES
 

@@ -8,7 +8,7 @@ import pytest
 
 from moe_convert import QUANT_STRATEGIES, QuantLayerShape
 from moe_convert.memory import measure_memory
-from moe_convert.quant_formats import quant_catalog_shapes
+from moe_convert.quant_catalog import quant_catalog_shapes
 from moe_convert.quant_registry import quant_strategy_call
 from moe_convert.traffic import measure_traffic
 

@@ -7,7 +7,7 @@ import torch
 from conftest import requires_cuda
 
 from moe_convert import STRATEGIES, LayerShape, QuantLayer, layer_shape, quant_layer_shape
-from moe_convert.quant_formats import quant_catalog_shapes
+from moe_convert.quant_catalog import quant_catalog_shapes
 from moe_convert.quant_replay import _tensor_bytes
 from moe_convert.wholemodel import RUN_POOLS, _loaded_layer, run_load, whole_model_seconds
 

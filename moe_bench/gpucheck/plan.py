@@ -136,7 +136,7 @@ def record(rows: list[dict], row: dict) -> None:
 def shape(label: str):
     """The full-size per-rank shape of ``label`` (``model/tpN``): a ``QuantLayerShape`` for a
     model of the quantized catalog, else a BF16 ``LayerShape``."""
-    from moe_convert.quant_formats import quant_shape_from_label, shape_format
+    from moe_convert.quant_catalog import quant_shape_from_label, shape_format
     from moe_convert.shapes import shape_from_label
 
     return (shape_from_label if shape_format(label) == "bf16" else quant_shape_from_label)(label)

@@ -13,7 +13,7 @@ def time_strategy(shape, name: str, device) -> dict:
     tensor of the layer), the asv suite's measurement; every time figure derives from it.
     ``shape`` a BF16 ``LayerShape`` or a ``QuantLayerShape`` (``format``: ``bf16`` or its
     format; ``origin``: the strategy record's, which says whether it is upstream's)."""
-    from moe_convert.quant_formats import shape_format
+    from moe_convert.quant_catalog import shape_format
     from moe_convert.timing import time_layer
 
     record = plan.strategies(shape)[name]
