@@ -136,30 +136,40 @@ def _cell(results: dict, label: str, kind: str):
     return measured
 
 
+def _library():
+    """The measured commit's functions for a quantized layer, ``(call, replay, rank_load)``:
+    every format's ``moe_convert.formats.layer_call``, ``replay.replay_load`` and
+    ``replay.rank_load`` (issue 28's format axis), or on a commit before it
+    ``quant_registry.quant_strategy_call`` and ``quant_replay``'s ``replay_quant_load`` and
+    ``quant_rank_load``, which took the same arguments."""
+    try:
+        from moe_convert.formats import layer_call
+        from moe_convert.replay import rank_load, replay_load
+    except ImportError:  # a commit before the format axis
+        from moe_convert.quant_registry import quant_strategy_call as layer_call
+        from moe_convert.quant_replay import quant_rank_load as rank_load
+        from moe_convert.quant_replay import replay_quant_load as replay_load
+    return layer_call, replay_load, rank_load
+
+
 def _peak(label: str, kind: str) -> int:
     from moe_convert.memory import measure_memory
-    from moe_convert.quant_registry import quant_strategy_call
 
     shape, strategy = _shape_and_strategy(label, kind)
-    return measure_memory(quant_strategy_call(shape, strategy, "meta")).peak_bytes
+    return measure_memory(_library()[0](shape, strategy, "meta")).peak_bytes
 
 
 def _traffic(label: str, kind: str):
-    from moe_convert.quant_registry import quant_strategy_call
     from moe_convert.traffic import measure_traffic
 
     shape, strategy = _shape_and_strategy(label, kind)
     # Totals only (``bench_convert._count_traffic``'s reason): the per-op list is no figure.
-    return dataclasses.replace(
-        measure_traffic(quant_strategy_call(shape, strategy, "meta")), ops=()
-    )
+    return dataclasses.replace(measure_traffic(_library()[0](shape, strategy, "meta")), ops=())
 
 
 def _replay(label: str, kind: str):
-    from moe_convert.quant_replay import replay_quant_load
-
     shape, strategy = _shape_and_strategy(label, kind)
-    return replay_quant_load(
+    return _library()[1](
         shape, strategy, max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB, pool="sleep", device_bytes=None
     )
 
@@ -179,18 +189,16 @@ def _time(label: str, kind: str):
 
 
 def _rank_load(device: str, label: str, kind: str):
-    from moe_convert.quant_replay import quant_rank_load
     from moe_convert.wholemodel import LOAD_DEVICES
 
-    return quant_rank_load(*_shape_and_strategy(label, kind), LOAD_DEVICES[device])
+    return _library()[2](*_shape_and_strategy(label, kind), LOAD_DEVICES[device])
 
 
 def _cuda_memory(label: str, kind: str):
     from moe_convert.memory import cuda_memory
-    from moe_convert.quant_registry import quant_strategy_call
 
     shape, strategy = _shape_and_strategy(label, kind)
-    return cuda_memory(quant_strategy_call(shape, strategy, common.device()))
+    return cuda_memory(_library()[0](shape, strategy, common.device()))
 
 
 class _Grid:
@@ -258,7 +266,7 @@ class _CudaMemory(common.CudaMemoryFigures):
 
 class _SleepModeReplay(_Grid):
     """The quantized model's sleep-mode load replayed at ``max_split_size_mb`` 20 on an
-    unbounded device (``moe_convert.quant_replay``): the peak reserved bytes, and the reserved
+    unbounded device (``moe_convert.replay.replay_load``): the peak reserved bytes, and the reserved
     growth per converted layer (segments stranded by 1-10 MiB temporaries)."""
 
     version = "1"
@@ -279,7 +287,7 @@ class _SleepModeReplay(_Grid):
 
 class _RankLoad(_Grid, common.RankLoadFigures):
     """The quantized rank's load as vLLM makes it (the default pool at ``max_split_size_mb`` 20,
-    ``moe_convert.quant_replay.quant_rank_load``) on one device: ``common.RankLoadFigures``'
+    ``moe_convert.replay.rank_load``) on one device: ``common.RankLoadFigures``'
     figures, exact and gated, ``track_layers_lost_to_oom`` naming the OOM (its layer is the
     rank's layers less those lost). One class per device (``wholemodel.LOAD_DEVICES``), a third
     parameter would be a column moe_bench does not key results by; each writes its own

@@ -35,8 +35,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .inputs import strategy_call
-from .shapes import LayerShape
+from .formats import AnyShape, layer_call
 
 __all__ = [
     "AllocationTracker",
@@ -156,9 +155,10 @@ def require_cuda(what: str) -> torch.device:
 
 
 def strategy_memory(
-    shape: LayerShape, strategy: str, *, device: torch.device | str = "meta"
+    shape: AnyShape, strategy: str, *, device: torch.device | str = "meta"
 ) -> MemoryMeasurement:
-    """Dispatch-level peak transient memory of one conversion of a fresh ``shape`` layer.
+    """Dispatch-level peak transient memory of one conversion of a fresh ``shape`` layer (any
+    format's: ``formats.layer_call``).
 
     The weights are made first (not counted) and the strategy's caches warmed, then one
     ``convert`` call is measured with ``measure_memory``: ``peak_bytes`` is the figure each
@@ -166,7 +166,7 @@ def strategy_memory(
     ``meta`` it is exact at full model size with no memory (DeepSeek-V3 TP1, T13 = 14 GiB: well
     under a second).
     """
-    return measure_memory(strategy_call(shape, strategy, device))
+    return measure_memory(layer_call(shape, strategy, device))
 
 
 def _allocator_events(prof: profile) -> list[tuple[int, int, int, str]]:
@@ -228,9 +228,9 @@ def profiler_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Memory
     return MemoryMeasurement(peak, allocations, live, tuple(events))
 
 
-def strategy_allocator_memory(shape: LayerShape, strategy: str) -> MemoryMeasurement:
+def strategy_allocator_memory(shape: AnyShape, strategy: str) -> MemoryMeasurement:
     """``profiler_memory`` of one conversion of a fresh CPU ``shape`` layer (caches warmed)."""
-    return profiler_memory(strategy_call(shape, strategy, "cpu"))
+    return profiler_memory(layer_call(shape, strategy, "cpu"))
 
 
 @dataclass(frozen=True)
@@ -278,6 +278,6 @@ def cuda_memory(fn: Callable[[], object]) -> CudaMemoryMeasurement:
     )
 
 
-def strategy_cuda_memory(shape: LayerShape, strategy: str) -> CudaMemoryMeasurement:
+def strategy_cuda_memory(shape: AnyShape, strategy: str) -> CudaMemoryMeasurement:
     """``cuda_memory`` of one conversion of a fresh ``shape`` layer on the current CUDA device."""
-    return cuda_memory(strategy_call(shape, strategy, require_cuda("strategy_cuda_memory")))
+    return cuda_memory(layer_call(shape, strategy, require_cuda("strategy_cuda_memory")))

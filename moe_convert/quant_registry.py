@@ -10,20 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
-
 from .checks import check_disjoint
 from .formulas import Formula
-from .quant_formats import FORMATS, QuantFormat, QuantLayerShape
-from .quant_layer import QuantLayer, check_quant_layer, quant_layer_tensors
+from .quant_formats import FORMATS, QuantFormat
+from .quant_layer import QuantLayer, check_quant_layer
 
 __all__ = [
     "QUANT_STRATEGIES",
     "QuantStrategy",
     "convert_quant",
-    "quant_strategy_call",
     "register_quant",
-    "warm_quant_strategy",
 ]
 
 #: ``(layer, gated) -> converted layer``, the layer already checked by ``check_quant_layer``.
@@ -91,22 +87,3 @@ def convert_quant(layer: QuantLayer, *, strategy: str, gated: bool = True) -> Qu
     if record.inplace:  # out-of-place strategies only read their input: overlap is harmless
         check_disjoint(layer.w13, layer.w2)
     return record.function(layer, gated)
-
-
-def warm_quant_strategy(shape: QuantLayerShape, strategy: str, device: torch.device) -> None:
-    """Fill the index caches ``strategy`` keeps per row count and device: one call on a
-    1-expert layer of ``shape``'s per-expert shape (``inputs.warm_strategy``'s rule; ``device``
-    the tensors' ``tensor.device``, part of the cache key)."""
-    convert_quant(
-        quant_layer_tensors(shape.with_experts(1), device), strategy=strategy, gated=shape.gated
-    )
-
-
-def quant_strategy_call(
-    shape: QuantLayerShape, strategy: str, device: torch.device | str
-) -> Callable[[], QuantLayer]:
-    """Fresh tensors of ``shape`` on ``device``, the strategy's index caches warmed
-    (``warm_quant_strategy``), and one conversion to call."""
-    layer = quant_layer_tensors(shape, device)
-    warm_quant_strategy(shape, strategy, layer.w13.device)
-    return lambda: convert_quant(layer, strategy=strategy, gated=shape.gated)

@@ -5,11 +5,11 @@ layer's bytes and each strategy's peak (``QUANT_STRATEGIES[name].peak``, exact o
 tests/test_quant_memory.py), upstream first. Nothing is allocated.
 ``python -m moe_convert.quant_report strategies`` prints every record's formulas;
 ``python -m moe_convert.quant_report replay`` prints the sleep-mode load table
-(``quant_replay``, vLLM's ``max_split_size_mb`` 20): the reserved peak and growth per layer on an
-unbounded device, and the layer that runs out of memory on a GB200 and an H200 (about two
-minutes on 2 CPU cores: the upstream paths' traces have thousands of events);
+(``replay.replay_load``, vLLM's ``max_split_size_mb`` 20): the reserved peak and growth per
+layer on an unbounded device, and the layer that runs out of memory on a GB200 and an H200 (about
+two minutes on 2 CPU cores: the upstream paths' traces have thousands of events);
 ``python -m moe_convert.quant_report rankload`` the load without sleep mode
-(``quant_replay.quant_rank_load``) on the same two devices: its driver calls and OOM layer.
+(``replay.rank_load``) on the same two devices: its driver calls and OOM layer.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 
 from .quant_catalog import quant_catalog_shapes
 from .quant_registry import QUANT_STRATEGIES
-from .quant_replay import quant_rank_load, replay_quant_load
+from .replay import rank_load, replay_load
 from .units import format_bytes
 from .wholemodel import LOAD_DEVICES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 
@@ -73,7 +73,7 @@ def replay_markdown() -> str:
         for kind in KINDS:
             name = f"{shape.format}-{kind}"
             loads = [
-                replay_quant_load(
+                replay_load(
                     shape,
                     name,
                     max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
@@ -98,7 +98,7 @@ def _fits(load: RankLoad) -> str:
 
 def rank_load_markdown() -> str:
     """One row per quantized catalog shape and strategy: the load without sleep mode
-    (``quant_rank_load``) on each of ``LOAD_DEVICES``: whether it fits (else the layer that runs
+    (``replay.rank_load``) on each of ``LOAD_DEVICES``: whether it fits (else the layer that runs
     out of memory) and its driver calls: ``cudaMalloc`` / ``cudaFree`` / refused ``cudaMalloc`` /
     full cache releases (retries), the figures of each format's ``RankLoadGB200`` and
     ``RankLoadH200`` (``benchmarks/quant.py``)."""
@@ -116,7 +116,7 @@ def rank_load_markdown() -> str:
             name = f"{shape.format}-{kind}"
             cells = []
             for device_bytes in LOAD_DEVICES.values():
-                load = quant_rank_load(shape, name, device_bytes)
+                load = rank_load(shape, name, device_bytes)
                 calls = (
                     load.num_device_alloc,
                     load.num_device_free,

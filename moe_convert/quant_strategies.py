@@ -106,7 +106,7 @@ def _scratch(layer: QuantLayer) -> torch.Tensor:
     expert_bytes = max(layer.w13.nbytes, layer.w2.nbytes) // experts
     # At least 10 MiB, as strategies.strided_inplace's and for its reason: a smaller scratch
     # gets a slice of a 20 MiB segment that max_split_size_mb=20 strands after every layer
-    # (quant_replay: 20 MiB growth per layer for kimi-k2-nvfp4/tp8); a large one is reused.
+    # (replay_load: 20 MiB growth per layer for kimi-k2-nvfp4/tp8); a large one is reused.
     return torch.empty(
         max(expert_bytes, K_MIN_LARGE_ALLOC), dtype=torch.uint8, device=layer.w13.device
     )

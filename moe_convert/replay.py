@@ -2,18 +2,24 @@
 
 Legend: L MoE layers, T13/T2 bytes of one layer's w13/w2 on this rank.
 
+Every format's layer replays alike (``moe_convert.formats``): a layer is its named tensors,
+BF16's w13 and w2, a quantized format's weights, scale factors and bf16 biases.
+
 The trace of one layer's conversion (``layer_trace``) is recorded by ``memory.AllocationTracker``
 on ``meta`` at full size, after a warm-up call that fills the strategy's index caches, so it is
 the trace of a steady-state layer. It depends only on the layer shape and the strategy.
 
 The whole-rank sequence (``replay_load``) is the way vLLM loads with a post-load conversion:
 
-1. the model's other weights (one allocation of ``other_weights_bytes``), then every layer's w13
-   and w2 (``T13``, ``T2``, layer by layer), all alive from then on;
+1. the model's other weights (one allocation of ``other_weights_bytes``), then every layer's
+   tensors (BF16: w13 and w2, ``T13``, ``T2``; layer by layer, each its own allocation), all
+   alive from then on;
 2. each layer converted in turn: its trace replayed with fresh block ids; what the trace leaves
-   allocated (an out-of-place strategy's outputs) stays allocated; then, for an out-of-place
-   strategy (its record not ``inplace``), the layer's old w13 and w2 are freed, since the result
-   replaces the parameters. In-place results live in the parameters' own storage.
+   allocated (an out-of-place strategy's outputs) stays allocated; then the layer's tensors
+   whose storage the result does not keep are freed, since the result replaces the parameters
+   (out of place: all of them; in place, BF16's results live in the parameters' own storage,
+   and a quantized layer's bf16 biases come back float32 in new storage, ``fp8block-legacy``
+   keeping w2's scales, which vLLM clamps in place).
 
 Nothing else allocates (no activations, no CUDA context, no NCCL buffers): ``device_bytes`` is
 what the device can lend to PyTorch's allocator during the load. The result is a
@@ -26,11 +32,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import torch
+
 from .allocator import Allocator, Block, MiB, OutOfMemory, Pool
-from .inputs import layer_weights, warm_strategy
+from .formats import AnyShape, convert_layer, layer_tensors, warm_layer_strategy
 from .memory import AllocationTracker, MemoryEvent
-from .registry import STRATEGIES, convert
-from .shapes import LayerShape, shape_from_label
+from .shapes import shape_from_label
 from .wholemodel import (
     DEVICE_141GB_BYTES,
     DEVICE_EVENTS,
@@ -48,6 +55,7 @@ __all__ = [
     "load_rank_weights",
     "load_steps",
     "pr45589_replay",
+    "rank_load",
     "replay_conversions",
     "replay_load",
 ]
@@ -62,7 +70,7 @@ class LayerTrace:
     ``free``. Blocks allocated and never freed are the strategy's outputs.
     """
 
-    shape: LayerShape
+    shape: AnyShape
     strategy: str
     events: tuple[MemoryEvent, ...]
 
@@ -83,19 +91,37 @@ class WeightsDoNotFit(ValueError):
 
 
 @functools.cache
-def layer_trace(shape: LayerShape, strategy: str) -> LayerTrace:
-    """Record one steady-state conversion of a ``shape`` layer with ``strategy`` on ``meta``.
+def _meta_conversion(shape: AnyShape, strategy: str) -> tuple[LayerTrace, frozenset[str]]:
+    """One steady-state conversion of a full-size ``shape`` layer on ``meta``: its trace, and the
+    names of the layer's tensors whose storage the result keeps (all of them in place; a
+    quantized in-place strategy's bf16 biases come back float32 in new storage; ``fp8block``'s
+    upstream path keeps w2's scales, clamped in place). Cached per (shape, strategy)."""
+    layer = layer_tensors(shape, "meta")
+    warm_layer_strategy(shape, strategy, torch.device("meta"))
+    with AllocationTracker() as tracker:
+        result = convert_layer(shape, layer, strategy)
+        events = tuple(tracker.events)
+    # Meta tensors have no addresses; a storage's C++ object tells whether two tensors share it.
+    results = {t.untyped_storage()._cdata for t in result.values()}
+    kept = frozenset(name for name, t in layer.items() if t.untyped_storage()._cdata in results)
+    del result
+    return LayerTrace(shape, strategy, events), kept
+
+
+def layer_trace(shape: AnyShape, strategy: str) -> LayerTrace:
+    """Record one steady-state conversion of a ``shape`` layer (any format) with ``strategy`` on
+    ``meta``, after a warm-up call that fills its index caches.
 
     Cached per (shape, strategy): the trace does not depend on the allocator's settings. The
     events are taken before the call's result is released, so outputs are never freed in it.
     """
-    w13, w2 = layer_weights(shape, "meta")
-    warm_strategy(shape, strategy, w13.device)
-    with AllocationTracker() as tracker:
-        result = convert(w13, w2, strategy=strategy, gated=shape.gated)
-        events = tuple(tracker.events)
-    del result
-    return LayerTrace(shape, strategy, events)
+    return _meta_conversion(shape, strategy)[0]
+
+
+def _tensor_bytes(shape: AnyShape) -> dict[str, int]:
+    """Bytes of each tensor of one loaded layer, in load order (``formats.layer_tensors``' on
+    ``meta``: what ``wholemodel.run_load`` allocates when it runs the load on CUDA)."""
+    return {name: t.nbytes for name, t in layer_tensors(shape, "meta").items()}
 
 
 def _replay_trace(allocator: Allocator, trace: LayerTrace) -> None:
@@ -124,32 +150,30 @@ def _replay_trace(allocator: Allocator, trace: LayerTrace) -> None:
 LoadStep = tuple[str, object, int, bool]
 
 
-def load_steps(shape: LayerShape, strategy: str) -> list[LoadStep]:
+def load_steps(shape: AnyShape, strategy: str) -> list[LoadStep]:
     """The allocator calls of ``replay_load``'s load as a flat list, to replay elsewhere.
 
-    Every weight of ``shape.moe_layers`` layers, then each layer's trace (keys ``(layer,
-    block)``) followed, out of place, by the free of its old w13 and w2. ``gpu-check`` replays
-    the same list in the model and in PyTorch's caching allocator, step by step. Zero-byte
-    allocations are kept (PyTorch makes no allocator call for them: skip them when replaying).
+    Every tensor of ``shape.moe_layers`` layers (keys ``(name, layer)``), then each layer's
+    trace (keys ``(layer, block)``) followed by the free of the tensors its result replaces
+    (out of place: all of them). ``gpu-check`` replays the same list in the model and in
+    PyTorch's caching allocator, step by step. Zero-byte allocations are kept (PyTorch makes no
+    allocator call for them: skip them when replaying).
     """
-    trace = layer_trace(shape, strategy)
+    trace, kept = _meta_conversion(shape, strategy)
+    sizes = _tensor_bytes(shape)
     steps: list[LoadStep] = []
     for layer in range(shape.moe_layers):
-        steps += [
-            ("alloc", ("w13", layer), shape.w13_bytes, False),
-            ("alloc", ("w2", layer), shape.w2_bytes, False),
-        ]
+        steps += [("alloc", (name, layer), nbytes, False) for name, nbytes in sizes.items()]
     for layer in range(shape.moe_layers):
         steps += [(event.kind, (layer, event.block), event.nbytes, False) for event in trace.events]
-        if not STRATEGIES[strategy].inplace:
-            steps += [("free", ("w13", layer), 0, False), ("free", ("w2", layer), 0, False)]
+        steps += [("free", (name, layer), 0, False) for name in sizes if name not in kept]
         kind, key, nbytes, _ = steps[-1]
         steps[-1] = (kind, key, nbytes, True)
     return steps
 
 
 def replay_load(
-    shape: LayerShape,
+    shape: AnyShape,
     strategy: str,
     *,
     max_split_size_mb: int | None,
@@ -163,9 +187,10 @@ def replay_load(
     Parameters
     ----------
     shape
-        The per-rank layer shape (``layer_shape(model, tp)``); ``shape.moe_layers`` layers.
+        The per-rank layer shape of any format (``layer_shape(model, tp)``,
+        ``quant_layer_shape(model, tp)``); ``shape.moe_layers`` layers.
     strategy
-        A registered strategy name.
+        A registered strategy of the shape's format.
     max_split_size_mb
         The allocator's setting (vLLM sets 20 while loading), or ``None`` for unlimited.
     pool
@@ -183,21 +208,35 @@ def replay_load(
     growth per layer is derived from; every field but the run's seconds is known here.
     """
     allocator, params = load_rank_weights(
-        {"w13": shape.w13_bytes, "w2": shape.w2_bytes},
+        _tensor_bytes(shape),
         shape.moe_layers,
         max_split_size_mb=max_split_size_mb,
         pool=pool,
         device_bytes=device_bytes,
         other_weights_bytes=other_weights_bytes,
     )
-    # the outputs replace the parameters; in place, the results live in their storage
-    freed = [] if STRATEGIES[strategy].inplace else [list(blocks.values()) for blocks in params]
+    # the result replaces the parameters; what it keeps of their storage stays
+    trace, kept = _meta_conversion(shape, strategy)
     return replay_conversions(
         allocator,
-        layer_trace(shape, strategy),
-        freed,
+        trace,
+        [[b for name, b in blocks.items() if name not in kept] for blocks in params],
         max_split_size_mb=max_split_size_mb,
         other_weights_bytes=other_weights_bytes,
+    )
+
+
+def rank_load(shape: AnyShape, strategy: str, device_bytes: int) -> RankLoad:
+    """The rank's load as vLLM makes it without sleep mode (the default pool at
+    ``VLLM_LOAD_MAX_SPLIT_MB``) on a device lending ``device_bytes`` (``wholemodel.LOAD_DEVICES``),
+    replayed: its driver calls, refused ``cudaMalloc`` calls and the layer, if any, that runs out
+    of memory. The model's non-MoE weights are left out, so a real rank has less room."""
+    return replay_load(
+        shape,
+        strategy,
+        max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
+        pool="default",
+        device_bytes=device_bytes,
     )
 
 
@@ -215,7 +254,7 @@ def load_rank_weights(
     each tensor its own allocation, in the dict's order), as vLLM's parameters are.
 
     Returns the allocator and, per layer, ``{name: block}``. The arguments mean what they do for
-    ``replay_load``; shared by it and ``quant_replay.replay_quant_load``. Raises
+    ``replay_load``. Raises
     ``WeightsDoNotFit`` when the weights do not fit ``device_bytes``.
     """
     if other_weights_bytes < 0:
@@ -252,7 +291,7 @@ def replay_conversions(
     """Convert every loaded layer in turn on ``allocator`` (the weights already allocated):
     ``trace`` replayed per layer, then layer ``i``'s blocks in ``freed[i]`` (what the result
     replaces; empty for an in-place strategy) freed, until the first layer that runs out of
-    memory. Shared by ``replay_load`` and ``quant_replay.replay_quant_load``.
+    memory.
     """
     shape = trace.shape
     loaded = allocator.stats()  # the events below count from here: the conversions' own

@@ -124,6 +124,9 @@ class LayerShape:
     moe_layers: int
     gated: bool = True
 
+    #: The layer's format (``moe_convert.formats``): BF16's layer holds ``w13`` and ``w2`` only.
+    format = "bf16"
+
     @property
     def label(self) -> str:
         """``model/tpN``, the name used in benchmark parameters (inverse: ``shape_from_label``)."""

@@ -23,12 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .inputs import layer_weights, warm_strategy
-from .quant_formats import QuantLayerShape
-from .quant_layer import quant_layer_tensors
-from .quant_registry import QUANT_STRATEGIES, convert_quant, warm_quant_strategy
-from .registry import STRATEGIES, convert
-from .shapes import LayerShape
+from .formats import AnyShape, convert_layer, layer_tensors, strategy_record, warm_layer_strategy
 from .wholemodel import whole_model_seconds
 
 __all__ = [
@@ -170,7 +165,7 @@ class LayerTiming:
 
     strategy: str
     # the layer timed (the cpu profile times fewer experts than the model's)
-    shape: LayerShape | QuantLayerShape
+    shape: AnyShape
     device: str
     strategy_time: Timing
     copy_time: Timing
@@ -234,7 +229,7 @@ class LayerTiming:
 
 
 def time_layer(
-    shape: LayerShape | QuantLayerShape,
+    shape: AnyShape,
     strategy: str,
     *,
     device: torch.device | str = "cpu",
@@ -245,8 +240,8 @@ def time_layer(
 ) -> LayerTiming:
     """Time ``strategy`` on a fresh ``shape`` layer against a same-size ``copy_``, interleaved.
 
-    A ``LayerShape`` with a BF16 strategy (``convert``) or a ``QuantLayerShape`` with one of its
-    format's (``convert_quant``: weights, scale factors and biases, seeded). The reference
+    A shape of any format with one of its format's strategies (``formats.convert_layer``: BF16's
+    w13 and w2, a quantized format's weights, scale factors and biases, seeded). The reference
     copies every tensor of the layer (``dst.copy_(src)`` into tensors allocated and touched
     once, in warm-up): ``2 (T13 + T2)`` bytes read and written, ``2 layer_bytes`` in general.
     Calls alternate copy, strategy, copy, strategy ... in this process, ``warmup`` rounds
@@ -281,29 +276,21 @@ def time_layer(
 
 
 def _conversion(
-    shape: LayerShape | QuantLayerShape, strategy: str, device: torch.device
+    shape: AnyShape, strategy: str, device: torch.device
 ) -> tuple[list[torch.Tensor], Callable[[], object], bool]:
     """A fresh, seeded ``shape`` layer on ``device`` (every tensor of it), one conversion of it
     with ``strategy`` (its caches warmed) and whether that conversion is in place."""
-    if isinstance(shape, QuantLayerShape):
-        layer = quant_layer_tensors(shape, device)
-        warm_quant_strategy(shape, strategy, layer.w13.device)
-        return (
-            list(layer.tensors().values()),
-            lambda: convert_quant(layer, strategy=strategy, gated=shape.gated),
-            QUANT_STRATEGIES[strategy].inplace,
-        )
-    w13, w2 = layer_weights(shape, device)
-    warm_strategy(shape, strategy, w13.device)
+    layer = layer_tensors(shape, device)
+    warm_layer_strategy(shape, strategy, next(iter(layer.values())).device)
     return (
-        [w13, w2],
-        lambda: convert(w13, w2, strategy=strategy, gated=shape.gated),
-        STRATEGIES[strategy].inplace,
+        list(layer.values()),
+        lambda: convert_layer(shape, layer, strategy),
+        strategy_record(shape, strategy).inplace,
     )
 
 
 def _time_interleaved(
-    shape: LayerShape | QuantLayerShape,
+    shape: AnyShape,
     strategy: str,
     tensors: list[torch.Tensor],
     run: Callable[[], object],

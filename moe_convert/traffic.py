@@ -32,8 +32,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .inputs import strategy_call
-from .shapes import LayerShape
+from .formats import AnyShape, layer_call
 
 __all__ = [
     "OpTraffic",
@@ -145,12 +144,13 @@ def measure_traffic(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traffi
 
 
 def strategy_traffic(
-    shape: LayerShape, strategy: str, *, device: torch.device | str = "meta"
+    shape: AnyShape, strategy: str, *, device: torch.device | str = "meta"
 ) -> TrafficMeasurement:
-    """Traffic and launches of one conversion of a fresh ``shape`` layer (caches warmed first).
+    """Traffic and launches of one conversion of a fresh ``shape`` layer of any format (caches
+    warmed first).
 
     On ``meta`` it is exact at full model size with no memory, like ``memory.strategy_memory``;
     ``traffic_bytes`` is the figure each strategy's record states (``strided_copy``:
     ``2 (T13 + T2)``).
     """
-    return measure_traffic(strategy_call(shape, strategy, device))
+    return measure_traffic(layer_call(shape, strategy, device))

@@ -31,14 +31,10 @@ from dataclasses import dataclass, fields
 import torch
 
 from .allocator import MiB, Pool
-from .inputs import layer_weights, warm_strategy
+from .formats import AnyShape, Layer, convert_layer, layer_tensors, warm_layer_strategy
 from .memory import require_cuda
 from .nvtx import nvtx_range
-from .quant_formats import QuantLayerShape
-from .quant_layer import QuantLayer, quant_layer_tensors
-from .quant_registry import convert_quant, warm_quant_strategy
-from .registry import convert
-from .shapes import LayerShape, shape_from_label
+from .shapes import shape_from_label
 
 __all__ = [
     "DEVICE_141GB_BYTES",
@@ -96,7 +92,7 @@ RUN_POOLS: tuple[Pool, ...] = ("default", "mempool")
 _UNLIMITED_SPLIT_MB = (2**64 - 1) // MiB
 
 
-def whole_model_seconds(shape: LayerShape, per_layer_seconds: float) -> float:
+def whole_model_seconds(shape: AnyShape, per_layer_seconds: float) -> float:
     """Seconds to convert every MoE layer of ``shape``'s model on one rank (layers in sequence).
 
     ``shape.moe_layers`` layers of ``shape`` (with its expert count: a shape limited by
@@ -219,39 +215,18 @@ class RankLoad:
         return found
 
 
-def _loaded_layer(
-    shape: LayerShape | QuantLayerShape, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor] | QuantLayer:
+def _loaded_layer(shape: AnyShape, device: torch.device) -> Layer:
     """One layer's tensors as the checkpoint loader leaves them on ``device``: uninitialised (the
-    bytes do not matter), each its own allocation, in the order and sizes its replay loads them.
-
-    BF16: ``(w13 [E, M13, H], w2 [E, H, I])`` (``replay.replay_load``). Quantized: a
-    ``QuantLayer`` of every tensor ``quant_layer_tensors`` makes (weights, scale factors, bf16
-    biases, in field order; ``quant_replay.replay_quant_load``). Memory: ``shape.layer_bytes``.
-    """
-    if isinstance(shape, QuantLayerShape):
-        template = quant_layer_tensors(shape, "meta")
-        return QuantLayer(
-            **{name: torch.empty_like(t, device=device) for name, t in template.tensors().items()}
-        )
-    w13, w2 = layer_weights(shape, "meta")
-    return torch.empty_like(w13, device=device), torch.empty_like(w2, device=device)
-
-
-def _convert_layer(
-    shape: LayerShape | QuantLayerShape,
-    strategy: str,
-    layer: tuple[torch.Tensor, torch.Tensor] | QuantLayer,
-) -> tuple[torch.Tensor, torch.Tensor] | QuantLayer:
-    """``layer`` (``_loaded_layer``'s) converted with ``strategy``: ``convert`` or
-    ``convert_quant``, as the shape's format needs."""
-    if isinstance(shape, QuantLayerShape):
-        return convert_quant(layer, strategy=strategy, gated=shape.gated)
-    return convert(*layer, strategy=strategy, gated=shape.gated)
+    bytes do not matter), each its own allocation, in the order and sizes its replay loads them
+    (``formats.layer_tensors``' on ``meta``: BF16's w13 and w2; a quantized format's weights,
+    scale factors and bf16 biases). Memory: ``shape.layer_bytes``."""
+    return {
+        name: torch.empty_like(t, device=device) for name, t in layer_tensors(shape, "meta").items()
+    }
 
 
 def run_load(
-    shape: LayerShape | QuantLayerShape,
+    shape: AnyShape,
     strategy: str,
     *,
     layers: int | None = None,
@@ -264,8 +239,8 @@ def run_load(
     Under ``max_split_size_mb`` (``None``: unlimited), in ``pool`` (``RUN_POOLS``: ``default``,
     as vLLM loads without sleep mode, or ``mempool``, a fresh ``torch.cuda.MemPool``): one
     ballast tensor of ``other_weights_bytes`` (the model's other weights), then every layer's
-    tensors (``_loaded_layer``: a BF16 ``LayerShape``'s w13 and w2; a ``QuantLayerShape``'s
-    weights, scale factors and bf16 biases, converted by ``convert_quant`` with a strategy of its
+    tensors (``_loaded_layer``, any format's: BF16's w13 and w2, a quantized format's weights,
+    scale factors and bf16 biases, converted by ``formats.convert_layer`` with a strategy of its
     format), each its own allocation as vLLM's parameters are; then each layer converted in
     order, the result replacing the layer's tensors (the old ones it does not live in freed, as
     vLLM's ``replace_parameter`` does: all of them out of place, in place only a quantized
@@ -278,8 +253,7 @@ def run_load(
 
     ``device_bytes`` is what the device had free at the start (``torch.cuda.mem_get_info``, after
     ``empty_cache``), so ``replay.replay_load`` with the same arguments predicts this run event
-    by event (``RankLoad.differences``; ``quant_replay.replay_quant_load`` for a quantized shape,
-    which loads no ballast). ``layers`` defaults to ``shape.moe_layers``, the whole rank
+    by event (``RankLoad.differences``). ``layers`` defaults to ``shape.moe_layers``, the whole rank
     (Qwen3-235B TP4: 94 layers, 105.75 GiB). Memory: the ballast and ``layers x
     shape.layer_bytes`` of weights, then what the conversions reserve. ``RuntimeError`` without
     CUDA, or when the weights themselves do not fit.
@@ -296,9 +270,8 @@ def run_load(
     # as its replay does (a trace is recorded after the same warm-up, on meta).
     if device not in _CACHES_POOL:
         _CACHES_POOL[device] = torch.cuda.MemPool()
-    warm = warm_quant_strategy if isinstance(shape, QuantLayerShape) else warm_strategy
     with torch.cuda.use_mem_pool(_CACHES_POOL[device], device=device):
-        warm(shape, strategy, device)
+        warm_layer_strategy(shape, strategy, device)
     oom_layer, oom_message, reserved_after, ends = None, None, [], []
     with allocator_max_split_size(max_split_size_mb):
         torch.cuda.synchronize(device)
@@ -331,7 +304,7 @@ def run_load(
                 layer = weights[index]
                 try:
                     with nvtx_range(f"moe_load/{strategy}/{shape.label}/layer{index}", device):
-                        weights[index] = _convert_layer(shape, strategy, layer)
+                        weights[index] = convert_layer(shape, layer, strategy)
                 except torch.OutOfMemoryError as exc:
                     oom_layer, oom_message = index, str(exc).splitlines()[0]
                     break

@@ -32,7 +32,7 @@ Steps (budgets in ``plan.STEPS``):
    #45589's whole rank (``LOAD_SHAPE``, every layer, a ballast to its 109.61 GiB) for each of
    ``LOAD_STRATEGIES`` x ``LOAD_CONFIGS``, each run on CUDA (``wholemodel.run_load``), timed
    layer by layer, against the same load replayed for the memory the device had free
-   (``quant_replay.replay_quant_load``, ``replay.pr45589_replay``), field by field and driver
+   (``replay.replay_load``, ``replay.pr45589_replay``), field by field and driver
    call by driver call; the allocator events' costs measured
    (``loadtime.measure_event_costs``) and each load predicted from them.
    The costs and the per-layer seconds of step 5 become ``OUT/device-costs.json``: the committed

@@ -13,13 +13,10 @@ from . import plan
 
 def _model_transient_reserved(shape, strategy: str, max_split_size_mb: int | None) -> int:
     """Peak reserved above the loaded layer for one conversion, per the allocator model: a
-    one-layer load replayed (``replay_load``, or ``replay_quant_load`` for a quantized shape)."""
-    from moe_convert import QuantLayerShape
-    from moe_convert.quant_replay import replay_quant_load
+    one-layer load replayed (``replay_load``, any format's)."""
     from moe_convert.replay import replay_load
 
-    replay = replay_quant_load if isinstance(shape, QuantLayerShape) else replay_load
-    return replay(
+    return replay_load(
         dataclasses.replace(shape, moe_layers=1),
         strategy,
         max_split_size_mb=max_split_size_mb,
@@ -29,13 +26,10 @@ def _model_transient_reserved(shape, strategy: str, max_split_size_mb: int | Non
 
 
 def _conversion(shape, strategy: str, device):
-    """One conversion of a fresh ``shape`` layer on ``device``, caches warmed."""
-    from moe_convert import QuantLayerShape
-    from moe_convert.inputs import strategy_call
-    from moe_convert.quant_registry import quant_strategy_call
+    """One conversion of a fresh ``shape`` layer (any format's) on ``device``, caches warmed."""
+    from moe_convert.formats import layer_call
 
-    call = quant_strategy_call if isinstance(shape, QuantLayerShape) else strategy_call
-    return call(shape, strategy, device)
+    return layer_call(shape, strategy, device)
 
 
 def step_memory(dry_run: bool) -> dict:

@@ -134,23 +134,18 @@ def record(rows: list[dict], row: dict) -> None:
 
 
 def shape(label: str):
-    """The full-size per-rank shape of ``label`` (``model/tpN``): a ``QuantLayerShape`` for a
-    model of the quantized catalog, else a BF16 ``LayerShape``."""
-    from moe_convert.quant_catalog import quant_shape_from_label, shape_format
-    from moe_convert.shapes import shape_from_label
+    """The full-size per-rank shape of ``label`` (``model/tpN``) of any format's catalog."""
+    from moe_convert.formats import any_shape_from_label
 
-    return (shape_from_label if shape_format(label) == "bf16" else quant_shape_from_label)(label)
+    return any_shape_from_label(label)
 
 
 def strategies(shape) -> dict:
-    """Name -> registry record of every strategy a step runs on ``shape``: ``STRATEGIES`` for a
-    BF16 ``LayerShape``, the ``QUANT_STRATEGIES`` of a ``QuantLayerShape``'s format (both
-    records say ``inplace``, ``origin`` and the exact ``peak``)."""
-    from moe_convert import QUANT_STRATEGIES, STRATEGIES, QuantLayerShape
+    """Name -> registry record of every strategy of ``shape``'s format a step runs (each record
+    says ``inplace``, ``origin`` and the exact ``peak``)."""
+    from moe_convert.formats import layer_format
 
-    if isinstance(shape, QuantLayerShape):
-        return {name: r for name, r in QUANT_STRATEGIES.items() if r.format == shape.format}
-    return STRATEGIES
+    return layer_format(shape).strategies()
 
 
 def cuda_device():
