@@ -24,7 +24,6 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from . import inputs, reference
 from .allocator import POOLS, MiB
 from .cli_args import (
     Parser,
@@ -37,12 +36,21 @@ from .cli_args import (
     gib_amount,
     max_split_list,
     resolve_shape,
+    resolve_strategies,
 )
 from .engines import ENGINES, check_engine
+from .formats import (
+    LAYER_FORMATS,
+    AnyShape,
+    convert_layer,
+    every_catalog_shape,
+    layer_tensors,
+    reference_conversion,
+    strategy_record,
+)
 from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
-from .registry import STRATEGIES, UNAVAILABLE, convert, strategies_markdown, update_markdown
+from .registry import strategies_markdown, update_markdown
 from .replay import WeightsDoNotFit, replay_load
-from .shapes import LayerShape, catalog_shapes
 from .timing import time_layer
 from .traffic import strategy_traffic
 from .units import format_bytes as _bytes
@@ -58,21 +66,22 @@ def _progress(steps: int, args: argparse.Namespace, desc: str) -> tqdm:
     return tqdm(total=steps, desc=desc, disable=True if args.quiet else None, leave=False)
 
 
-def _kernel_note(shape: LayerShape) -> str:
+def _kernel_note(shape: AnyShape) -> str:
     return f"  note: the SM100 kernel cannot take this shape: {shape.invalid_reason}"
 
 
 def cmd_shapes(args: argparse.Namespace) -> int:
     print(
-        f"{'model':<18} {'tp':>2}  {'w13 per rank':<20} {'w2 per rank':<20} {'MiB/layer':>9} "
-        f"{'layers':>6} {'GiB/rank':>8}  valid"
+        f"{'model':<21} {'tp':>2}  {'format':<8} {'w13 per rank':<20} {'w2 per rank':<20} "
+        f"{'MiB/layer':>9} {'layers':>6} {'GiB/rank':>8}  valid"
     )
-    for shape in catalog_shapes():
+    for shape in every_catalog_shape():
         status = "yes" if shape.valid else f"no: {shape.invalid_reason}"
         print(
-            f"{shape.model:<18} {shape.tp:>2}  {str(list(shape.w13_shape)):<20} "
-            f"{str(list(shape.w2_shape)):<20} {shape.layer_bytes / MiB:>9.1f} "
-            f"{shape.moe_layers:>6} {shape.model_bytes / 2**30:>8.2f}  {status}"
+            f"{shape.model:<21} {shape.tp:>2}  {shape.format:<8} "
+            f"{str(list(shape.w13_shape)):<20} {str(list(shape.w2_shape)):<20} "
+            f"{shape.layer_bytes / MiB:>9.1f} {shape.moe_layers:>6} "
+            f"{shape.model_bytes / 2**30:>8.2f}  {status}"
         )
     return 0
 
@@ -91,32 +100,27 @@ def cmd_strategies(args: argparse.Namespace) -> int:
     elif args.markdown:
         print(strategies_markdown(), end="")
     else:
-        for record in sorted([*STRATEGIES.values(), *UNAVAILABLE.values()], key=lambda r: r.name):
-            here = "" if record.name in STRATEGIES else f"  (not here: needs {record.needs})"
-            print(f"{record.name:<17} {record.result:<19} {record.origin}{here}")
-            for label, formula in (
-                ("peak transient", record.peak),
-                ("traffic", record.traffic),
-                ("launches", record.launches),
-            ):
-                print(f"    {label:<15} {formula if formula is not None else 'not stated'}")
+        for fmt in LAYER_FORMATS.values():
+            here = fmt.strategies()
+            records = [*here.values(), *fmt.unavailable().values()]
+            for record in sorted(records, key=lambda r: r.name):
+                needs = "" if record.name in here else f"  (not here: needs {record.needs})"
+                result = "views of the input" if record.inplace else "new tensors"
+                print(f"{record.name:<22} {fmt.name:<8} {result:<19} {record.origin}{needs}")
+                for label, formula in (
+                    ("peak transient", record.peak),
+                    ("traffic", record.traffic),
+                    ("launches", record.launches),
+                ):
+                    print(f"    {label:<15} {formula if formula is not None else 'not stated'}")
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     shape = resolve_shape(args)
+    names = resolve_strategies(shape, args.strategy)
     check_fits(shape, args.device, 3)  # the input, the expected output, a clone converted
-    if reference.AVAILABLE:
-        oracle_name = "FlashInfer's helpers"
-
-        def oracle(w13, w2):
-            return reference.flashinfer_reference(w13, w2, gated=shape.gated)
-    else:
-        oracle_name = "legacy (flashinfer-python is not installed)"
-
-        def oracle(w13, w2):
-            return convert(w13.clone(), w2.clone(), strategy="legacy", gated=shape.gated)
-
+    oracle_name, oracle = reference_conversion(shape)
     print(
         f"verify {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)}, "
         f"gated={shape.gated}, device {args.device}; against {oracle_name}",
@@ -124,31 +128,31 @@ def cmd_verify(args: argparse.Namespace) -> int:
     )
     if not shape.valid:
         print(_kernel_note(shape), flush=True)
-    failed = 0
-    with _progress(len(args.strategy) + 1, args, "verify") as bar:
+    failed, width = 0, max(16, *map(len, names))
+    with _progress(len(names) + 1, args, "verify") as bar:
         bar.set_postfix_str("reference")
-        w13, w2 = inputs.random_weights(
-            shape.w13_shape, shape.w2_shape, seed=args.seed, device=args.device
-        )
-        want13, want2 = oracle(w13, w2)
+        layer = layer_tensors(shape, args.device, seed=args.seed)
+        want = oracle(layer)
         bar.update()
-        for name in args.strategy:
+        for name in names:
             bar.set_postfix_str(name)
-            in13, in2 = w13.clone(), w2.clone()
-            got13, got2 = convert(in13, in2, strategy=name, gated=shape.gated)
-            same = [
-                torch.equal(got.view(torch.uint8), want.view(torch.uint8))
-                for got, want in ((got13, want13), (got2, want2))
-            ]
-            aliased = got13.data_ptr() == in13.data_ptr() and got2.data_ptr() == in2.data_ptr()
-            alias_ok = aliased == STRATEGIES[name].inplace
-            ok = all(same) and alias_ok
+            given = {key: t.clone() for key, t in layer.items()}
+            got = convert_layer(shape, given, name)
+            same = {
+                key: torch.equal(got[key].view(torch.uint8), want[key].view(torch.uint8))
+                for key in want
+            }
+            # in place: the weights come back in the input's storage (a quantized layer's
+            # biases come back float32, in new tensors)
+            aliased = all(got[key].data_ptr() == given[key].data_ptr() for key in ("w13", "w2"))
+            alias_ok = aliased == strategy_record(shape, name).inplace
+            ok = all(same.values()) and alias_ok
             failed += not ok
             bar.write(
-                f"  {name:<16} w13 {'ok' if same[0] else 'MISMATCH'}  "
-                f"w2 {'ok' if same[1] else 'MISMATCH'}"
-                f"  {'in place' if aliased else 'new tensors'}"
-                f"{'' if alias_ok else ' (WRONG: contract says otherwise)'}",
+                f"  {name:<{width}} "
+                + "  ".join(f"{key} {'ok' if good else 'MISMATCH'}" for key, good in same.items())
+                + f"  {'in place' if aliased else 'new tensors'}"
+                + f"{'' if alias_ok else ' (WRONG: contract says otherwise)'}",
                 file=sys.stdout,
             )
             bar.update()
@@ -157,7 +161,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _measure_record(
-    shape: LayerShape, name: str, device: str, repeats: int, threads: int | None
+    shape: AnyShape, name: str, device: str, repeats: int, threads: int | None
 ) -> dict:
     """Every figure of one strategy on ``shape``: dispatch-level memory everywhere; on cpu/cuda the
     layer's timing against a copy and the whole-model time derived from it (``time_layer``); on cpu
@@ -168,6 +172,7 @@ def _measure_record(
         "strategy": name,
         "model": shape.model,
         "tp": shape.tp,
+        "format": shape.format,
         "device": device,
         "experts": shape.experts,
         "layer_bytes": shape.layer_bytes,
@@ -248,6 +253,7 @@ def _print_measure_table(records: list[dict]) -> None:
 
 def cmd_measure(args: argparse.Namespace) -> int:
     shape = resolve_shape(args)
+    names = resolve_strategies(shape, args.strategy)
     kind = torch.device(args.device).type
     if args.threads is not None and kind != "cpu":
         raise UsageError(
@@ -255,7 +261,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
             f"not {args.device}"
         )
     # the layer, the copy_ destination, and the pristine copy that restores an in-place input
-    inplace = any(STRATEGIES[name].inplace for name in args.strategy)
+    inplace = any(strategy_record(shape, name).inplace for name in names)
     check_fits(shape, args.device, 3 if inplace else 2)
     if not args.json:
         print(
@@ -281,8 +287,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     if not shape.valid:  # stdout stays JSON lines with --json
         print(_kernel_note(shape), file=sys.stderr if args.json else sys.stdout, flush=True)
     records = []
-    with _progress(len(args.strategy), args, f"measure on {args.device}") as bar:
-        for name in args.strategy:
+    with _progress(len(names), args, f"measure on {args.device}") as bar:
+        for name in names:
             bar.set_postfix_str(name)
             record = _measure_record(shape, name, args.device, args.repeats, args.threads)
             records.append(record)
@@ -359,11 +365,12 @@ def _print_replay_tables(results: list[RankLoad], max_splits: list[int | None]) 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     shape = resolve_shape(args)
+    names = resolve_strategies(shape, args.strategy)
     max_splits = args.max_split_mb
     device_bytes, other_bytes = int(args.device_gib * 2**30), int(args.other_weights_gib * 2**30)
     results = []
-    with _progress(len(args.strategy) * len(max_splits), args, "replay") as bar:
-        for name in args.strategy:
+    with _progress(len(names) * len(max_splits), args, "replay") as bar:
+        for name in names:
             for max_split in max_splits:
                 bar.set_postfix_str(f"{name}, max_split_size_mb {max_split}")
                 try:

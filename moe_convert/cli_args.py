@@ -19,7 +19,8 @@ from typing import NoReturn
 
 import torch
 
-from .registry import STRATEGIES
+from .formats import LAYER_FORMATS, AnyShape, layer_format
+from .quant_catalog import QUANT_CATALOG, QuantModelSpec
 from .shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, spec_from_hf_config
 from .units import format_bytes as _bytes
 
@@ -34,6 +35,7 @@ __all__ = [
     "gib_amount",
     "max_split_list",
     "resolve_shape",
+    "resolve_strategies",
     "strategy_list",
 ]
 
@@ -89,16 +91,21 @@ def gib_amount(*, zero_ok: bool) -> Callable[[str], float]:
     return parse
 
 
-def strategy_list(text: str) -> list[str]:
-    """``all`` or ``NAME[,NAME...]`` of registered strategies."""
+def _every_strategy() -> list[str]:
+    return sorted(name for fmt in LAYER_FORMATS.values() for name in fmt.strategies())
+
+
+def strategy_list(text: str) -> list[str] | None:
+    """``all`` (``None``: every strategy of the shape's format, ``resolve_strategies``) or
+    ``NAME[,NAME...]`` of strategies registered here, of any format."""
     if text == "all":
-        return sorted(STRATEGIES)
+        return None
     names = text.split(",")
-    unknown = [name for name in names if name not in STRATEGIES]
+    unknown = [name for name in names if name not in _every_strategy()]
     if unknown:
         raise argparse.ArgumentTypeError(
             f"unknown strategy {', '.join(map(repr, unknown))}; valid: all, or a comma-separated "
-            f"list of {', '.join(sorted(STRATEGIES))}"
+            f"list of {', '.join(_every_strategy())}"
         )
     return names
 
@@ -143,19 +150,23 @@ def max_split_list(text: str) -> list[int | None]:
 # Rules across arguments: raise UsageError.
 
 
-def _model_spec(model: str) -> ModelSpec:
-    """The catalog entry named ``model``, or the geometry of the config.json at that path."""
+def _model_spec(model: str) -> ModelSpec | QuantModelSpec:
+    """The catalog entry named ``model`` (BF16's or a quantized format's), or the BF16 geometry
+    of the config.json at that path."""
     if model in CATALOG:
         return CATALOG[model]
+    if model in QUANT_CATALOG:
+        return QUANT_CATALOG[model]
     if Path(model).exists():
         try:
             return spec_from_hf_config(model)
         except ValueError as error:
             raise UsageError(f"argument --model: {error}") from None
     # Match Hugging Face ids too: "Qwen/Qwen3-30B-A3B" suggests qwen3-30b-a3b.
+    catalog = {**CATALOG, **QUANT_CATALOG}
     known = {
-        **{spec.hf_id.lower(): name for name, spec in CATALOG.items()},
-        **{name: name for name in CATALOG},
+        **{spec.hf_id.lower(): name for name, spec in catalog.items()},
+        **{name: name for name in catalog},
     }
     close = dict.fromkeys(
         known[key] for key in difflib.get_close_matches(model.lower(), known, n=3, cutoff=0.6)
@@ -163,7 +174,7 @@ def _model_spec(model: str) -> ModelSpec:
     names = (
         f"closest catalog names: {', '.join(close)}"
         if close
-        else f"catalog names: {', '.join(CATALOG)}"
+        else f"catalog names: {', '.join(catalog)}"
     )
     raise UsageError(
         f"argument --model: {model!r} is no catalog name and no existing file or "
@@ -171,7 +182,7 @@ def _model_spec(model: str) -> ModelSpec:
     )
 
 
-def resolve_shape(args: argparse.Namespace) -> LayerShape:
+def resolve_shape(args: argparse.Namespace) -> AnyShape:
     """The layer shape named by ``--model``/``--tp`` (catalog name or config.json path) or by
     explicit ``--experts --hidden --intermediate``, with ``--experts`` limiting a model's experts.
 
@@ -235,7 +246,24 @@ def resolve_shape(args: argparse.Namespace) -> LayerShape:
     return shape
 
 
-def check_fits(shape: LayerShape, device: str, layers: int) -> None:
+def resolve_strategies(shape: AnyShape, names: list[str] | None) -> list[str]:
+    """The strategies ``--strategy`` names for ``shape`` (``strategy_list``'s; ``None``: every
+    one of its format's); ``UsageError`` for a strategy of another format."""
+    fmt = layer_format(shape)
+    valid = sorted(fmt.strategies())
+    if names is None:
+        return valid
+    other = [name for name in names if name not in valid]
+    if other:
+        raise UsageError(
+            f"argument --strategy: {', '.join(map(repr, other))} cannot convert {shape.label} "
+            f"(format {fmt.title}); its strategies: all, or a comma-separated list of "
+            f"{', '.join(valid)}"
+        )
+    return names
+
+
+def check_fits(shape: AnyShape, device: str, layers: int) -> None:
     """``UsageError`` unless ``layers`` copies of the layer fit in ``device``'s total memory: a
     lower bound (strategies' transients come on top), so that a shape that can never run fails
     now rather than out of memory after minutes. Nothing to check on meta."""
@@ -273,7 +301,8 @@ def add_command(
 def add_work_args(parser: argparse.ArgumentParser) -> None:
     """The shape, the strategies and --quiet: what every command that converts takes."""
     parser.add_argument(
-        "--model", help=f"catalog name ({', '.join(CATALOG)}) or a config.json path"
+        "--model",
+        help=f"catalog name ({', '.join([*CATALOG, *QUANT_CATALOG])}) or a config.json path",
     )
     parser.add_argument("--tp", type=int, help="tensor-parallel size, with --model (default 1)")
     parser.add_argument(

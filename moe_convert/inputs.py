@@ -44,11 +44,11 @@ def random_weights(
 
 
 def layer_weights(
-    shape: LayerShape, device: torch.device | str
+    shape: LayerShape, device: torch.device | str, *, seed: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fresh bf16 ``w13 [E, M13, H]`` and ``w2 [E, H, I]`` of ``shape`` on ``device``.
 
-    ``meta``: ``torch.empty`` (sizes, no memory). Elsewhere: ``random_weights`` (seed 0).
+    ``meta``: ``torch.empty`` (sizes, no memory). Elsewhere: ``random_weights`` of ``seed``.
     """
     device = torch.device(device)
     if device.type == "meta":
@@ -56,7 +56,7 @@ def layer_weights(
             torch.empty(shape.w13_shape, dtype=torch.bfloat16, device=device),
             torch.empty(shape.w2_shape, dtype=torch.bfloat16, device=device),
         )
-    return random_weights(shape.w13_shape, shape.w2_shape, device=device)
+    return random_weights(shape.w13_shape, shape.w2_shape, seed=seed, device=device)
 
 
 def warm_strategy(shape: LayerShape, strategy: str, device: torch.device) -> None:

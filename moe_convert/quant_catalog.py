@@ -44,6 +44,11 @@ class QuantModelSpec:
     tp_sizes: tuple[int, ...]  # the TPs the catalog lists (the issue's deployments)
     source: str
 
+    @property
+    def tp_sizes_text(self) -> str:
+        """``catalog TPs: ...``, for error messages (as ``ModelSpec.tp_sizes_text``)."""
+        return f"catalog TPs: {', '.join(map(str, self.tp_sizes))}"
+
     def shape(self, tp: int) -> QuantLayerShape:
         """The gated per-rank shape at ``tp``: I split over the ranks, then H and I padded.
 
@@ -52,8 +57,7 @@ class QuantModelSpec:
         if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or self.intermediate % tp:
             raise ValueError(
                 f"{self.name}: tp must be a positive divisor of the intermediate size "
-                f"{self.intermediate}, got {tp!r}; catalog TPs: "
-                f"{', '.join(map(str, self.tp_sizes))}"
+                f"{self.intermediate}, got {tp!r}; {self.tp_sizes_text}"
             )
         fmt = FORMATS[self.format]
         return QuantLayerShape(

@@ -144,6 +144,11 @@ class QuantLayerShape:
     moe_layers: int
     gated: bool = True
 
+    # vLLM pads H and I to the format's alignment before the conversion, so the kernel takes
+    # every quantized shape (``LayerShape.valid``'s question, which BF16 answers per shape).
+    valid = True
+    invalid_reason = None
+
     @property
     def fmt(self) -> QuantFormat:
         return FORMATS[self.format]
@@ -244,6 +249,24 @@ class QuantLayerShape:
             + self.w2_scale_bytes
             + (self.w13_bias_bytes + self.w2_bias_bytes) // 2
         )
+
+    @property
+    def model_bytes(self) -> int:
+        """Every MoE layer's bytes on this rank (``layer_bytes`` x ``moe_layers``)."""
+        return self.layer_bytes * self.moe_layers
+
+    @property
+    def conversion_error(self) -> str | None:
+        """``check_quant_layer``'s message for a layer of this shape, or ``None`` if it converts
+        (checked on ``meta`` tensors: free at any size)."""
+        # quant_layer builds on this module: imported here, when a shape is checked
+        from .quant_layer import check_quant_layer, quant_layer_tensors
+
+        try:
+            check_quant_layer(quant_layer_tensors(self, "meta"), self.fmt, gated=self.gated)
+        except ValueError as error:
+            return str(error)
+        return None
 
     def with_experts(self, experts: int) -> QuantLayerShape:
         """The same per-expert geometry with fewer (or more) experts."""

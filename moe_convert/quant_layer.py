@@ -177,15 +177,17 @@ def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> No
             )
 
 
-def quant_layer_tensors(shape: QuantLayerShape, device: torch.device | str) -> QuantLayer:
-    """A fresh layer of ``shape`` on ``device``: random bytes (seed 0), ``torch.empty`` on meta.
+def quant_layer_tensors(
+    shape: QuantLayerShape, device: torch.device | str, *, seed: int = 0
+) -> QuantLayer:
+    """A fresh layer of ``shape`` on ``device``: random bytes of ``seed``, ``torch.empty`` on meta.
 
     Every byte value occurs (FP8 and e4m3 scales included: conversions move bytes and never
     read them as numbers). New tensors.
     """
     device = torch.device(device)
     fmt = shape.fmt
-    gen = None if device.type == "meta" else torch.Generator(device=device).manual_seed(0)
+    gen = None if device.type == "meta" else torch.Generator(device=device).manual_seed(seed)
 
     def make(dims: tuple[int, ...] | None, dtype: torch.dtype | None) -> torch.Tensor | None:
         if dims is None:

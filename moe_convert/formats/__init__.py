@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import reference
 from ..inputs import layer_weights
 from ..quant_catalog import QUANT_CATALOG, quant_catalog_shapes, quant_shape_from_label
 from ..quant_formats import FORMATS, SHAPE_FORMATS, QuantLayerShape, format_title
 from ..quant_layer import QuantLayer, quant_layer_tensors
 from ..quant_registry import QUANT_STRATEGIES, QuantStrategy, convert_quant
-from ..registry import STRATEGIES, Strategy, convert
+from ..registry import STRATEGIES, UNAVAILABLE, Strategy, convert
 from ..shapes import CATALOG, LayerShape, catalog_shapes, shape_from_label
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "layer_call",
     "layer_format",
     "layer_tensors",
+    "reference_conversion",
     "strategy_record",
     "warm_layer_strategy",
 ]
@@ -58,14 +60,19 @@ class LayerFormat:
     name: str  # "bf16" or a key of quant_formats.FORMATS
     title: str  # how reports name it: "BF16", "NVFP4", ...
     strategies: Callable[[], dict[str, StrategyRecord]]  # name -> record, registered here
-    tensors: Callable[[AnyShape, torch.device | str], Layer]  # a fresh, seeded layer of a shape
+    # (shape, device, seed) -> a fresh layer of the shape: random bytes of the seed (meta: empty)
+    tensors: Callable[[AnyShape, torch.device | str, int], Layer]
     convert: Callable[[Layer, str, bool], Layer]  # (layer, strategy, gated) -> converted layer
     catalog: Callable[[], list[AnyShape]]  # the catalog's shapes of this format
     catalog_names: tuple[str, ...]  # the catalog's model names of this format
+    upstream: str  # the strategy every other must match byte for byte: the engines' own path
+    # name -> record of a strategy documented but not registered here (what it ``needs`` is
+    # missing: FlashInfer, Triton, an engine)
+    unavailable: Callable[[], dict[str, StrategyRecord]] = dict
 
 
-def _bf16_tensors(shape: AnyShape, device: torch.device | str) -> Layer:
-    w13, w2 = layer_weights(shape, device)
+def _bf16_tensors(shape: AnyShape, device: torch.device | str, seed: int) -> Layer:
+    w13, w2 = layer_weights(shape, device, seed=seed)
     return {"w13": w13, "w2": w2}
 
 
@@ -74,8 +81,8 @@ def _bf16_convert(layer: Layer, strategy: str, gated: bool) -> Layer:
     return {"w13": w13, "w2": w2}
 
 
-def _quant_tensors(shape: AnyShape, device: torch.device | str) -> Layer:
-    return quant_layer_tensors(shape, device).tensors()
+def _quant_tensors(shape: AnyShape, device: torch.device | str, seed: int) -> Layer:
+    return quant_layer_tensors(shape, device, seed=seed).tensors()
 
 
 def _quant_convert(layer: Layer, strategy: str, gated: bool) -> Layer:
@@ -91,6 +98,7 @@ def _quant_format(name: str) -> LayerFormat:
         _quant_convert,
         lambda: [s for s in quant_catalog_shapes() if s.format == name],
         tuple(model for model, spec in QUANT_CATALOG.items() if spec.format == name),
+        f"{name}-legacy",
     )
 
 
@@ -104,6 +112,8 @@ LAYER_FORMATS: dict[str, LayerFormat] = {
         _bf16_convert,
         catalog_shapes,
         tuple(CATALOG),
+        "legacy",
+        lambda: UNAVAILABLE,
     ),
     **{name: _quant_format(name) for name in FORMATS},
 }
@@ -115,10 +125,10 @@ def layer_format(shape: AnyShape) -> LayerFormat:
     return LAYER_FORMATS[shape.format]
 
 
-def layer_tensors(shape: AnyShape, device: torch.device | str) -> Layer:
-    """A fresh layer of ``shape`` on ``device``: seeded random bytes, ``torch.empty`` on meta
-    (``inputs.layer_weights``, ``quant_layer.quant_layer_tensors``). New tensors."""
-    return layer_format(shape).tensors(shape, device)
+def layer_tensors(shape: AnyShape, device: torch.device | str, *, seed: int = 0) -> Layer:
+    """A fresh layer of ``shape`` on ``device``: random bytes of ``seed``, ``torch.empty`` on
+    meta (``inputs.layer_weights``, ``quant_layer.quant_layer_tensors``). New tensors."""
+    return layer_format(shape).tensors(shape, device, seed)
 
 
 def strategy_record(shape: AnyShape, strategy: str) -> StrategyRecord:
@@ -154,6 +164,26 @@ def layer_call(shape: AnyShape, strategy: str, device: torch.device | str) -> Ca
     layer = layer_tensors(shape, device)
     warm_layer_strategy(shape, strategy, next(iter(layer.values())).device)
     return lambda: convert_layer(shape, layer, strategy)
+
+
+def reference_conversion(shape: AnyShape) -> tuple[str, Callable[[Layer], Layer]]:
+    """What every strategy of ``shape``'s format is checked against: its name, and a function of
+    a layer (left unchanged) to the bytes every strategy must return. BF16: FlashInfer's helpers
+    as vLLM's legacy pipeline called them, where flashinfer-python is installed; otherwise, and
+    for every quantized format, the format's ``upstream`` strategy (the engine's path
+    transcribed) on a clone."""
+    fmt = layer_format(shape)
+    if fmt.name == "bf16" and reference.AVAILABLE:
+
+        def flashinfer(layer: Layer) -> Layer:
+            w13, w2 = reference.flashinfer_reference(layer["w13"], layer["w2"], gated=shape.gated)
+            return {"w13": w13, "w2": w2}
+
+        return "FlashInfer's helpers", flashinfer
+    missing = " (flashinfer-python is not installed)" if fmt.name == "bf16" else ""
+    return f"{fmt.upstream}{missing}", lambda layer: convert_layer(
+        shape, {name: t.clone() for name, t in layer.items()}, fmt.upstream
+    )
 
 
 def every_catalog_shape() -> list[AnyShape]:
