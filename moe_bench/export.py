@@ -103,9 +103,9 @@ def _models(labels: set[str]) -> dict[str, _Model]:
     """
     import torch
 
-    from moe_convert.quant_catalog import QUANT_CATALOG, quant_layer_shape
-    from moe_convert.quant_layer import quant_layer_tensors
-    from moe_convert.shapes import CATALOG, shape_from_label
+    from moe_convert.formats.bf16.shapes import CATALOG, shape_from_label
+    from moe_convert.formats.quant.catalog import QUANT_CATALOG, quant_layer_shape
+    from moe_convert.formats.quant.layer import quant_layer_tensors
 
     found = {}
     for label in sorted(labels):

@@ -23,10 +23,10 @@ import torch
 from conftest import requires_cuda
 
 from moe_convert import FORMATS, QUANT_STRATEGIES, STRATEGIES, layer_shape
-from moe_convert.allocator import Allocator, MiB
-from moe_convert.quant_catalog import quant_catalog_shapes
-from moe_convert.replay import layer_trace, replay_load
-from moe_convert.wholemodel import RUN_POOLS, run_load
+from moe_convert.formats.quant.catalog import quant_catalog_shapes
+from moe_convert.load.allocator import Allocator, MiB
+from moe_convert.load.replay import layer_trace, replay_load
+from moe_convert.load.wholemodel import RUN_POOLS, run_load
 
 pytestmark = requires_cuda
 

@@ -18,10 +18,10 @@ from moe_bench.metrics import (
     metric,
 )
 from moe_convert import QUANT_STRATEGIES
-from moe_convert.quant_catalog import quant_catalog_shapes, quant_layer_shape
-from moe_convert.quant_formats import FORMATS
-from moe_convert.replay import rank_load, replay_load
-from moe_convert.wholemodel import LOAD_DEVICES
+from moe_convert.formats.quant.catalog import quant_catalog_shapes, quant_layer_shape
+from moe_convert.formats.quant.formats import FORMATS
+from moe_convert.load.replay import rank_load, replay_load
+from moe_convert.load.wholemodel import LOAD_DEVICES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
@@ -154,7 +154,7 @@ def test_the_replay_finds_the_upstream_oom_and_ours_fit():
 def test_the_replay_frees_the_inputs_the_result_does_not_keep():
     # Out of place: every input; in place: all but the new float32 biases; vLLM's block-FP8
     # path: all but w2's scales, which it clamps in place and returns.
-    from moe_convert.replay import _meta_conversion
+    from moe_convert.load.replay import _meta_conversion
 
     r1 = quant_layer_shape("deepseek-r1-fp8block", 8)
     oss = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
@@ -267,9 +267,9 @@ def test_time_layer_of_a_quantized_shape_copies_every_tensor_and_restores_in_pla
     # input before every call (a conversion of converted bytes would differ from the first).
     import torch
 
-    from moe_convert import timing
-    from moe_convert.quant_layer import quant_layer_tensors
-    from moe_convert.quant_registry import convert_quant
+    from moe_convert.formats.quant.layer import quant_layer_tensors
+    from moe_convert.formats.quant.registry import convert_quant
+    from moe_convert.measuring import timing
 
     shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1)
     pristine = quant_layer_tensors(shape, "cpu")

@@ -11,9 +11,8 @@ import sys
 import pytest
 import torch
 
-from moe_convert import cli
+from moe_convert.cli import commands as cli
 
-# (argv, texts the one error line must hold: the bad value, and what is accepted where useful)
 BAD = [
     # --model
     (["measure", "--model", "nosuch"], ["'nosuch'", "or a path to a Hugging Face config.json"]),

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from moe_convert import QUANT_CATALOG, QUANT_STRATEGIES, cli, quant_layer_shape
-from moe_convert.quant_formats import FORMATS
+from moe_convert import QUANT_CATALOG, QUANT_STRATEGIES, quant_layer_shape
+from moe_convert.cli import commands as cli
+from moe_convert.formats.quant.formats import FORMATS
 
 
 def test_shapes_lists_every_format_s_catalog(capsys):

@@ -16,8 +16,8 @@ import torch
 from moe_bench.gpucheck import exact, load, memory, plan, report, timing
 from moe_bench.gpucheck.__main__ import main, plan_lines
 from moe_convert import FORMATS, QUANT_STRATEGIES, STRATEGIES, QuantLayerShape
-from moe_convert.replay import rank_load
-from moe_convert.wholemodel import DEVICE_141GB_BYTES, PR45589_SHAPE, VLLM_LOAD_MAX_SPLIT_MB
+from moe_convert.load.replay import rank_load
+from moe_convert.load.wholemodel import DEVICE_141GB_BYTES, PR45589_SHAPE, VLLM_LOAD_MAX_SPLIT_MB
 
 ROOT = Path(__file__).resolve().parent.parent
 

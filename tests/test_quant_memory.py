@@ -1,16 +1,17 @@
 """Every quantized strategy's registered figures are the measured ones: the peak
 (``QUANT_STRATEGIES[name].peak``) at full size on ``meta`` for every catalog model and on CPU,
-traffic and launches (``moe_convert.traffic``'s rule) on ``meta`` at full size and small."""
+traffic and launches (``moe_convert.measuring.traffic``'s rule) on ``meta`` at full size and
+small."""
 
 from __future__ import annotations
 
 import pytest
 
 from moe_convert import QUANT_STRATEGIES, QuantLayerShape
-from moe_convert.formats import layer_call
-from moe_convert.memory import measure_memory
-from moe_convert.quant_catalog import quant_catalog_shapes
-from moe_convert.traffic import measure_traffic
+from moe_convert.formats.quant.catalog import quant_catalog_shapes
+from moe_convert.formats.table import layer_call
+from moe_convert.measuring.memory import measure_memory
+from moe_convert.measuring.traffic import measure_traffic
 
 CATALOG_CASES = [
     (name, shape)

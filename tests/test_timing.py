@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from moe_convert import STRATEGIES, LayerShape, layer_shape
-from moe_convert.timing import (
+from moe_convert.measuring.timing import (
     CALIBRATION_BYTES,
     LayerTiming,
     Timing,
@@ -129,7 +129,7 @@ def test_time_layer_on_a_tiny_shape(name):
 
 def test_time_layer_restores_inplace_input_before_each_call(monkeypatch):
     # An in-place strategy must see checkpoint-layout bytes on every call, not its own output.
-    import moe_convert.timing as timing
+    import moe_convert.measuring.timing as timing
 
     seen = []
     real_convert = timing.convert_layer

@@ -17,7 +17,7 @@ def _loads(names: list[str]) -> list[tuple[object, str, int | None, str, int]]:
     run: the quantized rank's (vLLM's setting, the default pool, its MoE weights alone), then
     vLLM #45589's BF16 rank's ``names`` per configuration of ``plan.LOAD_CONFIGS``, after the
     ballast that brings that rank to its 109.61 GiB (``PR45589_BALLAST_BYTES``)."""
-    from moe_convert.wholemodel import PR45589_BALLAST_BYTES
+    from moe_convert.load.wholemodel import PR45589_BALLAST_BYTES
 
     quantized = plan.shape(plan.QUANT_LOAD_SHAPE)
     bf16 = plan.shape(plan.LOAD_SHAPE)
@@ -33,11 +33,11 @@ def _loads(names: list[str]) -> list[tuple[object, str, int | None, str, int]]:
 def step_load(dry_run: bool) -> dict:
     """Every load of ``_loads`` run (``run_load``) and replayed for the device it found
     (``replay_load``; the dry run replays for ``DEVICE_141GB_BYTES``); the event costs measured
-    and each load predicted from them (``moe_convert.loadtime``)."""
+    and each load predicted from them (``moe_convert.load.loadtime``)."""
     from moe_convert import STRATEGIES
-    from moe_convert.loadtime import measure_event_costs, predict_replayed
-    from moe_convert.replay import replay_load
-    from moe_convert.wholemodel import DEVICE_141GB_BYTES, PR45589_BALLAST_BYTES, run_load
+    from moe_convert.load.loadtime import measure_event_costs, predict_replayed
+    from moe_convert.load.replay import replay_load
+    from moe_convert.load.wholemodel import DEVICE_141GB_BYTES, PR45589_BALLAST_BYTES, run_load
 
     loads = _loads([name for name in plan.LOAD_STRATEGIES if name in STRATEGIES])
     events, layer_seconds = None, {}

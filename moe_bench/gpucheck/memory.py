@@ -14,7 +14,7 @@ from . import plan
 def _model_transient_reserved(shape, strategy: str, max_split_size_mb: int | None) -> int:
     """Peak reserved above the loaded layer for one conversion, per the allocator model: a
     one-layer load replayed (``replay_load``, any format's)."""
-    from moe_convert.replay import replay_load
+    from moe_convert.load.replay import replay_load
 
     return replay_load(
         dataclasses.replace(shape, moe_layers=1),
@@ -27,7 +27,7 @@ def _model_transient_reserved(shape, strategy: str, max_split_size_mb: int | Non
 
 def _conversion(shape, strategy: str, device):
     """One conversion of a fresh ``shape`` layer (any format's) on ``device``, caches warmed."""
-    from moe_convert.formats import layer_call
+    from moe_convert.formats.table import layer_call
 
     return layer_call(shape, strategy, device)
 
@@ -37,7 +37,7 @@ def step_memory(dry_run: bool) -> dict:
     ``plan.QUANT_CHECK_SHAPES``, full size: the CUDA caching allocator's figures of one
     conversion (``cuda_memory``) against the dispatch-level peak and the allocator model's
     peak reserved; the dry run computes the latter two."""
-    from moe_convert.memory import cuda_memory
+    from moe_convert.measuring.memory import cuda_memory
 
     rows = []
     for label in (*plan.CHECK_SHAPES, *plan.QUANT_CHECK_SHAPES):
@@ -69,8 +69,8 @@ def step_memory(dry_run: bool) -> dict:
 
 def step_allocator(dry_run: bool) -> dict:
     from moe_convert import STRATEGIES
-    from moe_convert.allocator import Allocator, MiB
-    from moe_convert.replay import load_steps
+    from moe_convert.load.allocator import Allocator, MiB
+    from moe_convert.load.replay import load_steps
 
     shape = dataclasses.replace(plan.shape(plan.LOAD_SHAPE), moe_layers=plan.ALLOCATOR_LAYERS)
     if not dry_run:

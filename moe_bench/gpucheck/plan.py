@@ -21,7 +21,7 @@ CHECK_SHAPES = ("qwen3-235b-a22b/tp4", "deepseek-v3/tp8")
 #: (``wholemodel.PR45589_SHAPE``: a literal, as the library is imported only inside the steps).
 LOAD_SHAPE = "qwen3-235b-a22b/tp4"
 ALLOCATOR_LAYERS = 24
-#: vLLM's max_split_size_mb while loading (moe_convert.wholemodel.VLLM_LOAD_MAX_SPLIT_MB): a
+#: vLLM's max_split_size_mb while loading (moe_convert.load.wholemodel.VLLM_LOAD_MAX_SPLIT_MB): a
 #: literal: this module imports the library (and torch) only inside its steps.
 MAX_SPLIT_MB = 20
 #: Step 4: the whole rank's load of these strategies (vLLM's legacy, preallocated and in place,
@@ -67,8 +67,8 @@ QUANT_CHECK_SHAPES = (
 )
 QUANT_CHECK_EXPERTS = 8
 #: Step 5's experiments, to choose the Triton strategies' constants: (shape, strategy, settings
-#: of ``moe_convert.triton_strategy`` constants), each timed like a strategy, the constants
-#: restored after.
+#: of ``moe_convert.formats.bf16.triton_strategy`` constants), each timed like a strategy, the
+#: constants restored after.
 TRITON_SWEEPS = [
     (LOAD_SHAPE, "triton_inplace", {"_SCRATCH_BYTES": mib * 2**20}) for mib in (16, 32, 64, 128)
 ] + [
@@ -135,7 +135,7 @@ def record(rows: list[dict], row: dict) -> None:
 
 def shape(label: str):
     """The full-size per-rank shape of ``label`` (``model/tpN``) of any format's catalog."""
-    from moe_convert.formats import any_shape_from_label
+    from moe_convert.formats.table import any_shape_from_label
 
     return any_shape_from_label(label)
 
@@ -143,7 +143,7 @@ def shape(label: str):
 def strategies(shape) -> dict:
     """Name -> registry record of every strategy of ``shape``'s format a step runs (each record
     says ``inplace``, ``origin`` and the exact ``peak``)."""
-    from moe_convert.formats import layer_format
+    from moe_convert.formats.table import layer_format
 
     return layer_format(shape).strategies()
 

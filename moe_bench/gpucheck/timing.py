@@ -13,7 +13,7 @@ def time_strategy(shape, name: str, device) -> dict:
     tensor of the layer), the asv suite's measurement; every time figure derives from it.
     ``shape`` of any format (``format``: ``bf16`` or a quantized one; ``origin``: the strategy
     record's, which says whether it is upstream's)."""
-    from moe_convert.timing import time_layer
+    from moe_convert.measuring.timing import time_layer
 
     record = plan.strategies(shape)[name]
     timed = time_layer(shape, name, device=device, repeats=plan.TIMING_REPEATS, warmup=1)
@@ -89,7 +89,7 @@ def step_timing(dry_run: bool) -> dict:
             flush=True,
         )
     for label, name, settings in plan.TRITON_SWEEPS if "triton" in STRATEGIES else ():
-        from moe_convert import triton_strategy
+        from moe_convert.formats.bf16 import triton_strategy
 
         chosen = {key: getattr(triton_strategy, key) for key in settings}
         try:  # an experiment: module constants set for a moment

@@ -14,7 +14,7 @@ adapters were tested against real installs.
 Both engines import FlashInfer inside the converted function: they need flashinfer-python too.
 The transcriptions of the same code, which need neither, are ``inplace`` (vLLM 0.31.0 to 0.33.0:
 the in-place form of vLLM #54699; ``preallocated`` for 0.29.0 and 0.30.0) and ``sglang`` in
-``moe_convert.strategies``.
+``moe_convert.formats.bf16.strategies``.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from .formulas import Formula
+from ...formulas import Formula
+from ..layout import block_layout_view, swap_w13_to_w31
 from .inputs import random_weights
-from .layout import block_layout_view, swap_w13_to_w31
 from .reference import AVAILABLE as FLASHINFER_AVAILABLE
 from .reference import flashinfer_reference
 from .registry import STRATEGIES, convert, register
@@ -54,7 +54,7 @@ class Engine:
     distribution: str  # the engine's package (importlib.metadata name)
     module: str  # where the called function lives
     function: str  # what the adapter calls, qualified within ``module``
-    transcription: str  # the strategy in ``moe_convert.strategies`` that transcribes it
+    transcription: str  # the strategy in ``formats.bf16.strategies`` that transcribes it
     import_first: str | None = None  # a module the engine needs imported before ``module``
 
     @property

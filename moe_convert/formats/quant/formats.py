@@ -260,7 +260,7 @@ class QuantLayerShape:
         """``check_quant_layer``'s message for a layer of this shape, or ``None`` if it converts
         (checked on ``meta`` tensors: free at any size)."""
         # quant_layer builds on this module: imported here, when a shape is checked
-        from .quant_layer import check_quant_layer, quant_layer_tensors
+        from .layer import check_quant_layer, quant_layer_tensors
 
         try:
             check_quant_layer(quant_layer_tensors(self, "meta"), self.fmt, gated=self.gated)

@@ -4,7 +4,7 @@ Legend: E experts; w13 bf16 ``[E, M13, H]`` with ``M13 = 2I`` (gated) or ``I``; 
 ``[E, H, I]``; a weight's bytes are ``uint8 [E, M, Kb]`` with ``Kb = 2 cols``; the output of a
 weight is the bf16 view ``[E, Kb/128, M, 64]`` of ``uint8 [E, Kb/128, M, 128]``.
 
-Each function's ``@register(...)`` above it states its facts (``moe_convert.registry``): in place
+Each function's ``@register(...)`` above it states its facts (``formats.bf16.registry``): in place
 or not, where it comes from, and its figures as formulas in the letters of
 ``moe_convert.formulas`` (T13, T2 whole weights, S13, S2 one expert, X13, X2 one int64 row
 index). Its docstring says why the figures are what they are. "Peak transient" is the peak,
@@ -12,7 +12,7 @@ during the call, of bytes allocated by the call and still alive, counted at the 
 (new tensor storages; views, ``out=`` and in-place ops add nothing), with the row indices
 already cached. Outputs that are new tensors count: they are alive when the call returns.
 "Traffic" is bytes read plus written and "launches" the data-moving ops of one call, by
-``moe_convert.traffic``'s counting rule (a ``copy_`` of T bytes moves 2T); the out-of-place
+``measuring.traffic``'s counting rule (a ``copy_`` of T bytes moves 2T); the out-of-place
 floor is ``2 (T13 + T2)``.
 
 Every function takes ``(w13, w2, gated)`` already checked by ``check_weights`` and returns
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import torch
 
-from .allocator import K_MIN_LARGE_ALLOC
-from .formulas import Formula
-from .layout import (
+from ...formulas import Formula
+from ...load.allocator import K_MIN_LARGE_ALLOC
+from ..layout import (
     BLOCK_K,
     block_layout_copies,
     block_layout_shape,
@@ -247,7 +247,7 @@ def strided_copy(
 # Scratch sizes: the CUDA caching allocator gives every request of 1-10 MiB a slice of a shared
 # 20 MiB segment; once free, that segment is "oversize" under vLLM's max_split_size_mb=20 and
 # never serves a smaller request again, so a per-layer 6 MiB scratch strands 20 MiB per layer in
-# sleep mode (see moe_convert.replay). A request of >= 10 MiB (allocator.K_MIN_LARGE_ALLOC) gets
+# sleep mode (see load.replay). A request of >= 10 MiB (allocator.K_MIN_LARGE_ALLOC) gets
 # its own segment, rounded to 2 MiB, which the next layer's scratch of the same size reuses, and
 # it reserves less than 20 MiB.
 @register(
@@ -295,7 +295,7 @@ def strided_inplace(
     return block_layout_view(w13), block_layout_view(w2)
 
 
-# The engines' own converters, transcribed (the installed ones: ``moe_convert.engines``).
+# The engines' own converters, transcribed (the installed ones: ``formats.bf16.engines``).
 
 
 def _sglang_block_layout(param: torch.Tensor, index: torch.Tensor) -> None:

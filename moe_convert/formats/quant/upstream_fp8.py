@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import torch
 
-from .formulas import Formula
-from .layout import (
+from ...formulas import Formula
+from ..layout import (
     BLOCK_K,
     SHUFFLE_BLOCK_TILE64,
     gated_interleave_index,
     shuffle_row_index,
     swap_w13_to_w31,
 )
-from .quant_layer import QuantLayer
-from .quant_ops import MIN_BLOCK_SCALE
-from .quant_registry import register_quant
-from .swizzle import block_scale_interleave
+from ..quant_ops import MIN_BLOCK_SCALE
+from ..swizzle import block_scale_interleave
+from .layer import QuantLayer
+from .registry import register_quant
 
 __all__ = ["fp8_legacy", "fp8block_legacy", "mxfp8_legacy"]
 

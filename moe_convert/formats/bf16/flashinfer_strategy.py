@@ -10,8 +10,8 @@ import importlib.util
 
 import torch
 
-from .formulas import Formula
-from .layout import swap_w13_to_w31
+from ...formulas import Formula
+from ..layout import swap_w13_to_w31
 from .registry import register
 
 __all__ = ["AVAILABLE"]

@@ -35,7 +35,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .formats import AnyShape, layer_call
+from ..formats.table import AnyShape, layer_call
 
 __all__ = [
     "AllocationTracker",

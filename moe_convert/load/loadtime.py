@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
+from ..measuring.memory import require_cuda
 from .allocator import K_LARGE_BUFFER
-from .memory import require_cuda
 from .wholemodel import RankLoad, allocator_max_split_size
 
 __all__ = [

@@ -23,8 +23,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .formats import AnyShape, convert_layer, layer_tensors, strategy_record, warm_layer_strategy
-from .wholemodel import whole_model_seconds
+from ..formats.table import (
+    AnyShape,
+    convert_layer,
+    layer_tensors,
+    strategy_record,
+    warm_layer_strategy,
+)
+from ..load.wholemodel import whole_model_seconds
 
 __all__ = [
     "LayerTiming",

@@ -1,7 +1,7 @@
 """In place by walking the cycles of the cell permutation: two launches per weight, no expert loop.
 
 Legend: E experts, C cells of 128 bytes per expert, N segments per expert, L cells per segment
-(``moe_convert.cycles``: one expert's relayout is a permutation of its cells, cut into segments
+(``formats.bf16.cycles``: one expert's relayout is a permutation of its cells, cut into segments
 of L cells along its cycles; the same table serves every expert of the weight).
 
 Registers ``cycle_inplace`` where the Triton strategies register (``triton_strategy``): on a
@@ -26,10 +26,10 @@ import functools
 
 import torch
 
-from .allocator import K_MIN_LARGE_ALLOC
+from ...formulas import Formula
+from ...load.allocator import K_MIN_LARGE_ALLOC
+from ..layout import BLOCK_K, block_layout_view
 from .cycles import SEGMENT_CELLS, longest_segment, segment_table
-from .formulas import Formula
-from .layout import BLOCK_K, block_layout_view
 from .registry import register
 from .triton_strategy import AVAILABLE, INTERPRETED, NEEDS, run_launch, word_dtype
 
@@ -56,7 +56,7 @@ def _kernel():
         WORDS: tl.constexpr,
     ):
         # weight words [E, cells, WORDS]; saved words [E, segments, WORDS];
-        # table int32 [SEGMENT + 1, segments] (moe_convert.cycles.segment_table); steps: cells of
+        # table int32 [SEGMENT + 1, segments] (formats.bf16.cycles.segment_table); steps: cells of
         # the longest segment
         expert = tl.program_id(0).to(tl.int64)
         lane = tl.arange(0, SEGS * CHUNK)  # tile row: a segment x a step of its walk

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .quant_formats import FORMATS, QuantLayerShape
+from .formats import FORMATS, QuantLayerShape
 
 __all__ = [
     "QUANT_CATALOG",

@@ -30,9 +30,9 @@ from collections.abc import Callable
 
 import torch
 
-from .allocator import K_MIN_LARGE_ALLOC
-from .formulas import Formula
-from .layout import BLOCK_K, block_layout_shape, block_layout_view
+from ...formulas import Formula
+from ...load.allocator import K_MIN_LARGE_ALLOC
+from ..layout import BLOCK_K, block_layout_shape, block_layout_view
 from .registry import register
 
 __all__ = ["AVAILABLE", "UNAVAILABLE_REASON"]

@@ -1,6 +1,6 @@
 """A quantized MoE layer (weights, their scale factors, gpt-oss's biases), its checks, its inputs.
 
-Legend as in ``moe_convert.quant_formats``: E experts, H hidden, I intermediate per rank, M13
+Legend as in ``formats.quant.formats``: E experts, H hidden, I intermediate per rank, M13
 rows of w13, epb elements per byte, V elements per scale factor.
 
 ``check_quant_layer`` runs before any byte is written: each failure is one line naming the
@@ -13,10 +13,10 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from .checks import _fail as fail
-from .layout import SHUFFLE_BLOCK
-from .quant_formats import QuantFormat, QuantLayerShape
-from .swizzle import COLS_PER_TILE, ROWS_PER_TILE
+from ...checks import _fail as fail
+from ..layout import SHUFFLE_BLOCK
+from ..swizzle import COLS_PER_TILE, ROWS_PER_TILE
+from .formats import QuantFormat, QuantLayerShape
 
 __all__ = ["QuantLayer", "check_quant_layer", "quant_layer_tensors"]
 

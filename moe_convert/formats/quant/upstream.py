@@ -1,6 +1,6 @@
 """vLLM's quantized TRTLLM-gen conversions, transcribed: every temporary and its order kept.
 
-Legend as in ``moe_convert.quant_formats`` and the formula letters of ``moe_convert.formulas``
+Legend as in ``formats.quant.formats`` and the formula letters of ``moe_convert.formulas``
 (T13, T2 weights, F13, F2 scale factors, B13, B2 float32 biases; ``F13 // E`` one expert's).
 
 Transcribed from the published wheels (``pip download --no-deps vllm==X``); docs/formats.md
@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import torch
 
-from .formulas import Formula
-from .layout import shuffle_row_index, w13_row_index
-from .quant_layer import QuantLayer
-from .quant_registry import register_quant
-from .swizzle import block_scale_interleave
+from ...formulas import Formula
+from ..layout import shuffle_row_index, w13_row_index
+from ..swizzle import block_scale_interleave
+from .layer import QuantLayer
+from .registry import register_quant
 
 __all__ = ["mxfp4_legacy", "nvfp4_legacy", "nvfp4_preallocated"]
 

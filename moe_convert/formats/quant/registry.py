@@ -1,6 +1,6 @@
 """The quantized formats' strategy registry: one record per strategy, and ``convert_quant``.
 
-The BF16 registry (``moe_convert.registry``) in the same shape, for functions
+The BF16 registry (``moe_convert.formats.bf16.registry``) in the same shape, for functions
 ``(layer: QuantLayer, gated) -> QuantLayer``. A name is ``<format>-<kind>`` (``nvfp4-legacy``);
 every strategy of a format gives the bytes of its ``-legacy`` one, the upstream path transcribed.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .checks import check_disjoint
-from .formulas import Formula
-from .quant_formats import FORMATS, QuantFormat
-from .quant_layer import QuantLayer, check_quant_layer
+from ...checks import check_disjoint
+from ...formulas import Formula
+from .formats import FORMATS, QuantFormat
+from .layer import QuantLayer, check_quant_layer
 
 __all__ = [
     "QUANT_STRATEGIES",
@@ -41,7 +41,7 @@ class QuantStrategy:
     inplace: bool  # weights and scales come back as views of the input's storage
     origin: str
     peak: Formula  # peak transient bytes, dispatch level, row indices cached
-    traffic: Formula  # bytes read + written (moe_convert.traffic's rule)
+    traffic: Formula  # bytes read + written (moe_convert.measuring.traffic's rule)
     launches: Formula  # data-moving ops of one call
 
     @property

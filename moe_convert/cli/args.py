@@ -1,4 +1,4 @@
-"""The arguments of ``python -m moe_convert`` (``moe_convert.cli``): their types, the rules across
+"""The arguments of ``python -m moe_convert`` (``cli.commands``): their types, the rules across
 them, and the shape they name.
 
 An argument type raises ``ArgumentTypeError``, which argparse reports as ``argument --X:
@@ -19,10 +19,10 @@ from typing import NoReturn
 
 import torch
 
-from .formats import LAYER_FORMATS, AnyShape, layer_format
-from .quant_catalog import QUANT_CATALOG, QuantModelSpec
-from .shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, spec_from_hf_config
-from .units import format_bytes as _bytes
+from ..formats.bf16.shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, spec_from_hf_config
+from ..formats.quant.catalog import QUANT_CATALOG, QuantModelSpec
+from ..formats.table import LAYER_FORMATS, AnyShape, layer_format
+from ..units import format_bytes as _bytes
 
 __all__ = [
     "Parser",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .checks import check_weights
+from ...checks import check_weights
 
 __all__ = [
     "BF16_BYTES",
@@ -124,7 +124,7 @@ class LayerShape:
     moe_layers: int
     gated: bool = True
 
-    #: The layer's format (``moe_convert.formats``): BF16's layer holds ``w13`` and ``w2`` only.
+    #: The layer's format (``formats.table``): BF16's layer holds ``w13`` and ``w2`` only.
     format = "bf16"
 
     @property

@@ -1,14 +1,14 @@
 """The quantized catalog's figures per strategy, as docs/formats.md shows them.
 
-``python -m moe_convert.quant_report`` prints the peak table: per catalog model and TP, the
+``python -m moe_convert.cli.quant_report`` prints the peak table: per catalog model and TP, the
 layer's bytes and each strategy's peak (``QUANT_STRATEGIES[name].peak``, exact on ``meta``;
 tests/test_quant_memory.py), upstream first. Nothing is allocated.
-``python -m moe_convert.quant_report strategies`` prints every record's formulas;
-``python -m moe_convert.quant_report replay`` prints the sleep-mode load table
+``python -m moe_convert.cli.quant_report strategies`` prints every record's formulas;
+``python -m moe_convert.cli.quant_report replay`` prints the sleep-mode load table
 (``replay.replay_load``, vLLM's ``max_split_size_mb`` 20): the reserved peak and growth per
 layer on an unbounded device, and the layer that runs out of memory on a GB200 and an H200 (about
 two minutes on 2 CPU cores: the upstream paths' traces have thousands of events);
-``python -m moe_convert.quant_report rankload`` the load without sleep mode
+``python -m moe_convert.cli.quant_report rankload`` the load without sleep mode
 (``replay.rank_load``) on the same two devices: its driver calls and OOM layer.
 """
 
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import sys
 
-from .quant_catalog import quant_catalog_shapes
-from .quant_registry import QUANT_STRATEGIES
-from .replay import rank_load, replay_load
-from .units import format_bytes
-from .wholemodel import LOAD_DEVICES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
+from ..formats.quant.catalog import quant_catalog_shapes
+from ..formats.quant.registry import QUANT_STRATEGIES
+from ..load.replay import rank_load, replay_load
+from ..load.wholemodel import LOAD_DEVICES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
+from ..units import format_bytes
 
 __all__ = ["peaks_markdown", "rank_load_markdown", "replay_markdown", "strategies_markdown"]
 

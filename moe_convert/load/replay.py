@@ -2,7 +2,7 @@
 
 Legend: L MoE layers, T13/T2 bytes of one layer's w13/w2 on this rank.
 
-Every format's layer replays alike (``moe_convert.formats``): a layer is its named tensors,
+Every format's layer replays alike (``moe_convert.formats.table``): a layer is its named tensors,
 BF16's w13 and w2, a quantized format's weights, scale factors and bf16 biases.
 
 The trace of one layer's conversion (``layer_trace``) is recorded by ``memory.AllocationTracker``
@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..formats.bf16.shapes import shape_from_label
+from ..formats.table import AnyShape, convert_layer, layer_tensors, warm_layer_strategy
+from ..measuring.memory import AllocationTracker, MemoryEvent
 from .allocator import Allocator, Block, MiB, OutOfMemory, Pool
-from .formats import AnyShape, convert_layer, layer_tensors, warm_layer_strategy
-from .memory import AllocationTracker, MemoryEvent
-from .shapes import shape_from_label
 from .wholemodel import (
     DEVICE_141GB_BYTES,
     DEVICE_EVENTS,

@@ -1,6 +1,6 @@
 """This library's strategies for the quantized formats, one of each kind per format.
 
-Legend and formula letters as in ``moe_convert.quant_upstream``. Each kind is one function for
+Legend and formula letters as in ``formats.quant.upstream``. Each kind is one function for
 every format: the format only decides w13's row order (``quant_ops.ROW_ORDERS``: gpt-oss's
 pairs for MXFP4, ``[w1; w3]`` halves for the others when gated), which of scales and biases
 there are and the relaid scales' dtype (MXFP8's stay uint8). Registered as
@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import torch
 
-from .allocator import K_MIN_LARGE_ALLOC
-from .formulas import Formula
-from .layout import BLOCK_K
-from .quant_formats import FORMATS
-from .quant_layer import QuantLayer
-from .quant_ops import (
+from ...formulas import Formula
+from ...load.allocator import K_MIN_LARGE_ALLOC
+from ..layout import BLOCK_K
+from ..quant_ops import (
     MIN_BLOCK_SCALE,
     block_major_k,
     gather_block_rows,
@@ -42,8 +40,10 @@ from .quant_ops import (
     relay_scales_in_place,
     row_index,
 )
-from .quant_registry import register_quant
-from .swizzle import block_scale_interleave
+from ..swizzle import block_scale_interleave
+from .formats import FORMATS
+from .layer import QuantLayer
+from .registry import register_quant
 
 __all__ = ["block_fast", "block_inplace", "block_preallocated", "fast", "inplace", "preallocated"]
 

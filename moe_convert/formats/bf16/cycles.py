@@ -15,7 +15,7 @@ that stay where they are.
 Every cycle of two or more cells is cut into segments of ``L`` consecutive cells (the last one
 shorter). A segment's moves need no other segment's cells except its successor's first cell, so
 once every segment's first cell is saved, all segments can move at once
-(``moe_convert.cycle_strategy``). The table of that walk is computed here on the host, once per
+(``formats.bf16.cycle_strategy``). The table of that walk is computed here on the host, once per
 expert shape (``segment_table``); nothing here depends on the number of experts.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .layout import BLOCK_K, shuffle_row_index, w13_row_index
+from ..layout import BLOCK_K, shuffle_row_index, w13_row_index
 
 __all__ = [
     "SEGMENT_CELLS",

@@ -30,11 +30,11 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from ..formats.bf16.shapes import shape_from_label
+from ..formats.table import AnyShape, Layer, convert_layer, layer_tensors, warm_layer_strategy
+from ..measuring.memory import require_cuda
+from ..nvtx import nvtx_range
 from .allocator import MiB, Pool
-from .formats import AnyShape, Layer, convert_layer, layer_tensors, warm_layer_strategy
-from .memory import require_cuda
-from .nvtx import nvtx_range
-from .shapes import shape_from_label
 
 __all__ = [
     "DEVICE_141GB_BYTES",

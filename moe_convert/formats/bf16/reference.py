@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from ..layout import swap_w13_to_w31
 from .flashinfer_strategy import AVAILABLE
-from .layout import swap_w13_to_w31
 
 __all__ = ["AVAILABLE", "flashinfer_reference"]
 

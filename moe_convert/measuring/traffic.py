@@ -32,7 +32,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .formats import AnyShape, layer_call
+from ..formats.table import AnyShape, layer_call
 
 __all__ = [
     "OpTraffic",

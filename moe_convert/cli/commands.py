@@ -6,7 +6,7 @@ model (``replay.replay_load``); its old name ``simulate`` still works.
 Every argument is checked before any work starts. A user error ends as one line on stderr,
 ``python -m moe_convert CMD: error: ...`` (what was wrong, the value, what is accepted), with
 exit status 2: argparse's own errors, the argument types (``ArgumentTypeError``) and
-``UsageError`` for rules that involve several arguments (both in ``moe_convert.cli_args``),
+``UsageError`` for rules that involve several arguments (both in ``moe_convert.cli.args``),
 which ``main`` hands to the subcommand's ``parser.error``. Anything else is a bug and shows
 its traceback.
 
@@ -24,8 +24,26 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .allocator import POOLS, MiB
-from .cli_args import (
+from ..formats.bf16.engines import ENGINES, check_engine
+from ..formats.bf16.registry import strategies_markdown, update_markdown
+from ..formats.table import (
+    LAYER_FORMATS,
+    AnyShape,
+    convert_layer,
+    every_catalog_shape,
+    layer_tensors,
+    reference_conversion,
+    strategy_record,
+)
+from ..load.allocator import POOLS, MiB
+from ..load.replay import WeightsDoNotFit, replay_load
+from ..load.wholemodel import DEVICE_EVENTS, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
+from ..measuring.memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
+from ..measuring.timing import time_layer
+from ..measuring.traffic import strategy_traffic
+from ..units import format_bytes as _bytes
+from ..units import format_seconds as _seconds
+from .args import (
     Parser,
     UsageError,
     add_command,
@@ -38,24 +56,6 @@ from .cli_args import (
     resolve_shape,
     resolve_strategies,
 )
-from .engines import ENGINES, check_engine
-from .formats import (
-    LAYER_FORMATS,
-    AnyShape,
-    convert_layer,
-    every_catalog_shape,
-    layer_tensors,
-    reference_conversion,
-    strategy_record,
-)
-from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
-from .registry import strategies_markdown, update_markdown
-from .replay import WeightsDoNotFit, replay_load
-from .timing import time_layer
-from .traffic import strategy_traffic
-from .units import format_bytes as _bytes
-from .units import format_seconds as _seconds
-from .wholemodel import DEVICE_EVENTS, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 
 __all__ = ["main"]
 

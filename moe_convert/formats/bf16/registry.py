@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import check_disjoint, check_weights
-from .formulas import LEGEND, Formula
-from .nvtx import nvtx_range
+from ...checks import check_disjoint, check_weights
+from ...formulas import LEGEND, Formula
+from ...nvtx import nvtx_range
 
 __all__ = [
     "STRATEGIES",
@@ -54,7 +54,7 @@ class Strategy:
     origin: str  # where it comes from: an engine's PR or release, a library's helper, "ours"
     needs: str = ""  # what must be installed or present for it to run ("": nothing more)
     peak: Formula | None = None  # peak transient bytes, dispatch level, row indices cached
-    traffic: Formula | None = None  # bytes read + written (moe_convert.traffic's rule)
+    traffic: Formula | None = None  # bytes read + written (moe_convert.measuring.traffic's rule)
     launches: Formula | None = None  # data-moving ops of one call
     # What the CPU allocator sees above ``peak`` (memory.profiler_memory): kernels' own
     # temporaries, which the dispatch-level count cannot see.
