@@ -62,7 +62,7 @@ class QuantModelSpec:
             self.format,
             self.experts,
             _round_up(self.hidden, fmt.hidden_align),
-            _round_up(self.intermediate // tp, fmt.intermediate_align),
+            _round_up(self.intermediate // tp, fmt.intermediate_alignment(True)),
             self.moe_layers,
         )
 

@@ -22,7 +22,7 @@ MXFP8 (``mxfp8``: OCP microscaling, MiniMax-M3's checkpoint) is fp8 weights with
 W4A16: Kimi-K2-Thinking's experts) stores int32 words of eight 4-bit weights and one bf16 scale
 per 32 elements; its conversion is ``moe_convert.quant_mxint4``'s.
 The dimensions are the padded ones the conversion sees: vLLM rounds H and I per rank up to each
-format's alignment first (``QuantFormat.hidden_align`` and ``intermediate_align``, from vLLM
+format's alignment first (``QuantFormat.hidden_align`` and ``intermediate_alignment``, from vLLM
 0.33.0; see docs/formats.md).
 """
 
@@ -66,6 +66,16 @@ class QuantFormat:
     # in BlockMajorK by whole 128-byte blocks of a row (MXINT4; block-FP8's scale blocks
     # already imply it).
     weight_row_align: int = field(default=1, kw_only=True)
+    # I per rank's alignment for a non-gated (ReLU²) layer, where it differs from the gated
+    # one: vLLM 0.33.0 pads a non-gated NVFP4 or FP8 per-tensor intermediate to 128 (w13's rows
+    # are I, not 2I, and FlashInfer's shuffle of the scales, or its kernels, want 128 rows).
+    nongated_intermediate_align: int | None = field(default=None, kw_only=True)
+
+    def intermediate_alignment(self, gated: bool) -> int:
+        """What vLLM pads I per rank up to a multiple of, for a gated layer or not."""
+        if gated or self.nongated_intermediate_align is None:
+            return self.intermediate_align
+        return self.nongated_intermediate_align
 
     @property
     def elements_per_item(self) -> int:
@@ -89,16 +99,38 @@ class QuantFormat:
 FORMATS: dict[str, QuantFormat] = {
     fmt.name: fmt
     for fmt in (
-        # flashinfer_fp4_moe.py: trtllm_hidden_alignment=256; a gated intermediate to 64
-        # (align_fp4_moe_weights_for_fi's min_alignment, so that 2I % 128 == 0).
+        # flashinfer_fp4_moe.py: trtllm_hidden_alignment=256; the intermediate to 64 gated, 128
+        # not (align_fp4_moe_weights_for_fi's min_alignment "64 if is_gated else 128", so that
+        # w13's rows are a multiple of 128).
         QuantFormat(
-            "nvfp4", torch.uint8, 2, torch.float8_e4m3fn, 16, False, False, 256, 64, title="NVFP4"
+            "nvfp4",
+            torch.uint8,
+            2,
+            torch.float8_e4m3fn,
+            16,
+            False,
+            False,
+            256,
+            64,
+            title="NVFP4",
+            nongated_intermediate_align=128,
         ),
         # oracle/mxfp4.py::mxfp4_round_up_hidden_size_and_intermediate_size, TRTLLM backends.
         QuantFormat("mxfp4", torch.uint8, 2, torch.uint8, 32, True, True, 256, 128, title="MXFP4"),
-        # flashinfer_utils.py::prepare_fp8_moe_layer_for_fi: a gated min_alignment of 16.
+        # flashinfer_utils.py::prepare_fp8_moe_layer_for_fi: align_moe_weights_for_fi's
+        # min_alignment "16 if is_gated else 128".
         QuantFormat(
-            "fp8", torch.float8_e4m3fn, 1, None, 0, False, False, 1, 16, title="FP8 per-tensor"
+            "fp8",
+            torch.float8_e4m3fn,
+            1,
+            None,
+            0,
+            False,
+            False,
+            1,
+            16,
+            title="FP8 per-tensor",
+            nongated_intermediate_align=128,
         ),
         # DeepSeek block-FP8 (weight_block_size [128, 128]): float32 scales per 128x128 block.
         # prepare_fp8_moe_layer_for_fi pads nothing for block quantization; oracle/fp8.py's

@@ -166,7 +166,8 @@ def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> No
                 name,
                 getattr(layer, name),
                 f"rows per expert ({rows}) must be a multiple of {need} ({why})",
-                "pad the rows as vLLM does (hidden to 256, intermediate to 64 or 128)",
+                f"pad as vLLM does: hidden to a multiple of {fmt.hidden_align}, intermediate "
+                f"to one of {fmt.intermediate_alignment(gated)}",
             )
     for name, shape in layer.expected_shapes(fmt, gated).items():
         tensor = getattr(layer, name)

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from moe_convert import QUANT_STRATEGIES, QuantLayer, QuantLayerShape, convert_quant
+from moe_convert import FORMATS, QUANT_STRATEGIES, QuantLayer, QuantLayerShape, convert_quant
 from moe_convert.quant_catalog import quant_catalog_shapes, quant_layer_shape
 from moe_convert.quant_layer import quant_layer_tensors
 
@@ -187,6 +187,14 @@ BAD = {
         ValueError,
         ["w2_scale", "(2, 256, 6)", "multiple of 4"],
     ),
+    "nvfp4-nongated-intermediate-64": (
+        "nvfp4",
+        # I 64 pads to 128 in vLLM when not gated (64 is the gated alignment: 2I rows)
+        lambda: QuantLayer(u8(2, 64, 128), u8(2, 256, 32), e4m3(2, 64, 16), e4m3(2, 256, 4)),
+        False,
+        ValueError,
+        ["w13", "(2, 64, 128)", "multiple of 128", "intermediate to one of 128"],
+    ),
     "mxint4-weights-repacked-as-bytes": (
         "mxint4",
         lambda: mxint4(w2=u8(2, 256, 128)),
@@ -233,6 +241,31 @@ def test_bad_input_is_one_line_before_any_byte_is_written(case):
             assert fragment in message, (fragment, message)
         for key, tensor in layer.tensors().items():
             assert torch.equal(tensor.view(torch.uint8), before[key].view(torch.uint8)), key
+
+
+# vLLM 0.33.0's padding of I per rank, (gated, not gated): flashinfer_fp4_moe.py (NVFP4: "64 if
+# is_gated else 128"), flashinfer_utils.py (FP8 per-tensor: "16 if is_gated else 128"; MXFP8:
+# 128), oracle/fp8.py (block-FP8: whole 128-row blocks); MXFP4 and MXINT4 exist only gated
+# (MXINT4's 256 is FlashInfer's: vLLM pads nothing there).
+VLLM_INTERMEDIATE_ALIGN = {
+    "nvfp4": (64, 128),
+    "fp8": (16, 128),
+    "mxfp8": (128, 128),
+    "fp8block": (128, 128),
+    "mxfp4": (128, None),
+    "mxint4": (256, None),
+}
+
+
+def test_intermediate_alignment_is_vllms_gated_and_not():
+    assert VLLM_INTERMEDIATE_ALIGN.keys() == FORMATS.keys()
+    for name, (gated, not_gated) in VLLM_INTERMEDIATE_ALIGN.items():
+        fmt = FORMATS[name]
+        assert fmt.intermediate_alignment(True) == gated, name
+        if not_gated is None:
+            assert fmt.gated_only, name
+        else:
+            assert fmt.intermediate_alignment(False) == not_gated, name
 
 
 def test_unknown_strategy_names_the_valid_ones():
