@@ -1,6 +1,6 @@
 """The quantized formats' figures, written once for every format (NVFP4, MXFP4, FP8 per-tensor,
-DeepSeek block-FP8, MXFP8): the grid, its measurements and the benchmark classes each format's
-module makes its own.
+DeepSeek block-FP8, MXFP8, MXINT4): the grid, its measurements and the benchmark classes each
+format's module makes its own.
 
 Each format is a module of the suite, ``bench_<format>.py``, whose classes ``format_benchmarks``
 makes from this module's: named as BF16's in ``bench_convert`` and ``bench_allocator``
@@ -45,6 +45,7 @@ FORMAT_SHAPES = {
     "fp8": ("llama-4-maverick-fp8/tp8",),
     "fp8block": ("deepseek-r1-fp8block/tp8",),
     "mxfp8": ("minimax-m3-mxfp8/tp4",),
+    "mxint4": ("kimi-k2-thinking-mxint4/tp4", "kimi-k2-thinking-mxint4/tp8"),
 }
 #: Every quantized shape, in the catalog's order.
 QUANT_SHAPES = tuple(label for labels in FORMAT_SHAPES.values() for label in labels)

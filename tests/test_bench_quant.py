@@ -31,6 +31,7 @@ from benchmarks import (  # noqa: E402
     bench_fp8block,
     bench_mxfp4,
     bench_mxfp8,
+    bench_mxint4,
     bench_nvfp4,
     quant,
 )
@@ -41,6 +42,7 @@ MODULES = {
     "fp8": bench_fp8,
     "fp8block": bench_fp8block,
     "mxfp8": bench_mxfp8,
+    "mxint4": bench_mxint4,
 }
 
 
