@@ -260,27 +260,33 @@ def mxint4_inplace(layer: QuantLayer, gated: bool) -> QuantLayer:
     return QuantLayer(w13, w2, s13, s2)
 
 
-register_quant(
-    "mxint4-fast",
-    inplace=False,
-    origin="ours",
-    peak=Formula("T13 + T2 + F13 + F2"),
-    traffic=Formula("2 (T13 + T2 + F13 + F2)"),
-    launches=Formula("6"),
-)(mxint4_fast)
-register_quant(
-    "mxint4-preallocated",
-    inplace=False,
-    origin="ours, vLLM #55407's form",
-    peak=Formula("T13 + T2 + F13 + F2"),
-    traffic=Formula("2 (T13 + T2 + F13 + F2)"),
-    launches=Formula("6 E"),
-)(mxint4_preallocated)
-register_quant(
-    "mxint4-inplace",
-    inplace=True,
-    origin="ours",
-    peak=Formula("max(S13, S2, 10 MiB)"),
-    traffic=Formula("4 (T13 + T2 + F13 + F2)"),
-    launches=Formula("10 E"),
-)(mxint4_inplace)
+# Our kinds' figures: (function, origin, in place, peak, traffic, launches). None reads an
+# index; a gated w13 is two passes per tensor (its halves), w2 one.
+_KINDS = {
+    "fast": (mxint4_fast, "ours", False, "T13 + T2 + F13 + F2", "2 (T13 + T2 + F13 + F2)", "6"),
+    "preallocated": (
+        mxint4_preallocated,
+        "ours, vLLM #55407's form",
+        False,
+        "T13 + T2 + F13 + F2",
+        "2 (T13 + T2 + F13 + F2)",
+        "6 E",
+    ),
+    "inplace": (
+        mxint4_inplace,
+        "ours",
+        True,
+        "max(S13, S2, 10 MiB)",
+        "4 (T13 + T2 + F13 + F2)",
+        "10 E",
+    ),
+}
+for _kind, (_function, _origin, _inplace, _peak, _traffic, _launches) in _KINDS.items():
+    register_quant(
+        f"mxint4-{_kind}",
+        inplace=_inplace,
+        origin=_origin,
+        peak=Formula(_peak),
+        traffic=Formula(_traffic),
+        launches=Formula(_launches),
+    )(_function)
