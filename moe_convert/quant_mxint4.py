@@ -31,7 +31,7 @@ from .formulas import Formula
 from .layout import BLOCK_K, shuffle_row_index, w13_row_index
 from .quant_layer import QuantLayer
 from .quant_registry import register_quant
-from .quant_strategies import _scratch
+from .quant_strategies import _scratch  # the in-place kinds' scratch rule, shared
 from .quant_upstream import _REORDER_LAUNCHES, _reorder_w1w3_to_w3w1
 from .swizzle import COLS_PER_TILE, ROWS_PER_TILE, block_scale_interleave
 
@@ -139,7 +139,7 @@ def mxint4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
 # shuffle's block c = 4 t + g, its transposed pair a = 2 a1 + a0. Both sides are viewed with
 # the rows split so, as [E, t, g, a1, a0, q, *k], and the row's bytes (or scales) split as the
 # output lays them out (*k: [K/128, 128] for BlockMajorK, [K/4, 4] for the swizzle).
-_ROW_SPLIT = (ROWS_PER_TILE, 4, 2, 2, 8)  # t (the number of 128-row tiles), g, a1, a0, q
+_ROW_SPLIT = (4, 2, 2, 8)  # g, a1, a0, q: the rows of one 128-row tile
 
 
 def _destination(out: torch.Tensor, rows: int, scale: bool) -> torch.Tensor:
@@ -152,7 +152,7 @@ def _destination(out: torch.Tensor, rows: int, scale: bool) -> torch.Tensor:
         swizzled = out.view(experts, tiles, -1, 2, 2, 8, 4, COLS_PER_TILE)
         return swizzled.permute(0, 1, 6, 3, 4, 5, 2, 7)
     by_rows = out.view(experts, -1, rows, BLOCK_K).transpose(1, 2)
-    return by_rows.unflatten(1, (tiles, *_ROW_SPLIT[1:]))
+    return by_rows.unflatten(1, (tiles, *_ROW_SPLIT))
 
 
 def _source(
@@ -187,7 +187,8 @@ def _relay(src: torch.Tensor, dst: torch.Tensor, scale: bool, gated: bool) -> No
 
 
 def _tensors(layer: QuantLayer, gated: bool):
-    """(weight as uint8 ``[E, M, K]``, its scales, the w13 row order is gated) of w13, w2."""
+    """(weight as uint8 ``[E, M, K]``, its scales, whether its rows take the gated order) of
+    w13, then of w2."""
     return (
         (layer.w13.view(torch.uint8), layer.w13_scale, gated),
         (layer.w2.view(torch.uint8), layer.w2_scale, False),
