@@ -28,6 +28,7 @@ from moe_bench import dashboard
 from moe_bench.dashboard import (
     TACHYON_BYTES,
     OfflineError,
+    explorer_link,
     external_references,
     make_offline,
     serve,
@@ -440,3 +441,19 @@ def test_the_front_page_works_as_a_file(browser, committed):
     assert page.locator("#served").is_visible()
     assert problems == []
     page.close()
+
+
+def test_figures_link_only_to_a_machine_with_data(committed):
+    """A machine that never ran a benchmark (the older one predates the rank load) is not
+    linked to for it; the newest machine is, with every parameter of its newest run."""
+    link = explorer_link(committed[0] / "explore")
+    replayed = "bench_allocator.RankLoadReplay.track_num_device_alloc"
+    df = load_results(ROOT / "results")
+    ran = set(df.loc[(df["benchmark"] == replayed) & df["value"].notna(), "machine"])
+    without = set(df["machine"]) - ran
+    assert without, "the committed results have a machine without the rank load"
+    assert all(link(replayed, machine) is None for machine in without)
+    href = link(replayed, newest_machine())
+    assert href.startswith(f"explore/#view=explore&bench={replayed}&")
+    assert f"f-machine={newest_machine()}" in href
+    assert link("bench_misc.Widgets.track_widgets", newest_machine()) is None
