@@ -59,7 +59,6 @@ __all__ = [
     "changes_block",
     "comment_markdown",
     "format_blocks",
-    "newest_first",
     "summary_blocks",
     "summary_table",
     "write_front_page",
@@ -234,7 +233,7 @@ def _benchmark(figure: Metric, row: pd.Series) -> str | None:
     return sibling if sibling in METRICS else None
 
 
-def newest_first(table: pd.DataFrame) -> pd.DataFrame:
+def _newest_first(table: pd.DataFrame) -> pd.DataFrame:
     """``table`` (a ``date`` column: a machine's latest run) with the newest run's rows first,
     each run's rows in their order."""
     return table.sort_values("date", ascending=False, kind="stable")
@@ -266,7 +265,7 @@ def format_blocks(table: pd.DataFrame) -> list[Block]:
             ),
         )
     ]
-    for (machine, env, profile, commit, date), rows in newest_first(table).groupby(
+    for (machine, env, profile, commit, date), rows in _newest_first(table).groupby(
         ["machine", "env", "profile", "commit", "date"], sort=False
     ):
         regressed = sum(len(r) for r in rows["regressions"])
@@ -296,7 +295,7 @@ def changes_block(table: pd.DataFrame) -> Block:
     row per figure ``summary_table`` marks (the PR gate's rule), or a line saying none got
     worse."""
     worse, unchanged = [], []
-    for (machine, commit), rows in newest_first(table).groupby(["machine", "commit"], sort=False):
+    for (machine, commit), rows in _newest_first(table).groupby(["machine", "commit"], sort=False):
         marked = [(row, column) for _, row in rows.iterrows() for column in row["regressions"]]
         if not marked:
             unchanged.append(f"`{machine}` at `{commit[:8]}`: no figure worse by the gate's rule")
@@ -360,7 +359,7 @@ def _hardware_notes(rows: pd.DataFrame) -> list[str]:
                 f"copy ratio is marked only beyond {NOISE_FACTOR:g}x; smaller steps are the "
                 "paired run's (scripts/compare)."
             )
-        notes += [note, ""]
+        notes.append(note)
     return notes
 
 
