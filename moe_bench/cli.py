@@ -204,10 +204,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_publish(args: argparse.Namespace) -> int:
     from .dashboard import OfflineError
     from .publish import PublishError, publish
+    from .results import ResultsError
 
     try:
         html_dir = publish(args.config)
-    except (PublishError, OfflineError) as error:
+    except (PublishError, OfflineError, ResultsError) as error:
         return _error(args, error)
     print(f"dashboard published: {html_dir / 'index.html'} (works offline)")
     return 0
