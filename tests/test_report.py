@@ -174,8 +174,8 @@ def test_markdown_in_human_units_with_marks(results):
 def with_quantized(results: pd.DataFrame) -> pd.DataFrame:
     """``results`` plus, for every BF16 point of qwen3 that has a quantized sibling figure
     (``metrics.quant_sibling``), the same values as an NVFP4 and an FP8 shape's under their
-    format's name, each strategy standing for the kind of the same name (``legacy``) or for
-    ``fast``."""
+    format's name (and an MXINT4 one's), each strategy standing for the kind of the same name
+    (``legacy``) or for ``fast``."""
     kinds = {"legacy": "legacy", "strided_copy": "fast"}
     rows = results[(results["shape"] == QWEN) & results["strategy"].isin(kinds)]
     quantized = [
@@ -187,6 +187,7 @@ def with_quantized(results: pd.DataFrame) -> pd.DataFrame:
         for fmt, shape in (
             ("fp8", "llama-4-maverick-fp8/tp8"),
             ("nvfp4", "qwen3-235b-a22b-nvfp4/tp4"),
+            ("mxint4", "kimi-k2-thinking-mxint4/tp8"),
         )
     ]
     return pd.concat([results, *quantized], ignore_index=True)
@@ -194,7 +195,7 @@ def with_quantized(results: pd.DataFrame) -> pd.DataFrame:
 
 def test_the_summary_has_a_table_per_format_bf16_first(results):
     table = summary_table(with_quantized(results))
-    assert set(table["format"]) == {"bf16", "nvfp4", "fp8"}
+    assert set(table["format"]) == {"bf16", "nvfp4", "fp8", "mxint4"}
     assert (table.loc[table["shape"] == QWEN, "format"] == "bf16").all()
     fast = row(table, "qwen3-235b-a22b-nvfp4/tp4", "fast")
     assert fast["format"] == "nvfp4" and fast["speedup"] == pytest.approx(0.120 / 0.048)
@@ -203,11 +204,12 @@ def test_the_summary_has_a_table_per_format_bf16_first(results):
     text = to_markdown(format_blocks(table))
     headers = [line for line in text.splitlines() if line.startswith("#### ")]
     # SHAPE_FORMATS' order, not the run's; each format's title
-    assert headers == ["#### BF16", "#### NVFP4", "#### FP8 per-tensor"]
+    assert headers == ["#### BF16", "#### NVFP4", "#### FP8 per-tensor", "#### MXINT4"]
     nvfp4 = text[text.index("#### NVFP4") : text.index("#### FP8")]
     assert "qwen3-235b-a22b-nvfp4/tp4 | fast" in nvfp4 and "**1.69 GiB** ⚠ +50%" in nvfp4
     assert QWEN + " " not in nvfp4 and "llama-4" not in nvfp4
-    assert "3 regressed figure(s)" in text
+    assert "kimi-k2-thinking-mxint4/tp8 | fast" in text[text.index("#### MXINT4") :]
+    assert "4 regressed figure(s)" in text
     assert "Speed-up: `legacy` time / time." in text  # the legend names the baseline
 
 
