@@ -126,7 +126,8 @@ def _models(labels: set[str]) -> dict[str, _Model]:
         except ValueError as err:
             raise ResultsError(
                 f"shape {label!r} of the results is not in this checkout's catalogs ({err}); "
-                "export from a checkout whose moe_convert/shapes.py or quant_formats.py has it"
+                "export from a checkout whose moe_convert/formats/bf16/shapes.py or "
+                "formats/quant/formats.py has it"
             ) from None
         inputs = {
             name: {

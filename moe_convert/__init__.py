@@ -1,4 +1,4 @@
-"""Convert MoE expert weights to FlashInfer's TRTLLM layouts (BF16, NVFP4, MXFP4, FP8), and
+"""Convert MoE expert weights to FlashInfer's TRTLLM layouts (BF16, NVFP4, MXFP4, FP8, MXINT4), and
 measure it.
 
 ``convert(w13, w2, strategy=NAME)`` runs one of the registered ``STRATEGIES`` (name -> a
@@ -26,12 +26,13 @@ from .formats.bf16.shapes import (
     spec_from_hf_config,
 )
 from .formats.layout import unconvert
-from .formats.quant import (  # noqa: F401 (imported for their registrations)
-    strategies as quant_strategies,  # registers "<format>-preallocated", "-inplace", "-fast"
-)
-from .formats.quant import (
+from .formats.quant import (  # noqa: F401 (imported for their registrations, not their names)
+    mxint4,  # noqa: F401 (registers "mxint4-legacy", "-preallocated", "-inplace", "-fast")
     upstream,  # noqa: F401 (registers "nvfp4-legacy", "nvfp4-preallocated", "mxfp4-legacy")
     upstream_fp8,  # noqa: F401 (registers "fp8-legacy", "fp8block-legacy", "mxfp8-legacy")
+)
+from .formats.quant import (
+    strategies as quant_strategies,  # noqa: F401 (registers "<format>-preallocated", ...)
 )
 from .formats.quant.catalog import QUANT_CATALOG, quant_layer_shape
 from .formats.quant.formats import FORMATS, QuantLayerShape

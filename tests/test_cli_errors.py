@@ -268,7 +268,8 @@ def test_real_entry_point_prints_one_line():
         "no existing file or folder; catalog names: qwen3-235b-a22b, qwen3-30b-a3b, deepseek-v3, "
         "deepseek-v2, deepseek-v2-lite, mixtral-8x7b, kimi-k2-nvfp4, deepseek-r1-nvfp4, "
         "qwen3-235b-a22b-nvfp4, gpt-oss-120b-mxfp4, gpt-oss-20b-mxfp4, llama-4-maverick-fp8, "
-        "deepseek-r1-fp8block, minimax-m3-mxfp8, or a path to a Hugging Face config.json"
+        "deepseek-r1-fp8block, minimax-m3-mxfp8, kimi-k2-thinking-mxint4, or a path to a Hugging "
+        "Face config.json"
     ]
 
 
