@@ -1,4 +1,5 @@
-"""The installed engines' adapters (``moe_convert.engines``) and ``python -m moe_convert engines``.
+"""The installed engines' adapters (``moe_convert.formats.bf16.engines``) and
+``python -m moe_convert engines``.
 
 Where vLLM (or SGLang) is installed, its adapter is also covered by every per-strategy test in
 test_strategies.py and test_memory.py (they read ``STRATEGIES``); here: registration follows the
@@ -16,10 +17,12 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import STRATEGIES, cli, convert, engines, register
-from moe_convert.engines import ENGINES, SGLANG, VLLM, Engine, check_engine
-from moe_convert.inputs import random_weights
-from moe_convert.reference import flashinfer_reference
+from moe_convert import STRATEGIES, convert, register
+from moe_convert.cli import commands as cli
+from moe_convert.formats.bf16 import engines
+from moe_convert.formats.bf16.engines import ENGINES, SGLANG, VLLM, Engine, check_engine
+from moe_convert.formats.bf16.inputs import random_weights
+from moe_convert.formats.bf16.reference import flashinfer_reference
 
 
 def requires_engine(engine: Engine) -> pytest.MarkDecorator:
@@ -103,7 +106,11 @@ def fake_engines(monkeypatch):
 
     register("_wrong", inplace=True, origin="test probe")(wrong)
     right = Engine(
-        "strided_inplace", "torch", "moe_convert.strategies", "strided_inplace", "inplace"
+        "strided_inplace",
+        "torch",
+        "moe_convert.formats.bf16.strategies",
+        "strided_inplace",
+        "inplace",
     )
     bad = Engine("_wrong", "torch", "tests", "wrong", "inplace")
     monkeypatch.setattr(cli, "ENGINES", (right,))

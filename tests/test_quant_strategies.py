@@ -9,10 +9,10 @@ import torch
 from conftest import requires_flashinfer
 
 from moe_convert import QUANT_STRATEGIES, QuantLayer, QuantLayerShape, convert_quant
-from moe_convert.layout import swap_w13_to_w31
-from moe_convert.quant_layer import quant_layer_tensors
-from moe_convert.quant_ops import row_index
-from moe_convert.swizzle import block_scale_interleave
+from moe_convert.formats.layout import swap_w13_to_w31
+from moe_convert.formats.quant.layer import quant_layer_tensors
+from moe_convert.formats.quant_ops import row_index
+from moe_convert.formats.swizzle import block_scale_interleave
 
 # (E, H, I, gated) per format: the smallest aligned shapes and odd ones (one expert, I not a
 # power of two, H much larger or smaller than I, non-gated where the format has it).
