@@ -61,9 +61,16 @@ __all__ = [
     "Form",
     "FunctionCode",
     "check_engine",
+    "UNCALLABLE",
+    "call_engine",
+    "check_form",
+    "engine_form",
+    "figures_of",
     "read_function",
+    "register_engine",
     "register_vllm",
     "registered_form",
+    "same_storage",
 ]
 
 
@@ -76,6 +83,33 @@ class FunctionCode:
 
 
 @dataclass(frozen=True)
+class Form:
+    """One form an engine function has had across releases, told by its code (``matches``)."""
+
+    name: str
+    releases: str  # the releases read that have it
+    transcription: str  # the strategy that transcribes it
+    inplace: bool
+    matches: Callable[[FunctionCode], bool]
+    # Its figures (peak, traffic, launches, cpu_allocator_extra), as registered; None: not
+    # stated (measured only).
+    figures: tuple[Formula, Formula, Formula, Formula] | None = None
+    gated_only: str = ""  # why a non-gated w13 cannot be converted ("": it can)
+
+    def record_figures(self) -> dict[str, Formula | None]:
+        """The keyword arguments of ``register`` for this form's figures."""
+        peak, traffic, launches, extra = self.figures or (None, None, None, None)
+        figures = dict(peak=peak, traffic=traffic, launches=launches)
+        return figures if extra is None else {**figures, "cpu_allocator_extra": extra}
+
+
+def figures_of(transcription: str) -> tuple[Formula, Formula, Formula, Formula]:
+    """The figures of the registered strategy ``transcription``: a form that runs its code."""
+    record = STRATEGIES[transcription]
+    return record.peak, record.traffic, record.launches, record.cpu_allocator_extra
+
+
+@dataclass(frozen=True)
 class Engine:
     """An installed engine's converter, registered as the strategy ``strategy``."""
 
@@ -83,8 +117,13 @@ class Engine:
     distribution: str  # the engine's package (importlib.metadata name)
     module: str  # where the called function lives
     function: str  # what the adapter calls, qualified within ``module``
-    transcription: str  # the strategy in ``moe_convert.strategies`` that transcribes it
+    transcription: str  # the strategy that transcribes it (its newest form)
     import_first: str | None = None  # a module the engine needs imported before ``module``
+    format: str = "bf16"  # the weights it converts: "bf16" or a key of quant_formats.FORMATS
+    # The forms its function has had, oldest first, told by its code (``Form.matches``); none:
+    # the adapter is registered where the engine is installed, without reading its code.
+    forms: tuple[Form, ...] = ()
+    cuda_only: str = ""  # why its function runs on CUDA only ("": it runs anywhere)
 
     @property
     def installed(self) -> bool:
@@ -147,58 +186,104 @@ def read_function(engine: Engine) -> FunctionCode | str:
     return f"{engine.distribution} {engine.version} has no {engine.function} in {engine.module}"
 
 
-@dataclass(frozen=True)
-class Form:
-    """One form an engine function has had across releases, told by its code (``matches``)."""
-
-    name: str
-    releases: str  # the releases read that have it
-    transcription: str  # the strategy that transcribes it (its figures, unless given here)
-    inplace: bool
-    matches: Callable[[FunctionCode], bool]
-    # The form's own figures where they differ from its transcription's: peak, traffic,
-    # launches, cpu_allocator_extra (Formula each).
-    figures: tuple[Formula, Formula, Formula, Formula] | None = None
-    gated_only: str = ""  # why a non-gated w13 cannot be converted ("": it can)
-
-    def record_figures(self) -> dict[str, Formula | None]:
-        """The keyword arguments of ``register`` for this form's figures."""
-        if self.figures is not None:
-            peak, traffic, launches, extra = self.figures
-        else:
-            record = STRATEGIES[self.transcription]
-            peak, traffic, launches = record.peak, record.traffic, record.launches
-            extra = record.cpu_allocator_extra
-        return {
-            "peak": peak,
-            "traffic": traffic,
-            "launches": launches,
-            "cpu_allocator_extra": extra,
-        }
+def engine_form(engine: Engine) -> Form | str:
+    """The form of ``engine``'s function as installed, read from its code; or a line saying why
+    the adapter cannot call it (absent, or a signature of no form it knows)."""
+    code = read_function(engine)
+    if isinstance(code, str):
+        return code
+    for form in engine.forms:
+        if form.matches(code):
+            return form
+    known = "; ".join(f"{f.name} ({f.releases})" for f in engine.forms)
+    return (
+        f"{engine.distribution} {engine.version}'s {engine.function} takes "
+        f"({', '.join(code.parameters)}): no form the adapter knows ({known})"
+    )
 
 
-VLLM = Engine(
-    strategy="vllm",
-    distribution="vllm",
-    module="vllm.model_executor.layers.quantization.utils.flashinfer_utils",
-    function="convert_moe_weights_to_flashinfer_trtllm_block_layout",
-    transcription="inplace",
-    # Importing flashinfer_utils first fails with a circular import of align_moe_weights_for_fi.
-    import_first="vllm.model_executor.layers.fused_moe",
-)
-SGLANG = Engine(
-    strategy="sglang-installed",
-    distribution="sglang",
-    module="sglang.srt.layers.quantization.unquant",
-    function="UnquantizedFusedMoEMethod._apply_trtllm_bf16_block_layout",
-    transcription="sglang",
-)
-#: Every engine with an adapter, installed here or not.
-ENGINES = (VLLM, SGLANG)
+#: strategy -> the form its adapter is registered with (read from the installed engine's code).
+_FORMS: dict[str, Form] = {}
+#: strategy -> why the installed engine's function cannot be called (a quantized adapter's; a
+#: BF16 one's is its ``UNAVAILABLE`` record's ``needs``).
+UNCALLABLE: dict[str, str] = {}
+
+
+def registered_form(engine: Engine) -> Form | None:
+    """The form ``engine``'s adapter is registered with; None where it is not registered or its
+    engine has no forms."""
+    return _FORMS.get(engine.strategy)
+
+
+def register_engine(engine: Engine, adapter: Callable, *, needs: str) -> Form | None:
+    """Register ``adapter`` as ``engine.strategy`` with the form of the installed function.
+
+    The form is read from the engine's code (``engine_form``); its figures and whether it works
+    in place go on the record. BF16: where the engine is not installed or its function cannot
+    be called, the record goes to ``UNAVAILABLE``, ``needs`` saying what is missing (with the
+    newest form's figures). Quantized: registered only where callable (``UNCALLABLE`` says why
+    not). Called on import, and again by the tests after they install a fake engine. Returns
+    the form.
+    """
+    from .quant_registry import QUANT_STRATEGIES, register_quant
+
+    form = engine_form(engine) if engine.installed else None
+    if isinstance(form, Form) and engine.cuda_only and not torch.cuda.is_available():
+        form = f"needs CUDA: {engine.cuda_only}"
+    found = form if isinstance(form, Form) else None
+    _FORMS.pop(engine.strategy, None)
+    UNCALLABLE.pop(engine.strategy, None)
+    if found:
+        _FORMS[engine.strategy] = found
+    elif isinstance(form, str):
+        UNCALLABLE[engine.strategy] = form
+    shown = found or engine.forms[-1]
+    origin = f"{engine.distribution} as installed ({shown.name} form, {shown.releases})"
+    if engine.format == "bf16":
+        register(
+            engine.strategy,
+            origin=origin,
+            inplace=shown.inplace,
+            needs=needs + (f" ({form})" if isinstance(form, str) else ""),
+            available=found is not None,
+            **shown.record_figures(),
+        )(adapter)
+    elif found:
+        figures = found.record_figures()
+        figures.pop("cpu_allocator_extra", None)
+        register_quant(engine.strategy, inplace=found.inplace, origin=origin, **figures)(adapter)
+    else:
+        QUANT_STRATEGIES.pop(engine.strategy, None)
+    return found
+
+
+def call_engine(engine: Engine, *args: Any, **kwargs: Any) -> Any:
+    """Call ``engine``'s function as installed with these arguments, whatever it prints going to
+    stderr (vLLM 0.24.0 to 0.30.0 log to stdout), so that ``--json`` output stays JSON lines."""
+    owner, name = engine.resolve()
+    with contextlib.redirect_stdout(sys.stderr):
+        return getattr(owner, name)(*args, **kwargs)
+
+
+def check_form(engine: Engine, form: Form, aliased: bool) -> None:
+    """Raise ``RuntimeError`` where a result aliases its input (``aliased``) and ``form`` says
+    otherwise: the adapter's reading of the code is then wrong, and never believed silently."""
+    if aliased != form.inplace:
+        raise RuntimeError(
+            f"{engine.distribution} {engine.version}'s {engine.function} returned "
+            f"{'views of its input' if aliased else 'new tensors'}, but its code read as the "
+            f"{form.name} form: the adapter's reading of its code is wrong"
+        )
+
+
+def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` lives in ``b``'s storage (also on meta, where every address is 0)."""
+    return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+
 
 _VLLM_PARAMETERS = ("cache_permute_indices", "w13_weight", "w2_weight")
-#: vLLM's converter in its releases, oldest first (docs/engines.md: every release read). The
-#: first form whose ``matches`` holds is the installed one.
+#: vLLM's BF16 converter in its releases, oldest first (docs/engines.md: every release read).
+#: The first form whose ``matches`` holds is the installed one.
 VLLM_FORMS = (
     Form(
         "per-expert",
@@ -207,6 +292,7 @@ VLLM_FORMS = (
         inplace=False,
         # Its caller swaps w13 to [w3; w1] first (a full copy), as ``legacy`` does.
         matches=lambda code: code.parameters == _VLLM_PARAMETERS,
+        figures=figures_of("legacy"),
         gated_only="it has no is_gated_act_gemm: its w13 index is the gated one (vLLM's BF16 "
         "TRT-LLM kernels of those releases do not support non-gated MoE)",
     ),
@@ -219,6 +305,7 @@ VLLM_FORMS = (
             code.parameters == (*_VLLM_PARAMETERS, "is_gated_act_gemm")
             and "copy_" not in code.calls
         ),
+        figures=figures_of("preallocated"),
     ),
     Form(
         "in place (#54699)",
@@ -237,38 +324,30 @@ VLLM_FORMS = (
         ),
     ),
 )
-
-
-def vllm_form() -> Form | str:
-    """The form of the installed vLLM's converter, read from its code; or why there is none."""
-    code = read_function(VLLM)
-    if isinstance(code, str):
-        return code
-    for form in VLLM_FORMS:
-        if form.matches(code):
-            return form
-    known = "; ".join(f"{f.name} ({f.releases})" for f in VLLM_FORMS)
-    return (
-        f"vllm {VLLM.version}'s {VLLM.function} takes ({', '.join(code.parameters)}): "
-        f"no form the adapter knows ({known})"
-    )
-
+VLLM = Engine(
+    strategy="vllm",
+    distribution="vllm",
+    module="vllm.model_executor.layers.quantization.utils.flashinfer_utils",
+    function="convert_moe_weights_to_flashinfer_trtllm_block_layout",
+    transcription="inplace",
+    # Importing flashinfer_utils first fails with a circular import of align_moe_weights_for_fi.
+    import_first="vllm.model_executor.layers.fused_moe",
+    forms=VLLM_FORMS,
+)
+SGLANG = Engine(
+    strategy="sglang-installed",
+    distribution="sglang",
+    module="sglang.srt.layers.quantization.unquant",
+    function="UnquantizedFusedMoEMethod._apply_trtllm_bf16_block_layout",
+    transcription="sglang",
+)
+#: Every BF16 engine with an adapter, installed here or not (the quantized ones:
+#: ``moe_convert.engines_quant.QUANT_ENGINES``).
+ENGINES = (VLLM, SGLANG)
 
 # Both engines hand FlashInfer a dict cache keyed by shape but not device: one per device here, so
 # that meta indices (memory measurement) never reach a CPU or CUDA call.
 _PERMUTE_CACHES: dict[tuple[str, torch.device], dict] = {}
-#: The form ``vllm`` is registered with (None: not registered).
-_VLLM_FORM: list[Form | None] = [None]
-
-
-def registered_form(engine: Engine) -> Form | None:
-    """The form ``engine``'s adapter is registered with, where its engine has forms (vLLM)."""
-    return _VLLM_FORM[0] if engine.strategy == VLLM.strategy else None
-
-
-def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` lives in ``b``'s storage (also on meta, where every address is 0)."""
-    return a.untyped_storage()._cdata == b.untyped_storage()._cdata
 
 
 def _vllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -278,8 +357,8 @@ def _vllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tenso
 
     Takes w13 in checkpoint ``[w1; w3]`` order. The per-expert form (0.16.0 to 0.23.0) is called
     after vLLM's own ``swap_w13_to_w31`` (a full copy, as its caller does) and converts gated
-    layers only (``NotImplementedError`` otherwise, before anything is read); the later forms take
-    ``is_gated_act_gemm`` and fold the swap into their index. vLLM's caller passes a fresh
+    layers only (``NotImplementedError`` otherwise, before anything is read); the later forms
+    take ``is_gated_act_gemm`` and fold the swap into their index. vLLM's caller passes a fresh
     permute cache per layer; here the cache is kept per device, so a measured call finds the
     indices cached, as for every strategy.
 
@@ -292,50 +371,25 @@ def _vllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tenso
     cached folded index, so traffic and launches add ``4 E X13`` in ``2E``. On CPU the allocator
     also sees ``index_select``'s hidden expert copy.
     """
-    form = _VLLM_FORM[0]
+    form = registered_form(VLLM)
     assert form is not None, "vllm is called only when registered"
     if form.gated_only and not gated:
         raise NotImplementedError(
             f"vllm {VLLM.version} converts gated w13 only ({form.name} form): {form.gated_only}"
         )
-    module, name = VLLM.resolve()
     cache = _PERMUTE_CACHES.setdefault((VLLM.strategy, w13.device), {})
-    function = getattr(module, name)
-    with contextlib.redirect_stdout(sys.stderr):
-        if form.gated_only:
-            got = function(cache, module.swap_w13_to_w31(w13), w2)
-        else:
-            got = function(cache, w13, w2, is_gated_act_gemm=gated)
-    aliased = _same_storage(got[0], w13) and _same_storage(got[1], w2)
-    if aliased != form.inplace:
-        raise RuntimeError(
-            f"vllm {VLLM.version}'s {VLLM.function} returned "
-            f"{'views of its input' if aliased else 'new tensors'}, but its code read as the "
-            f"{form.name} form: the adapter's reading of its code (VLLM_FORMS) is wrong"
-        )
+    if form.gated_only:
+        module, _ = VLLM.resolve()
+        got = call_engine(VLLM, cache, module.swap_w13_to_w31(w13), w2)
+    else:
+        got = call_engine(VLLM, cache, w13, w2, is_gated_act_gemm=gated)
+    check_form(VLLM, form, same_storage(got[0], w13) and same_storage(got[1], w2))
     return got
 
 
 def register_vllm() -> Form | None:
-    """Register ``vllm`` with the form of the installed vLLM's converter (read from its code).
-
-    Where vLLM is not installed, or its function cannot be called, the record goes to
-    ``UNAVAILABLE`` with what is missing (the newest form's figures where none was read).
-    Called on import; again by the tests after they install a fake vLLM. Returns the form.
-    """
-    form = vllm_form() if VLLM.installed else None
-    found = form if isinstance(form, Form) else None
-    _VLLM_FORM[0] = found
-    shown = found or VLLM_FORMS[-1]
-    register(
-        VLLM.strategy,
-        origin=f"vLLM as installed (figures of its {shown.name} form, {shown.releases})",
-        inplace=shown.inplace,
-        needs="vllm, flashinfer-python" + (f" ({form})" if isinstance(form, str) else ""),
-        available=found is not None,
-        **shown.record_figures(),
-    )(_vllm)
-    return found
+    """Register ``vllm`` (``register_engine``); called on import and by the tests."""
+    return register_engine(VLLM, _vllm, needs="vllm, flashinfer-python")
 
 
 register_vllm()
@@ -394,17 +448,55 @@ class EngineCheck:
     detail: str  # what was compared and how it came out, or why it was not run
 
 
-def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> EngineCheck:
-    """Convert a small random layer with ``engine``'s adapter and compare with FlashInfer's helpers.
+def _bf16_case(engine: Engine, gated: bool, device: torch.device | str) -> tuple[list, bool]:
+    """``([(name, got, want)] per weight, aliased)``: the adapter against FlashInfer's helpers."""
+    rows13 = 2 * CHECK_INTERMEDIATE if gated else CHECK_INTERMEDIATE
+    w13, w2 = random_weights(
+        (CHECK_EXPERTS, rows13, CHECK_HIDDEN),
+        (CHECK_EXPERTS, CHECK_HIDDEN, CHECK_INTERMEDIATE),
+        device=device,
+    )
+    want = flashinfer_reference(w13, w2, gated=gated)
+    in13, in2 = w13.clone(), w2.clone()
+    got = convert(in13, in2, strategy=engine.strategy, gated=gated)
+    aliased = got[0].data_ptr() == in13.data_ptr() and got[1].data_ptr() == in2.data_ptr()
+    return list(zip(("w13", "w2"), got, want, strict=True)), aliased
 
-    Gated and non-gated, ``CHECK_*`` sizes, on clones of the same random weights as the
+
+def _quant_case(engine: Engine, gated: bool, device: torch.device | str) -> tuple[list, bool]:
+    """``([(name, got, want)] per tensor, aliased)``: the adapter against its format's
+    ``-legacy``."""
+    from .quant_formats import QuantLayerShape
+    from .quant_layer import quant_layer_tensors
+    from .quant_registry import convert_quant
+
+    shape = QuantLayerShape(
+        "check", 1, engine.format, CHECK_EXPERTS, CHECK_HIDDEN, CHECK_INTERMEDIATE, 1, gated=gated
+    )
+    layer = quant_layer_tensors(shape, device)
+    copies = [type(layer)(**{k: t.clone() for k, t in layer.tensors().items()}) for _ in "ab"]
+    want = convert_quant(copies[0], strategy=f"{engine.format}-legacy", gated=gated)
+    got = convert_quant(copies[1], strategy=engine.strategy, gated=gated)
+    pairs = [(name, got.tensors()[name], tensor) for name, tensor in want.tensors().items()]
+    return pairs, got.w13.data_ptr() == copies[1].w13.data_ptr()
+
+
+def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> EngineCheck:
+    """Convert a small random layer with ``engine``'s adapter and compare with the reference:
+    FlashInfer's helpers (BF16) or the format's ``-legacy`` transcription (quantized).
+
+    Gated and non-gated, ``CHECK_*`` sizes, on clones of the same random tensors as the
     reference; the result must also alias the input exactly when the adapter is registered in
-    place. ``identical`` is ``None`` where the engine is not installed and ``False`` where
-    it is installed but disagrees, cannot run (flashinfer-python missing: both engines import
-    it) or raises (the error is in ``detail``): an installed engine is never skipped.
+    place. ``identical`` is ``None`` where the engine is not installed or its function cannot
+    run here (a CUDA-only path on CPU, an absent function: ``detail`` says which), and
+    ``False`` where it is installed but disagrees, cannot run (flashinfer-python missing: the
+    engines import it) or raises (the error is in ``detail``): an installed engine is never
+    skipped. A gated-only form is checked gated.
     """
     if not engine.installed:
         return EngineCheck(engine, engine.version, None, f"{engine.distribution} is not installed")
+    if engine.strategy in UNCALLABLE:
+        return EngineCheck(engine, engine.version, None, f"n/a: {UNCALLABLE[engine.strategy]}")
     if not FLASHINFER_AVAILABLE:
         return EngineCheck(
             engine,
@@ -413,37 +505,29 @@ def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> Engin
             "flashinfer-python is not installed, and the engine's converter imports it",
         )
     form = registered_form(engine)
+    case = _bf16_case if engine.format == "bf16" else _quant_case
     results = []
     for gated in (True, False) if form is None or not form.gated_only else (True,):
-        rows13 = 2 * CHECK_INTERMEDIATE if gated else CHECK_INTERMEDIATE
-        w13, w2 = random_weights(
-            (CHECK_EXPERTS, rows13, CHECK_HIDDEN),
-            (CHECK_EXPERTS, CHECK_HIDDEN, CHECK_INTERMEDIATE),
-            device=device,
-        )
-        want = flashinfer_reference(w13, w2, gated=gated)
         try:
-            in13, in2 = w13.clone(), w2.clone()
-            got = convert(in13, in2, strategy=engine.strategy, gated=gated)
+            pairs, aliased = case(engine, gated, device)
         except Exception as error:  # reported, with the engine's own message, as a failed check
             return EngineCheck(
                 engine, engine.version, False, f"gated={gated}: {type(error).__name__}: {error}"
             )
         same = [
-            torch.equal(g.view(torch.uint8), w.view(torch.uint8))
-            for g, w in zip(got, want, strict=True)
+            (name, g.shape == w.shape and torch.equal(g.view(torch.uint8), w.view(torch.uint8)))
+            for name, g, w in pairs
         ]
-        aliased = got[0].data_ptr() == in13.data_ptr() and got[1].data_ptr() == in2.data_ptr()
-        results.append((gated, same, aliased == STRATEGIES[engine.strategy].inplace))
+        inplace = form.inplace if form else STRATEGIES[engine.strategy].inplace
+        results.append((gated, same, aliased == inplace))
     detail = "; ".join(
-        f"gated={gated}: w13 {'ok' if same[0] else 'MISMATCH'}, "
-        f"w2 {'ok' if same[1] else 'MISMATCH'}"
-        f"{'' if contract else ', in place or not AGAINST its registration'}"
+        f"gated={gated}: "
+        + ", ".join(f"{name} {'ok' if ok else 'MISMATCH'}" for name, ok in same)
+        + ("" if contract else ", in place or not AGAINST its registration")
         for gated, same, contract in results
     )
     if form is not None and form.gated_only:
         detail += f"; gated=False: n/a, {form.gated_only}"
-    identical = all(all(same) and contract for _, same, contract in results)
-    return EngineCheck(
-        engine, engine.version, identical, f"{detail} (against FlashInfer's helpers)"
-    )
+    identical = all(all(ok for _, ok in same) and contract for _, same, contract in results)
+    reference = "FlashInfer's helpers" if engine.format == "bf16" else f"{engine.format}-legacy"
+    return EngineCheck(engine, engine.version, identical, f"{detail} (against {reference})")

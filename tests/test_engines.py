@@ -23,6 +23,7 @@ from moe_convert import STRATEGIES, cli, convert, register
 from moe_convert.engines import (
     ENGINES,
     SGLANG,
+    UNCALLABLE,
     VLLM,
     VLLM_FORMS,
     Engine,
@@ -30,7 +31,9 @@ from moe_convert.engines import (
     register_vllm,
     registered_form,
 )
+from moe_convert.engines_quant import QUANT_ENGINES, register_quant_engines
 from moe_convert.inputs import random_weights
+from moe_convert.quant_registry import QUANT_STRATEGIES
 from moe_convert.reference import flashinfer_reference
 from moe_convert.registry import UNAVAILABLE
 
@@ -212,6 +215,7 @@ def fake_vllm(tmp_path):
         sys.path.insert(0, str(root))
         paths.append(str(root))
         _forget_vllm()
+        register_quant_engines()
         return register_vllm()
 
     yield install
@@ -219,6 +223,7 @@ def fake_vllm(tmp_path):
         sys.path.remove(path)
     _forget_vllm()
     register_vllm()
+    register_quant_engines()
 
 
 def _forget_vllm():
@@ -345,3 +350,60 @@ def test_vllm_forms_are_oldest_first_and_exclusive():
     }
     for name, code in codes.items():
         assert [form.name for form in VLLM_FORMS if form.matches(code)] == [name]
+
+
+# vLLM's prepare_fp8_moe_layer_for_fi, faked: its signature, its three TRTLLM-gen branches told
+# apart by the layer's weight_block_size, each done with this library's -legacy transcription.
+PREPARE_FP8 = (
+    IN_PLACE
+    + """
+from moe_convert.quant_layer import QuantLayer
+from moe_convert.quant_registry import QUANT_STRATEGIES
+
+_FORMAT = {None: "fp8", (128, 128): "fp8block", (1, 32): "mxfp8"}
+
+
+def prepare_fp8_moe_layer_for_fi(
+    layer, w13, w2, w13_scale, w13_input_scale, w2_scale, w2_input_scale, is_trtllm=False
+):
+    print("INFO fake vllm logs to stdout per call")
+    block = layer.weight_block_size
+    fmt = _FORMAT[tuple(block) if block else None]
+    if not is_trtllm:  # the branches' names, as vLLM's body calls them
+        rotate_weights_for_fi_trtllm_fp8_per_tensor_moe()
+        _shuffle_deepseek_fp8_moe_weights()
+        _shuffle_mxfp8_moe_weights()
+    given = QuantLayer(w13, w2) if fmt == "fp8" else QuantLayer(w13, w2, w13_scale, w2_scale)
+    out = QUANT_STRATEGIES[fmt + "-legacy"].function(given, layer.moe_config.is_act_and_mul)
+    return out.w13, out.w2, out.w13_scale, out.w2_scale
+"""
+)
+
+
+@requires_flashinfer
+def test_quantized_adapters_share_the_mechanism(fake_vllm, capsys):
+    """FP8 and block-FP8 run vLLM's function on CPU and give their -legacy bytes; MXFP8's and
+    NVFP4's need CUDA (or their file): never registered where they cannot run, the reason said."""
+    fake_vllm("0.33.0", PREPARE_FP8)
+    engines = {engine.format: engine for engine in QUANT_ENGINES}
+    for fmt in ("fp8", "fp8block"):
+        assert f"{fmt}-vllm" in QUANT_STRATEGIES and registered_form(engines[fmt]) is not None
+        check = check_engine(engines[fmt])
+        assert check.identical, check.detail
+        assert "gated=False: w13 ok, w2 ok" in check.detail and f"{fmt}-legacy" in check.detail
+    if not torch.cuda.is_available():
+        assert "needs CUDA" in UNCALLABLE["mxfp8-vllm"] and "mxfp8-vllm" not in QUANT_STRATEGIES
+    assert "nvfp4-vllm" not in QUANT_STRATEGIES and "flashinfer_fp4_moe" in UNCALLABLE["nvfp4-vllm"]
+    assert "fake vllm logs" not in capsys.readouterr().out
+    assert cli.main(["engines"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "fp8block-vllm     vllm 0.33.0" in out and "prepare_fp8_moe_layer_for_fi, _shuffle" in out
+    )
+    assert f"n/a: {UNCALLABLE['nvfp4-vllm']}" in out
+
+
+def test_quantized_adapter_of_a_branch_vllm_lacks_is_not_registered(fake_vllm):
+    fake_vllm("0.20.0", PREPARE_FP8.replace("_shuffle_deepseek_fp8_moe_weights()", "pass"))
+    assert "fp8-vllm" in QUANT_STRATEGIES and "fp8block-vllm" not in QUANT_STRATEGIES
+    assert "no form the adapter knows" in UNCALLABLE["fp8block-vllm"]
