@@ -4,6 +4,7 @@ here from small sdists written by the test (no network, no vLLM)."""
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -96,5 +97,6 @@ def test_missing_sdist_without_metadata_tools_is_one_line(
     status = main([str(tmp_path / "vllm"), "0.23.0", "0.99.0", "--sdists", str(sdists)])
     err = capsys.readouterr().err
     assert status == 1 and len(err.splitlines()) == 1
-    assert "vllm-0.99.0.tar.gz is not in" in err and "imports setuptools_rust" in err
+    assert "vllm-0.99.0.tar.gz is not in" in err
+    assert re.search(r"imports [a-z_, ]*setuptools_rust", err)
     assert _git(tmp_path / "vllm", "tag").split() == ["v0.23.0"]  # what was done stays done
