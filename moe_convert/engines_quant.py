@@ -56,16 +56,17 @@ _NVFP4_PARAMETERS = (
     "num_experts",
     "is_gated_activation",
 )
-_READ = "0.23.0 to 0.33.0"  # the releases whose code was read (docs/engines.md)
 
 
-def _fp8_form(fmt: str, branch: str) -> Form:
-    """``prepare_fp8_moe_layer_for_fi`` with the branch (a call in its body) for ``fmt``."""
+def _fp8_form(fmt: str, branch: str, releases: str) -> Form:
+    """``prepare_fp8_moe_layer_for_fi`` with the branch (a call in its body) for ``fmt``;
+    ``releases``: those read that have it (docs/engines.md: every sdist from 0.16.0 read)."""
 
     def matches(code: FunctionCode) -> bool:
         return code.parameters == _FP8_PARAMETERS and branch in code.calls
 
-    return Form(f"prepare_fp8_moe_layer_for_fi, {branch}", _READ, f"{fmt}-legacy", False, matches)
+    name = f"prepare_fp8_moe_layer_for_fi, {branch}"
+    return Form(name, releases, f"{fmt}-legacy", False, matches)
 
 
 def _vllm_engine(fmt: str, module: str, function: str, form: Form, cuda_only: str = "") -> Engine:
@@ -89,19 +90,19 @@ QUANT_ENGINES = (
         "fp8",
         _FP8_MODULE,
         "prepare_fp8_moe_layer_for_fi",
-        _fp8_form("fp8", "rotate_weights_for_fi_trtllm_fp8_per_tensor_moe"),
+        _fp8_form("fp8", "rotate_weights_for_fi_trtllm_fp8_per_tensor_moe", "0.16.0 to 0.33.0"),
     ),
     _vllm_engine(
         "fp8block",
         _FP8_MODULE,
         "prepare_fp8_moe_layer_for_fi",
-        _fp8_form("fp8block", "_shuffle_deepseek_fp8_moe_weights"),
+        _fp8_form("fp8block", "_shuffle_deepseek_fp8_moe_weights", "0.20.0 to 0.33.0"),
     ),
     _vllm_engine(
         "mxfp8",
         _FP8_MODULE,
         "prepare_fp8_moe_layer_for_fi",
-        _fp8_form("mxfp8", "_shuffle_mxfp8_moe_weights"),
+        _fp8_form("mxfp8", "_shuffle_mxfp8_moe_weights", "0.19.0 to 0.33.0"),
         cuda_only=_INTERLEAVE,
     ),
     _vllm_engine(
@@ -110,7 +111,7 @@ QUANT_ENGINES = (
         "prepare_static_weights_for_trtllm_fp4_moe",
         Form(
             "prepare_static_weights_for_trtllm_fp4_moe after reorder_w1w3_to_w3w1",
-            _READ,
+            "0.17.0 to 0.33.0",
             "nvfp4-legacy",
             False,
             lambda code: code.parameters == _NVFP4_PARAMETERS,
