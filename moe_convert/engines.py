@@ -79,7 +79,9 @@ class FunctionCode:
     """What the adapter reads of an engine function's source: no import, just ``ast``."""
 
     parameters: tuple[str, ...]  # in order, positional and keyword
-    calls: frozenset[str]  # names called in its body, nested functions included (``copy_``)
+    # Each name called in its body (nested functions included: ``copy_``) -> the most arguments
+    # one of those calls passes.
+    calls: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -177,12 +179,12 @@ def read_function(engine: Engine) -> FunctionCode | str:
             names = [
                 a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)
             ]
-            calls = {
-                call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
-                for call in ast.walk(node)
-                if isinstance(call, ast.Call) and isinstance(call.func, (ast.Attribute, ast.Name))
-            }
-            return FunctionCode(tuple(names), frozenset(calls))
+            calls: dict[str, int] = {}
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and isinstance(call.func, (ast.Attribute, ast.Name)):
+                    name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
+                    calls[name] = max(calls.get(name, 0), len(call.args) + len(call.keywords))
+            return FunctionCode(tuple(names), calls)
     return f"{engine.distribution} {engine.version} has no {engine.function} in {engine.module}"
 
 

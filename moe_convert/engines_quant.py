@@ -29,7 +29,15 @@ from types import SimpleNamespace
 
 import torch
 
-from .engines import Engine, Form, FunctionCode, call_engine, check_form, register_engine
+from .engines import (
+    Engine,
+    Form,
+    FunctionCode,
+    call_engine,
+    check_form,
+    register_engine,
+    registered_form,
+)
 from .engines import same_storage as _same_storage
 from .quant_layer import QuantLayer
 
@@ -58,18 +66,24 @@ _NVFP4_PARAMETERS = (
 )
 
 
-def _fp8_form(fmt: str, branch: str, releases: str) -> Form:
-    """``prepare_fp8_moe_layer_for_fi`` with the branch (a call in its body) for ``fmt``;
-    ``releases``: those read that have it (docs/engines.md: every sdist from 0.16.0 read)."""
+def _fp8_form(fmt: str, branch: str, releases: str, arguments: int = 0, gated_only="") -> Form:
+    """``prepare_fp8_moe_layer_for_fi`` with the branch (a call in its body) for ``fmt``, called
+    with ``arguments`` arguments where given; ``releases``: those read that have it
+    (docs/engines.md: every sdist from 0.16.0 read)."""
 
     def matches(code: FunctionCode) -> bool:
-        return code.parameters == _FP8_PARAMETERS and branch in code.calls
+        called = code.calls.get(branch)
+        called_so = called is not None and arguments in (0, called)
+        return code.parameters == _FP8_PARAMETERS and called_so
 
     name = f"prepare_fp8_moe_layer_for_fi, {branch}"
-    return Form(name, releases, f"{fmt}-legacy", False, matches)
+    return Form(name, releases, f"{fmt}-legacy", False, matches, gated_only=gated_only)
 
 
-def _vllm_engine(fmt: str, module: str, function: str, form: Form, cuda_only: str = "") -> Engine:
+_ROTATE = "rotate_weights_for_fi_trtllm_fp8_per_tensor_moe"
+
+
+def _vllm_engine(fmt: str, module: str, function: str, *forms: Form, cuda_only="") -> Engine:
     return Engine(
         strategy=f"{fmt}-vllm",
         distribution="vllm",
@@ -78,7 +92,7 @@ def _vllm_engine(fmt: str, module: str, function: str, form: Form, cuda_only: st
         transcription=f"{fmt}-legacy",
         import_first="vllm.model_executor.layers.fused_moe",  # as for the BF16 ``vllm``
         format=fmt,
-        forms=(form,),
+        forms=forms,
         cuda_only=cuda_only,
     )
 
@@ -90,7 +104,14 @@ QUANT_ENGINES = (
         "fp8",
         _FP8_MODULE,
         "prepare_fp8_moe_layer_for_fi",
-        _fp8_form("fp8", "rotate_weights_for_fi_trtllm_fp8_per_tensor_moe", "0.16.0 to 0.33.0"),
+        _fp8_form(
+            "fp8",
+            _ROTATE,
+            "0.16.0",
+            arguments=2,
+            gated_only=f"its {_ROTATE} has no is_gated_activation: it reorders rows as gated",
+        ),
+        _fp8_form("fp8", _ROTATE, "0.17.0 to 0.33.0", arguments=3),
     ),
     _vllm_engine(
         "fp8block",
@@ -124,6 +145,19 @@ QUANT_ENGINES = (
 _BLOCK_SIZE = {"fp8": None, "fp8block": [128, 128], "mxfp8": [1, 32]}
 
 
+def _form(engine: Engine, gated: bool) -> Form:
+    """The form ``engine`` is registered with; ``NotImplementedError`` for a non-gated layer
+    where it converts gated ones only."""
+    form = registered_form(engine)
+    assert form is not None, f"{engine.strategy} is called only when registered"
+    if form.gated_only and not gated:
+        raise NotImplementedError(
+            f"{engine.strategy}: vllm {engine.version} converts gated layers only ({form.name}, "
+            f"{form.releases}): {form.gated_only}"
+        )
+    return form
+
+
 def _fp8_family(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
     """``prepare_fp8_moe_layer_for_fi(layer=..., w13=..., ..., is_trtllm=True)`` as
     ``convert_to_fp8_moe_kernel_format`` calls it for FlashInfer TRTLLM-gen.
@@ -137,7 +171,7 @@ def _fp8_family(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
     must stay as they are: out of place, as the ``-legacy`` transcriptions (block-FP8 clamps
     the scales it returns in place, as its transcription does).
     """
-    fmt = engine.format
+    fmt, form = engine.format, _form(engine, gated)
     experts, rows13, hidden = layer.w13.shape
     stand_in = SimpleNamespace(
         moe_config=SimpleNamespace(
@@ -150,7 +184,8 @@ def _fp8_family(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
     )
     ones = torch.ones(experts, dtype=torch.float32, device=layer.w13.device)
     scales = (ones, ones) if fmt == "fp8" else (layer.w13_scale, layer.w2_scale)
-    w13, w2, w13_scale, w2_scale = call_engine(
+    # vLLM 0.16.0 to 0.18.1 return (w13, w2, w13_scale): per-tensor only, scales passed through.
+    w13, w2, *converted_scales = call_engine(
         engine,
         layer=stand_in,
         w13=layer.w13.detach(),
@@ -161,10 +196,10 @@ def _fp8_family(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
         w2_input_scale=ones,
         is_trtllm=True,
     )
-    check_form(engine, engine.forms[0], _same_storage(w13, layer.w13))
+    check_form(engine, form, _same_storage(w13, layer.w13))
     if fmt == "fp8":
         return QuantLayer(w13, w2)
-    return QuantLayer(w13, w2, w13_scale, w2_scale)
+    return QuantLayer(w13, w2, *converted_scales)
 
 
 def _nvfp4(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
@@ -174,6 +209,7 @@ def _nvfp4(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
     called: the inputs are the padded shapes). Leaves a gated input reordered, as vLLM does and
     as ``nvfp4-legacy``.
     """
+    form = _form(engine, gated)
     w13, w2, w13_scale, w2_scale = layer.w13, layer.w2, layer.w13_scale, layer.w2_scale
     if gated:
         module, _ = engine.resolve()
@@ -189,7 +225,7 @@ def _nvfp4(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
         num_experts=w13.size(0),
         is_gated_activation=gated,
     )
-    check_form(engine, engine.forms[0], _same_storage(out[0], layer.w13))
+    check_form(engine, form, _same_storage(out[0], layer.w13))
     return QuantLayer(out[0], out[2], out[1], out[3])
 
 

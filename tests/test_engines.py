@@ -33,7 +33,9 @@ from moe_convert.engines import (
 )
 from moe_convert.engines_quant import QUANT_ENGINES, register_quant_engines
 from moe_convert.inputs import random_weights
-from moe_convert.quant_registry import QUANT_STRATEGIES
+from moe_convert.quant_formats import QuantLayerShape
+from moe_convert.quant_layer import quant_layer_tensors
+from moe_convert.quant_registry import QUANT_STRATEGIES, convert_quant
 from moe_convert.reference import flashinfer_reference
 from moe_convert.registry import UNAVAILABLE
 
@@ -339,16 +341,14 @@ def test_vllm_forms_are_oldest_first_and_exclusive():
     from moe_convert.engines import FunctionCode
 
     codes = {
-        "per-expert": FunctionCode(
-            ("cache_permute_indices", "w13_weight", "w2_weight"), frozenset()
-        ),
+        "per-expert": FunctionCode(("cache_permute_indices", "w13_weight", "w2_weight"), {}),
         "preallocated (#45589)": FunctionCode(
             ("cache_permute_indices", "w13_weight", "w2_weight", "is_gated_act_gemm"),
-            frozenset({"empty", "index_select"}),
+            {"empty": 3, "index_select": 4},
         ),
         "in place (#54699)": FunctionCode(
             ("cache_permute_indices", "w13_weight", "w2_weight", "is_gated_act_gemm"),
-            frozenset({"empty", "index_select", "copy_"}),
+            {"empty": 3, "index_select": 4, "copy_": 1},
         ),
     }
     for name, code in codes.items():
@@ -361,7 +361,9 @@ PREPARE_FP8 = (
     IN_PLACE
     + """
 from moe_convert.quant_layer import QuantLayer
-from moe_convert.quant_registry import QUANT_STRATEGIES
+from moe_convert.quant_formats import QuantLayerShape
+from moe_convert.quant_layer import quant_layer_tensors
+from moe_convert.quant_registry import QUANT_STRATEGIES, convert_quant
 
 _FORMAT = {None: "fp8", (128, 128): "fp8block", (1, 32): "mxfp8"}
 
@@ -373,7 +375,7 @@ def prepare_fp8_moe_layer_for_fi(
     block = layer.weight_block_size
     fmt = _FORMAT[tuple(block) if block else None]
     if not is_trtllm:  # the branches' names, as vLLM's body calls them
-        rotate_weights_for_fi_trtllm_fp8_per_tensor_moe()
+        rotate_weights_for_fi_trtllm_fp8_per_tensor_moe(w13, w2, True)
         _shuffle_deepseek_fp8_moe_weights()
         _shuffle_mxfp8_moe_weights()
     given = QuantLayer(w13, w2) if fmt == "fp8" else QuantLayer(w13, w2, w13_scale, w2_scale)
@@ -410,3 +412,14 @@ def test_quantized_adapter_of_a_branch_vllm_lacks_is_not_registered(fake_vllm):
     fake_vllm("0.20.0", PREPARE_FP8.replace("_shuffle_deepseek_fp8_moe_weights()", "pass"))
     assert "fp8-vllm" in QUANT_STRATEGIES and "fp8block-vllm" not in QUANT_STRATEGIES
     assert "no form the adapter knows" in UNCALLABLE["fp8block-vllm"]
+
+
+def test_fp8_adapter_of_vllm_0_16_converts_gated_layers_only(fake_vllm):
+    """vLLM 0.16.0 called its rotation without is_gated_activation: told by the call's arguments."""
+    fake_vllm("0.16.0", PREPARE_FP8.replace("(w13, w2, True)", "(w13, w2)"))
+    fp8 = next(engine for engine in QUANT_ENGINES if engine.format == "fp8")
+    assert registered_form(fp8).releases == "0.16.0" and registered_form(fp8).gated_only
+    shape = QuantLayerShape("small", 1, "fp8", 2, 64, 128, 1, gated=False)
+    layer = quant_layer_tensors(shape, "cpu")
+    with pytest.raises(NotImplementedError, match="converts gated layers only"):
+        convert_quant(layer, strategy="fp8-vllm", gated=False)
