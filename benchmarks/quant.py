@@ -1,6 +1,6 @@
 """The quantized formats' figures, written once for every format (NVFP4, MXFP4, FP8 per-tensor,
-DeepSeek block-FP8, MXFP8): the grid, its measurements and the benchmark classes each format's
-module makes its own.
+DeepSeek block-FP8, MXFP8, MXINT4): the grid, its measurements and the benchmark classes each
+format's module makes its own.
 
 Each format is a module of the suite, ``bench_<format>.py``, whose classes ``format_benchmarks``
 makes from this module's: named as BF16's in ``bench_convert`` and ``bench_allocator``
@@ -45,6 +45,7 @@ FORMAT_SHAPES = {
     "fp8": ("llama-4-maverick-fp8/tp8",),
     "fp8block": ("deepseek-r1-fp8block/tp8",),
     "mxfp8": ("minimax-m3-mxfp8/tp4",),
+    "mxint4": ("kimi-k2-thinking-mxint4/tp4", "kimi-k2-thinking-mxint4/tp8"),
 }
 #: Every quantized shape, in the catalog's order.
 QUANT_SHAPES = tuple(label for labels in FORMAT_SHAPES.values() for label in labels)
@@ -56,7 +57,9 @@ QUANT_KINDS = ("legacy", "preallocated", "inplace", "fast")
 #: it; deepseek-r1-fp8block/tp8's four cells 3.9 s (load 1.2-1.3); the full profile times every
 #: shape. minimax-m3-mxfp8/tp4 is not timed here: its four cells took 9.0 s (load 1.8-2.0), most
 #: of it the upstream path's 0.3 s calls, and its three kinds of ours run NVFP4's code, whose
-#: qwen3-235b-a22b-nvfp4/tp4 cells the profile times.
+#: qwen3-235b-a22b-nvfp4/tp4 cells the profile times. Neither MXINT4 shape is timed here: at 8
+#: experts mxint4-legacy's calls took 0.87-1.05 s (its sign step: 120 passes over the weights),
+#: a cell 13-14 s (load 4.5-8, /tmp/i29/cpu_time.py in docs/formats.md).
 CPU_PROFILE_QUANT_SHAPES = (
     "qwen3-235b-a22b-nvfp4/tp4",
     "gpt-oss-120b-mxfp4/tp2",
@@ -215,9 +218,10 @@ class _PeakMemory(_Grid):
     def setup_cache(self) -> dict:
         return _measure_grid(_peak)
 
-    # 36 cells: about 30 s on the shared 2-core machine (the folded scale indices built once);
+    # 44 cells: about 30 s on the shared 2-core machine (the folded scale indices built once);
     # deepseek-r1-fp8block/tp8's 4 of them 3.0 s (load 1.3; each figure's alike, 3.0-3.4 s),
-    # minimax-m3-mxfp8/tp4's 3.1 s (load 1.8-2.0; each figure's 2.9-3.7 s).
+    # minimax-m3-mxfp8/tp4's 3.1 s (load 1.8-2.0; each figure's 2.9-3.7 s), MXINT4's 8 7.0 s
+    # (load 4.5-5.4; traffic 8.6 s, replay 11.3 s, rank loads 8.7 and 10.0 s).
     setup_cache.timeout = 300.0
 
     def track_peak_transient_bytes(self, results: dict, shape: str, kind: str) -> int:
@@ -267,7 +271,8 @@ class _SleepModeReplay(_Grid):
     def setup_cache(self) -> dict:
         return _measure_grid(_replay)
 
-    # 36 cells: about 45 s on the shared 2-core machine for the first 28; 3.7 s for mxfp8's 4.
+    # 44 cells: about 45 s on the shared 2-core machine for the first 28; 3.7 s for mxfp8's 4,
+    # 11.3 s for mxint4's 8.
     setup_cache.timeout = 600.0
 
     def track_peak_reserved_bytes(self, results: dict, shape: str, kind: str) -> int:
@@ -297,9 +302,9 @@ class _RankLoadGB200(_RankLoad):
     def setup_cache(self) -> dict:
         return _measure_grid(functools.partial(_rank_load, "GB200"))
 
-    # 36 cells: 21 s wall on the shared 2-core machine at load 3.2 for the first 28 (the
+    # 44 cells: 21 s wall on the shared 2-core machine at load 3.2 for the first 28 (the
     # upstream paths' traces most of it; `setup_cache()` timed), 3.3 s for fp8block's 4, 2.9 s
-    # for mxfp8's.
+    # for mxfp8's, 8.7 s for mxint4's 8.
     setup_cache.timeout = 300.0
 
 
@@ -309,8 +314,8 @@ class _RankLoadH200(_RankLoad):
     def setup_cache(self) -> dict:
         return _measure_grid(functools.partial(_rank_load, "H200"))
 
-    # 36 cells: 24 s wall on the shared 2-core machine at load 3.7 for the first 28, timed as the
-    # GB200 one; 3.2 s for fp8block's 4, 3.4 s for mxfp8's.
+    # 44 cells: 24 s wall on the shared 2-core machine at load 3.7 for the first 28, timed as the
+    # GB200 one; 3.2 s for fp8block's 4, 3.4 s for mxfp8's, 10.0 s for mxint4's 8.
     setup_cache.timeout = 300.0
 
 

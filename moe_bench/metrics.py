@@ -155,7 +155,7 @@ TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
 #: imports nothing heavy, checked by tests/test_metrics.py), each a module of the suite,
 #: ``benchmarks/bench_<format>.py``, whose classes are named as BF16's: the dashboard lists a
 #: format's figures together.
-QUANT_FORMATS = ("nvfp4", "mxfp4", "fp8", "fp8block", "mxfp8")
+QUANT_FORMATS = ("nvfp4", "mxfp4", "fp8", "fp8block", "mxfp8", "mxint4")
 #: BF16's classes every format's module has too, measuring the same way: each figure is its
 #: BF16 sibling's entry under the format's name (``quant_sibling``: unit, rule, summary column),
 #: so the summary's table of each format has BF16's columns (the PyTorch HUD's name stays

@@ -1,4 +1,4 @@
-"""Convert MoE expert weights to FlashInfer's TRTLLM layouts (BF16, NVFP4, MXFP4, FP8), and
+"""Convert MoE expert weights to FlashInfer's TRTLLM layouts (BF16, NVFP4, MXFP4, FP8, MXINT4), and
 measure it.
 
 ``convert(w13, w2, strategy=NAME)`` runs one of the registered ``STRATEGIES`` (name -> a
@@ -13,6 +13,7 @@ from . import (  # noqa: F401 (imported for their registrations, not their names
     engines,  # registers "vllm", "sglang-installed" where the engines are installed
     engines_quant,  # registers "<format>-vllm" where vLLM is installed and its function callable
     flashinfer_strategy,  # registers "flashinfer" where FlashInfer is installed
+    quant_mxint4,  # registers "mxint4-legacy", "-preallocated", "-inplace", "-fast"
     quant_strategies,  # registers "<format>-preallocated", "-inplace", "-fast"
     quant_upstream,  # registers "nvfp4-legacy", "nvfp4-preallocated", "mxfp4-legacy"
     quant_upstream_fp8,  # registers "fp8-legacy", "fp8block-legacy", "mxfp8-legacy"

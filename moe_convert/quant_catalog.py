@@ -62,7 +62,7 @@ class QuantModelSpec:
             self.format,
             self.experts,
             _round_up(self.hidden, fmt.hidden_align),
-            _round_up(self.intermediate // tp, fmt.intermediate_align),
+            _round_up(self.intermediate // tp, fmt.intermediate_alignment(True)),
             self.moe_layers,
         )
 
@@ -167,6 +167,20 @@ QUANT_CATALOG: dict[str, QuantModelSpec] = {
             "text_config: num_local_experts 128, hidden_size 6144, intermediate_size 3072, "
             "num_hidden_layers 60, the first 3 dense; quantization_config quant_method mxfp8, "
             "weight_block_size [1, 32]",
+        ),
+        QuantModelSpec(
+            "kimi-k2-thinking-mxint4",
+            "moonshotai/Kimi-K2-Thinking",
+            "mxint4",
+            60,
+            384,
+            7168,
+            2048,
+            (4, 8),
+            "n_routed_experts 384, hidden_size 7168, moe_intermediate_size 2048, "
+            "num_hidden_layers 61, first_k_dense_replace 1 (as kimi-k2-nvfp4, NVIDIA's NVFP4 of "
+            "this checkpoint); quantization_config compressed-tensors pack-quantized, int4 "
+            "symmetric, group_size 32 (secondary sources, docs/formats.md)",
         ),
     )
 }

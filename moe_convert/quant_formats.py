@@ -1,5 +1,5 @@
 """The quantized formats of the TRTLLM-gen MoE and their layer shapes: NVFP4, MXFP4, FP8
-per-tensor, DeepSeek block-FP8, MXFP8.
+per-tensor, DeepSeek block-FP8, MXFP8, MXINT4.
 
 Legend: E experts, H hidden, I intermediate per rank, M13 rows of w13 (2I gated, I not), epb
 elements per stored byte (2: two e2m1 per byte; 1: fp8), V elements per scale factor along a
@@ -7,7 +7,8 @@ row, R rows per scale factor (1, but 128 for block-FP8's 128x128 blocks).
 
 Per rank and MoE layer, as the checkpoint loader hands them to the conversion:
 
-- weights ``[E, M13, H/epb]`` and ``[E, H, I/epb]`` (packed bytes per row ``H/epb``, ``I/epb``);
+- weights ``[E, M13, H/epb]`` and ``[E, H, I/epb]`` (packed bytes per row ``H/epb``, ``I/epb``;
+  MXINT4's int32 words: ``[E, M13, H/8]``, ``[E, H, I/8]``);
 - block scale factors (NVFP4, MXFP4, MXFP8), one per V elements: ``[E, M13, H/V]`` and
   ``[E, H, I/V]``;
   block-FP8's float32 one per 128x128 block: ``[E, M13/128, H/128]`` and ``[E, H/128, I/128]``;
@@ -17,9 +18,11 @@ FP8 (``fp8``) is per-tensor FP8: its scales are one float per expert, never rela
 it is its weights alone. Block-FP8 (``fp8block``, DeepSeek's checkpoints) has one float32 scale
 per 128x128 block, which the conversion reorders (a gated w13's halves swapped) and clamps.
 MXFP8 (``mxfp8``: OCP microscaling, MiniMax-M3's checkpoint) is fp8 weights with one e8m0 scale
-(uint8) per 32 elements of a row, relaid and swizzled as NVFP4's are.
+(uint8) per 32 elements of a row, relaid and swizzled as NVFP4's are. MXINT4 (``mxint4``,
+W4A16: Kimi-K2-Thinking's experts) stores int32 words of eight 4-bit weights and one bf16 scale
+per 32 elements; its conversion is ``moe_convert.quant_mxint4``'s.
 The dimensions are the padded ones the conversion sees: vLLM rounds H and I per rank up to each
-format's alignment first (``QuantFormat.hidden_align`` and ``intermediate_align``, from vLLM
+format's alignment first (``QuantFormat.hidden_align`` and ``intermediate_alignment``, from vLLM
 0.33.0; see docs/formats.md).
 """
 
@@ -59,6 +62,25 @@ class QuantFormat:
     # float8_e4m3fn; MXFP8's stay the uint8 that block_scale_interleave returns for uint8.
     relaid_scale_dtype: torch.dtype = torch.float8_e4m3fn
     title: str = field(kw_only=True)  # how reports name it (a table's heading)
+    # Packed bytes per weight row must be a multiple of this: 128 where the weights come out
+    # in BlockMajorK by whole 128-byte blocks of a row (MXINT4; block-FP8's scale blocks
+    # already imply it).
+    weight_row_align: int = field(default=1, kw_only=True)
+    # I per rank's alignment for a non-gated (ReLU²) layer, where it differs from the gated
+    # one: vLLM 0.33.0 pads a non-gated NVFP4 or FP8 per-tensor intermediate to 128 (w13's rows
+    # are I, not 2I, and FlashInfer's shuffle of the scales, or its kernels, want 128 rows).
+    nongated_intermediate_align: int | None = field(default=None, kw_only=True)
+
+    def intermediate_alignment(self, gated: bool) -> int:
+        """What vLLM pads I per rank up to a multiple of, for a gated layer or not."""
+        if gated or self.nongated_intermediate_align is None:
+            return self.intermediate_align
+        return self.nongated_intermediate_align
+
+    @property
+    def elements_per_item(self) -> int:
+        """Elements per stored weight element: ``epb`` times its bytes (MXINT4's int32: 8)."""
+        return self.elements_per_byte * self.weight_dtype.itemsize
 
     def scale_shape(self, experts: int, rows: int, elements: int) -> tuple[int, int, int] | None:
         """The block scales of a weight ``[experts, rows, elements]`` (elements, not packed
@@ -77,16 +99,38 @@ class QuantFormat:
 FORMATS: dict[str, QuantFormat] = {
     fmt.name: fmt
     for fmt in (
-        # flashinfer_fp4_moe.py: trtllm_hidden_alignment=256; a gated intermediate to 64
-        # (align_fp4_moe_weights_for_fi's min_alignment, so that 2I % 128 == 0).
+        # flashinfer_fp4_moe.py: trtllm_hidden_alignment=256; the intermediate to 64 gated, 128
+        # not (align_fp4_moe_weights_for_fi's min_alignment "64 if is_gated else 128", so that
+        # w13's rows are a multiple of 128).
         QuantFormat(
-            "nvfp4", torch.uint8, 2, torch.float8_e4m3fn, 16, False, False, 256, 64, title="NVFP4"
+            "nvfp4",
+            torch.uint8,
+            2,
+            torch.float8_e4m3fn,
+            16,
+            False,
+            False,
+            256,
+            64,
+            title="NVFP4",
+            nongated_intermediate_align=128,
         ),
         # oracle/mxfp4.py::mxfp4_round_up_hidden_size_and_intermediate_size, TRTLLM backends.
         QuantFormat("mxfp4", torch.uint8, 2, torch.uint8, 32, True, True, 256, 128, title="MXFP4"),
-        # flashinfer_utils.py::prepare_fp8_moe_layer_for_fi: a gated min_alignment of 16.
+        # flashinfer_utils.py::prepare_fp8_moe_layer_for_fi: align_moe_weights_for_fi's
+        # min_alignment "16 if is_gated else 128".
         QuantFormat(
-            "fp8", torch.float8_e4m3fn, 1, None, 0, False, False, 1, 16, title="FP8 per-tensor"
+            "fp8",
+            torch.float8_e4m3fn,
+            1,
+            None,
+            0,
+            False,
+            False,
+            1,
+            16,
+            title="FP8 per-tensor",
+            nongated_intermediate_align=128,
         ),
         # DeepSeek block-FP8 (weight_block_size [128, 128]): float32 scales per 128x128 block.
         # prepare_fp8_moe_layer_for_fi pads nothing for block quantization; oracle/fp8.py's
@@ -120,6 +164,25 @@ FORMATS: dict[str, QuantFormat] = {
             1,
             torch.uint8,
             title="MXFP8",
+        ),
+        # MXINT4 (W4A16, Kimi-K2-Thinking): compressed-tensors' int32 words of eight uint4b8
+        # nibbles, bf16 scales per 32 elements (quant_mxint4). vLLM 0.33.0 pads nothing on its
+        # path; FlashInfer's convert_to_block_layout(block_k=128) needs H/2 and I/2 bytes in
+        # whole 128-byte blocks (prepare_trtllm_mxint4_weights: H and I % 256), gated only.
+        QuantFormat(
+            "mxint4",
+            torch.int32,
+            2,
+            torch.bfloat16,
+            32,
+            False,
+            True,
+            256,
+            256,
+            1,
+            torch.bfloat16,
+            title="MXINT4",
+            weight_row_align=128,
         ),
     )
 }
@@ -160,11 +223,11 @@ class QuantLayerShape:
 
     @property
     def w13_shape(self) -> tuple[int, int, int]:
-        return (self.experts, self.rows13, self.hidden // self.fmt.elements_per_byte)
+        return (self.experts, self.rows13, self.hidden // self.fmt.elements_per_item)
 
     @property
     def w2_shape(self) -> tuple[int, int, int]:
-        return (self.experts, self.hidden, self.intermediate // self.fmt.elements_per_byte)
+        return (self.experts, self.hidden, self.intermediate // self.fmt.elements_per_item)
 
     @property
     def w13_scale_shape(self) -> tuple[int, int, int] | None:
@@ -184,13 +247,13 @@ class QuantLayerShape:
 
     @property
     def w13_expert_bytes(self) -> int:
-        """S13: one expert of the w13 weights (one byte per stored element)."""
-        return self.w13_shape[1] * self.w13_shape[2]
+        """S13: one expert of the w13 weights."""
+        return self.w13_shape[1] * self.w13_shape[2] * self.fmt.weight_dtype.itemsize
 
     @property
     def w2_expert_bytes(self) -> int:
         """S2: one expert of the w2 weights."""
-        return self.w2_shape[1] * self.w2_shape[2]
+        return self.w2_shape[1] * self.w2_shape[2] * self.fmt.weight_dtype.itemsize
 
     @property
     def w13_bytes(self) -> int:

@@ -32,9 +32,10 @@ class QuantLayer:
     as float8_e4m3fn (MXFP8's as uint8, as vLLM returns them), biases float32. Block-FP8
     instead: weights float8_e4m3fn in BlockMajorK, ``[E, H/128, M13, 128]`` and
     ``[E, I/128, H, 128]``; scales float32 in the input's shapes, rows reordered as the
-    weights' halves, clamped to at least 1e-10. Gated, w13's halves are ``[w1; w3]`` (NVFP4,
-    FP8s, MXFP8) or its rows interleaved ``[w1_0, w3_0, w1_1, ...]`` (gpt-oss's MXFP4
-    checkpoint).
+    weights' halves, clamped to at least 1e-10. MXINT4 (``quant_mxint4``): int32 weights in,
+    uint8 BlockMajorK out, bf16 scales swizzled and flat per expert ``[E, M13 H/32]``. Gated,
+    w13's halves are ``[w1; w3]`` (NVFP4, FP8s, MXFP8, MXINT4) or its rows interleaved
+    ``[w1_0, w3_0, w1_1, ...]`` (gpt-oss's MXFP4 checkpoint).
     """
 
     w13: torch.Tensor
@@ -53,10 +54,10 @@ class QuantLayer:
     def expected_shapes(self, fmt: QuantFormat, gated: bool) -> dict[str, tuple[int, ...] | None]:
         """The shape each field must have, from the weights' shapes (``None``: must be absent)."""
         experts, rows13, packed13 = self.w13.shape
-        hidden = packed13 * fmt.elements_per_byte
+        hidden = packed13 * fmt.elements_per_item
         inter = rows13 // 2 if gated else rows13
         return {
-            "w2": (experts, hidden, inter // fmt.elements_per_byte),
+            "w2": (experts, hidden, inter // fmt.elements_per_item),
             "w13_scale": fmt.scale_shape(experts, rows13, hidden),
             "w2_scale": fmt.scale_shape(experts, hidden, inter),
             "w13_bias": (experts, rows13) if fmt.has_bias else None,
@@ -125,7 +126,7 @@ def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> No
     if fmt.scale_block:
         for name in ("w13", "w2"):
             tensor = getattr(layer, name)
-            elements = tensor.shape[2] * fmt.elements_per_byte
+            elements = tensor.shape[2] * fmt.elements_per_item
             if elements % fmt.scale_block:
                 fail(
                     ValueError,
@@ -134,6 +135,20 @@ def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> No
                     f"{tensor.shape[2]} packed bytes per row hold {elements} elements, not a "
                     f"multiple of {fmt.scale_block} (one scale each)",
                     "pad the row to whole scale blocks",
+                )
+    if fmt.weight_row_align > 1:
+        for name in ("w13", "w2"):
+            tensor = getattr(layer, name)
+            row_bytes = tensor.shape[2] * tensor.element_size()
+            if row_bytes % fmt.weight_row_align:
+                fail(
+                    ValueError,
+                    name,
+                    tensor,
+                    f"{row_bytes} bytes per row, not whole {fmt.weight_row_align}-byte blocks "
+                    "(BlockMajorK)",
+                    f"pad the hidden / intermediate size to a multiple of "
+                    f"{fmt.weight_row_align * fmt.elements_per_byte}",
                 )
     for name in ("w13", "w2"):
         rows = getattr(layer, name).shape[1]
@@ -151,7 +166,8 @@ def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> No
                 name,
                 getattr(layer, name),
                 f"rows per expert ({rows}) must be a multiple of {need} ({why})",
-                "pad the rows as vLLM does (hidden to 256, intermediate to 64 or 128)",
+                f"pad as vLLM does: hidden to a multiple of {fmt.hidden_align}, intermediate "
+                f"to one of {fmt.intermediate_alignment(gated)}",
             )
     for name, shape in layer.expected_shapes(fmt, gated).items():
         tensor = getattr(layer, name)

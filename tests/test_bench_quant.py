@@ -31,6 +31,7 @@ from benchmarks import (  # noqa: E402
     bench_fp8block,
     bench_mxfp4,
     bench_mxfp8,
+    bench_mxint4,
     bench_nvfp4,
     quant,
 )
@@ -41,6 +42,7 @@ MODULES = {
     "fp8": bench_fp8,
     "fp8block": bench_fp8block,
     "mxfp8": bench_mxfp8,
+    "mxint4": bench_mxint4,
 }
 
 
@@ -220,8 +222,11 @@ def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interle
     strategies = [row["strategy"] for row in rows if row["strategy"] in QUANT_STRATEGIES]
     assert sorted(strategies) == sorted(QUANT_STRATEGIES)
     assert all(row["exact"] for row in rows if row["strategy"] in QUANT_STRATEGIES)
-    (interleave,) = [row for row in rows if row["strategy"] not in QUANT_STRATEGIES]
-    assert interleave["exact"] in (False, None) and "error" in interleave
+    interleaves = [row for row in rows if row["strategy"] not in QUANT_STRATEGIES]
+    # one row per scale dtype: uint8 (NVFP4, MXFP4, MXFP8) and bf16 (MXINT4)
+    assert [row["shape"].split()[0] for row in interleaves] == ["uint8", "bfloat16"]
+    for interleave in interleaves:
+        assert interleave["exact"] in (False, None) and "error" in interleave
 
 
 def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cell(monkeypatch):

@@ -24,6 +24,7 @@ QUANT_SHAPES = {
     "bench_fp8": "llama-4-maverick-fp8/tp8",
     "bench_fp8block": "deepseek-r1-fp8block/tp8",
     "bench_mxfp8": "minimax-m3-mxfp8/tp4",
+    "bench_mxint4": "kimi-k2-thinking-mxint4/tp8",
 }
 KINDS = ["legacy", "fast"]
 COMMIT = "c" * 40
@@ -246,7 +247,7 @@ def test_a_quantized_figure_says_its_format_model_and_tensors(results, capsys):
         )
         and r["benchmark"]["extra_info"]["strategy"] == "fast"
     }
-    assert peaks.keys() == {"nvfp4", "mxfp4", "fp8", "fp8block", "mxfp8"}
+    assert peaks.keys() == {"nvfp4", "mxfp4", "fp8", "fp8block", "mxfp8", "mxint4"}
     mxfp4 = peaks["mxfp4"]
     assert mxfp4["model"]["name"] == "openai/gpt-oss-120b"
     assert mxfp4["benchmark"]["extra_info"]["asv_benchmark"].startswith("bench_mxfp4.")
@@ -280,6 +281,15 @@ def test_a_quantized_figure_says_its_format_model_and_tensors(results, capsys):
         "w2": ("float8_e4m3fn", "[128, 6144, 768]"),
         "w13_scale": ("uint8", "[128, 1536, 192]"),
         "w2_scale": ("uint8", "[128, 6144, 24]"),
+    }
+    k2t = peaks["mxint4"]
+    assert k2t["model"]["name"] == "moonshotai/Kimi-K2-Thinking"
+    assert stored(k2t) == {
+        # TP8: E 384, H 7168, I 2048 / 8 = 256; eight int4 per int32, a bf16 scale per 32
+        "w13": ("int32", "[384, 512, 896]"),
+        "w2": ("int32", "[384, 7168, 32]"),
+        "w13_scale": ("bfloat16", "[384, 512, 224]"),
+        "w2_scale": ("bfloat16", "[384, 7168, 8]"),
     }
 
 

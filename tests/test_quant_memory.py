@@ -29,6 +29,8 @@ SMALL = [
     QuantLayerShape("small", 1, "fp8block", 2, 256, 384, 1, gated=False),
     QuantLayerShape("small", 1, "mxfp8", 3, 384, 256, 1),
     QuantLayerShape("small", 1, "mxfp8", 2, 256, 384, 1, gated=False),
+    QuantLayerShape("small", 1, "mxint4", 1, 256, 256, 1),  # one 128-byte block per row
+    QuantLayerShape("small", 1, "mxint4", 3, 512, 768, 1),
 ]
 SMALL_CASES = [
     (name, shape)

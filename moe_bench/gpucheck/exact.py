@@ -120,14 +120,22 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
             }
         )
         flashinfer_interleave = None
-    for dims in plan.SWIZZLE_CHECK_SHAPES if flashinfer_interleave else ():
-        sf = torch.randint(0, 256, dims, dtype=torch.uint8, device=device)
+    cells = [(dims, dtype) for dims in plan.SWIZZLE_CHECK_SHAPES for dtype in ("uint8", "bfloat16")]
+    for dims, dtype in cells if flashinfer_interleave else ():
+        # uint8: NVFP4's, MXFP4's, MXFP8's scales; bfloat16: MXINT4's (random bytes, compared as
+        # bytes: a NaN is a NaN's bytes)
+        item = getattr(torch, dtype).itemsize
+        raw = torch.randint(0, 256, (*dims[:-1], dims[-1] * item), dtype=torch.uint8, device=device)
+        sf = raw.view(getattr(torch, dtype))
         try:
-            bad = int((block_scale_interleave(sf) != flashinfer_interleave(sf)).sum())
+            ours, theirs = block_scale_interleave(sf), flashinfer_interleave(sf)
+            bad = int((ours.view(torch.uint8) != theirs.view(torch.uint8)).sum())
             row = {"exact": bad == 0, "bytes_differing": bad}
         except Exception as error:  # a wrong output size, an unsupported GPU
             row = {"exact": False, "error": f"{type(error).__name__}: {error}"}
-        rows.append({"shape": f"scales {dims}", "strategy": "block_scale_interleave", **row})
+        rows.append(
+            {"shape": f"{dtype} scales {dims}", "strategy": "block_scale_interleave", **row}
+        )
     for label in plan.QUANT_CHECK_SHAPES:
         shape = plan.shape(label).with_experts(plan.QUANT_CHECK_EXPERTS)
         layer = quant_layer_tensors(shape, "cpu")

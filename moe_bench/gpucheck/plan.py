@@ -64,6 +64,7 @@ QUANT_CHECK_SHAPES = (
     "llama-4-maverick-fp8/tp8",
     "deepseek-r1-fp8block/tp8",
     "minimax-m3-mxfp8/tp4",
+    "kimi-k2-thinking-mxint4/tp8",
 )
 QUANT_CHECK_EXPERTS = 8
 #: Step 5's experiments, to choose the Triton strategies' constants: (shape, strategy, settings
@@ -95,11 +96,13 @@ class Step:
 #: quantized ones, each timed and replayed) gets the most, and the total stays within the wall
 #: budget. The quantized formats' full-size part of steps 2 and 5 (every strategy on
 #: ``QUANT_CHECK_SHAPES``) is sized from their records' launch and traffic formulas
-#: (tests/test_gpu_check.py holds these figures): one round of the 20 strategies is 17,423
+#: (tests/test_gpu_check.py holds these figures): one round of the 24 strategies is 26,413
 #: launches (kimi-k2-nvfp4/tp8 8,528, gpt-oss-120b-mxfp4/tp1 3,611, llama-4-maverick-fp8/tp8
-#: 1,158, deepseek-r1-fp8block/tp8 2,064, minimax-m3-mxfp8/tp4 2,062) and 118 GB moved. Step 5
-#: times 11 rounds (warm-up included) with their copies: 3.8 s of launches at about 20 us each
-#: and 0.6 s of bytes at 4 TB/s, beside the 19 s it took and
+#: 1,158, deepseek-r1-fp8block/tp8 2,064, minimax-m3-mxfp8/tp4 2,062,
+#: kimi-k2-thinking-mxint4/tp8 8,990) and 263 GB moved (145 GB of it MXINT4's, 136 GB
+#: mxint4-legacy's sign step and lists). Step 5 times 11 rounds (warm-up included) with their
+#: copies: 5.8 s of launches at about 20 us each and 1.4 s of bytes at 4 TB/s, beside the 19 s
+#: it took and
 #: the BF16 strategies added since (``cycle_inplace``, ``sglang``, ``trtllm``): 45 s. Step 2
 #: converts once each (0.3 s of launches) and replays each layer in the allocator model on the
 #: CPU (4.1 s on this project's 2-core CPU), paid for by taking every dispatch-level peak from
