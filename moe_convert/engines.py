@@ -472,8 +472,16 @@ def _quant_case(engine: Engine, gated: bool, device: torch.device | str) -> tupl
     from .quant_layer import quant_layer_tensors
     from .quant_registry import convert_quant
 
+    # Twice the BF16 check's H and I: whole 256-wide blocks, as MXINT4 and MXFP8 need.
     shape = QuantLayerShape(
-        "check", 1, engine.format, CHECK_EXPERTS, CHECK_HIDDEN, CHECK_INTERMEDIATE, 1, gated=gated
+        "check",
+        1,
+        engine.format,
+        CHECK_EXPERTS,
+        2 * CHECK_HIDDEN,
+        2 * CHECK_INTERMEDIATE,
+        1,
+        gated=gated,
     )
     layer = quant_layer_tensors(shape, device)
     copies = [type(layer)(**{k: t.clone() for k, t in layer.tensors().items()}) for _ in "ab"]
@@ -508,8 +516,14 @@ def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> Engin
         )
     form = registered_form(engine)
     case = _bf16_case if engine.format == "bf16" else _quant_case
+    gated_only = form.gated_only if form else ""
+    if engine.format != "bf16":
+        from .quant_formats import FORMATS
+
+        if FORMATS[engine.format].gated_only:
+            gated_only = gated_only or "the format is gated only"
     results = []
-    for gated in (True, False) if form is None or not form.gated_only else (True,):
+    for gated in (True, False) if not gated_only else (True,):
         try:
             pairs, aliased = case(engine, gated, device)
         except Exception as error:  # reported, with the engine's own message, as a failed check
@@ -528,8 +542,8 @@ def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> Engin
         + ("" if contract else ", in place or not AGAINST its registration")
         for gated, same, contract in results
     )
-    if form is not None and form.gated_only:
-        detail += f"; gated=False: n/a, {form.gated_only}"
+    if gated_only:
+        detail += f"; gated=False: n/a, {gated_only}"
     identical = all(all(ok for _, ok in same) and contract for _, same, contract in results)
     reference = "FlashInfer's helpers" if engine.format == "bf16" else f"{engine.format}-legacy"
     return EngineCheck(engine, engine.version, identical, f"{detail} (against {reference})")

@@ -14,9 +14,12 @@ does (named on it), never a transcription; its result must be byte-identical to 
 - ``prepare_static_weights_for_trtllm_fp4_moe`` (``quantization/utils/flashinfer_fp4_moe.py``)
   after ``reorder_w1w3_to_w3w1``, as ``prepare_nvfp4_moe_layer_for_fi_or_cutlass`` calls them
   (``nvfp4-vllm``).
+- ``prepare_static_weights_for_trtllm_mxint4_moe`` (``quantization/utils/flashinfer_mxint4_moe.py``,
+  called by ``fused_moe/oracle/int_wna16.py``; ``mxint4-vllm``).
 
-MXFP8's and NVFP4's paths call FlashInfer's CUDA scale interleave: registered only where CUDA
-is available (``UNCALLABLE`` says so elsewhere). Their figures are not stated (``None``):
+MXFP8's, NVFP4's and MXINT4's paths call FlashInfer's CUDA scale interleave (MXINT4's sign step
+also asserts CUDA tensors): registered only where CUDA is available (``UNCALLABLE`` says so
+elsewhere). Their figures are not stated (``None``):
 vLLM builds FlashInfer's row indices per call, which the transcriptions cache; ``measure``
 gives them. MXFP4's ``convert_to_mxfp4_moe_kernel_format`` (``fused_moe/oracle/mxfp4.py``)
 takes vLLM's layer and backend objects: not adapted yet.
@@ -98,6 +101,7 @@ def _vllm_engine(fmt: str, module: str, function: str, *forms: Form, cuda_only="
 
 
 _INTERLEAVE = "FlashInfer's block scale interleave is a CUDA op"
+_MXINT4_PARAMETERS = ("gemm1_weights", "gemm1_scales", "gemm2_weights", "gemm2_scales")
 #: Every quantized engine function with an adapter, installed here or not.
 QUANT_ENGINES = (
     _vllm_engine(
@@ -138,6 +142,19 @@ QUANT_ENGINES = (
             lambda code: code.parameters == _NVFP4_PARAMETERS,
         ),
         cuda_only=_INTERLEAVE,
+    ),
+    _vllm_engine(
+        "mxint4",
+        "vllm.model_executor.layers.quantization.utils.flashinfer_mxint4_moe",
+        "prepare_static_weights_for_trtllm_mxint4_moe",
+        Form(
+            "prepare_static_weights_for_trtllm_mxint4_moe",
+            "0.16.0 to 0.33.0",
+            "mxint4-legacy",
+            False,
+            lambda code: code.parameters == _MXINT4_PARAMETERS,
+        ),
+        cuda_only=f"{_INTERLEAVE}, and its sign step asserts CUDA tensors",
     ),
 )
 
@@ -229,10 +246,26 @@ def _nvfp4(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
     return QuantLayer(out[0], out[2], out[1], out[3])
 
 
+def _mxint4(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
+    """``prepare_static_weights_for_trtllm_mxint4_moe(w13, w13_scale, w2, w2_scale)``, as
+    ``fused_moe/oracle/int_wna16.py`` calls it; its dict's four tensors. Like ``mxint4-legacy``
+    it leaves the input signed and ``[w3; w1]`` (vLLM's in-place steps). Gated only, as vLLM's.
+    """
+    form = _form(engine, gated)
+    out = call_engine(engine, layer.w13, layer.w13_scale, layer.w2, layer.w2_scale)
+    check_form(engine, form, _same_storage(out["gemm1_weights"], layer.w13))
+    return QuantLayer(
+        out["gemm1_weights"], out["gemm2_weights"], out["gemm1_scales"], out["gemm2_scales"]
+    )
+
+
+_ADAPTERS = {"nvfp4": _nvfp4, "mxint4": _mxint4}  # the others: prepare_fp8_moe_layer_for_fi
+
+
 def register_quant_engines() -> None:
     """Register every quantized adapter where it can run (``engines.register_engine``)."""
     for engine in QUANT_ENGINES:
-        adapter = _nvfp4 if engine.format == "nvfp4" else _fp8_family
+        adapter = _ADAPTERS.get(engine.format, _fp8_family)
         register_engine(engine, functools.partial(adapter, engine), needs="vllm, flashinfer-python")
 
 

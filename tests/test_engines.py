@@ -398,7 +398,8 @@ def test_quantized_adapters_share_the_mechanism(fake_vllm, capsys):
         assert "gated=False: w13 ok, w2 ok" in check.detail and f"{fmt}-legacy" in check.detail
     if not torch.cuda.is_available():
         assert "needs CUDA" in UNCALLABLE["mxfp8-vllm"] and "mxfp8-vllm" not in QUANT_STRATEGIES
-    assert "nvfp4-vllm" not in QUANT_STRATEGIES and "flashinfer_fp4_moe" in UNCALLABLE["nvfp4-vllm"]
+    for fmt, module in (("nvfp4", "flashinfer_fp4_moe"), ("mxint4", "flashinfer_mxint4_moe")):
+        assert f"{fmt}-vllm" not in QUANT_STRATEGIES and module in UNCALLABLE[f"{fmt}-vllm"]
     assert "fake vllm logs" not in capsys.readouterr().out
     assert cli.main(["engines"]) == 0
     out = capsys.readouterr().out
