@@ -201,8 +201,10 @@ ABSENT = "\ndef some_other_helper():\n    pass\n"
 @pytest.fixture
 def fake_vllm(tmp_path):
     """``install(version, source)``: a fake vLLM on ``sys.path``, the adapter registered again
-    for it; afterwards the real state (vLLM installed here or not) is registered again."""
+    for it; afterwards the real state (vLLM installed here or not) is registered again, with the
+    real vLLM's modules put back where it was imported (vLLM does not import twice in a process)."""
     paths = []
+    real = {name: module for name, module in sys.modules.items() if _is_vllm(name)}
 
     def install(version: str, source: str):
         root = tmp_path / version
@@ -227,12 +229,17 @@ def fake_vllm(tmp_path):
     for path in paths:
         sys.path.remove(path)
     _forget_vllm()
+    sys.modules.update(real)
     register_vllm()
     register_quant_engines()
 
 
+def _is_vllm(name: str) -> bool:
+    return name == "vllm" or name.startswith("vllm.")
+
+
 def _forget_vllm():
-    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+    for name in [n for n in sys.modules if _is_vllm(n)]:
         del sys.modules[name]
     importlib.invalidate_caches()
 
