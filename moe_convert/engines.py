@@ -18,8 +18,13 @@ with that form's figures; every call then checks that the result aliases the inp
 the form says so. A function the adapter cannot call (absent, or a signature of no known form)
 leaves ``vllm`` unregistered, its record in ``UNAVAILABLE`` naming what is missing.
 
+The mechanism serves every format: an ``Engine`` record per (engine function, format) with its
+``Form``s, ``register_engine`` (the BF16 registry or ``QUANT_STRATEGIES``), ``call_engine``,
+``check_engine`` (against FlashInfer's helpers or the format's ``-legacy``);
+``moe_convert.engines_quant`` registers vLLM's quantized preparations on it.
+
 The engines log on import and while converting, to stdout in vLLM 0.24.0 to 0.30.0: both run
-with ``sys.stdout`` sent to stderr, so ``--json`` output stays JSON lines.
+with ``sys.stdout`` sent to stderr (``call_engine``), so ``--json`` output stays JSON lines.
 
 Both engines import FlashInfer inside the converted function: they need flashinfer-python too.
 The transcriptions of the same code, which need neither, are ``legacy``, ``preallocated`` and
@@ -55,14 +60,14 @@ __all__ = [
     "CHECK_HIDDEN",
     "CHECK_INTERMEDIATE",
     "ENGINES",
+    "UNCALLABLE",
     "VLLM_FORMS",
     "Engine",
     "EngineCheck",
     "Form",
     "FunctionCode",
-    "check_engine",
-    "UNCALLABLE",
     "call_engine",
+    "check_engine",
     "check_form",
     "engine_form",
     "figures_of",
