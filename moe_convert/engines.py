@@ -102,6 +102,9 @@ class Form:
     # stated (measured only).
     figures: tuple[Formula, Formula, Formula, Formula] | None = None
     gated_only: str = ""  # why a non-gated w13 cannot be converted ("": it can)
+    # Its memory contract, as a strategy's docstring states one ("In place: ..." or "Out of
+    # place: ...", then "Peak transient: ..."): the registered adapter's docstring ends with it.
+    contract: str = ""
 
     def record_figures(self) -> dict[str, Formula | None]:
         """The keyword arguments of ``register`` for this form's figures."""
@@ -246,6 +249,12 @@ def register_engine(engine: Engine, adapter: Callable, *, needs: str) -> Form | 
         UNCALLABLE[engine.strategy] = form
     shown = found or engine.forms[-1]
     origin = f"{engine.distribution} as installed ({shown.name} form, {shown.releases})"
+
+    def adapter_of_the_form(*args):
+        return adapter(*args)
+
+    doc = getattr(adapter, "func", adapter).__doc__  # a partial's: its function's
+    adapter_of_the_form.__doc__ = f"{doc}\n\nAs registered, {shown.name}: {shown.contract}"
     if engine.format == "bf16":
         register(
             engine.strategy,
@@ -254,11 +263,13 @@ def register_engine(engine: Engine, adapter: Callable, *, needs: str) -> Form | 
             needs=needs + (f" ({form})" if isinstance(form, str) else ""),
             available=found is not None,
             **shown.record_figures(),
-        )(adapter)
+        )(adapter_of_the_form)
     elif found:
         figures = found.record_figures()
         figures.pop("cpu_allocator_extra", None)
-        register_quant(engine.strategy, inplace=found.inplace, origin=origin, **figures)(adapter)
+        register_quant(engine.strategy, inplace=found.inplace, origin=origin, **figures)(
+            adapter_of_the_form
+        )
     else:
         QUANT_STRATEGIES.pop(engine.strategy, None)
     return found
@@ -300,6 +311,8 @@ VLLM_FORMS = (
         # Its caller swaps w13 to [w3; w1] first (a full copy), as ``legacy`` does.
         matches=lambda code: code.parameters == _VLLM_PARAMETERS,
         figures=figures_of("legacy"),
+        contract="Out of place: new tensors; the input is unchanged. Peak transient: "
+        "``legacy``'s, the caller's swap copy, both lists and both stacked outputs.",
         gated_only="it has no is_gated_act_gemm: its w13 index is the gated one (vLLM's BF16 "
         "TRT-LLM kernels of those releases do not support non-gated MoE)",
     ),
@@ -313,6 +326,9 @@ VLLM_FORMS = (
             and "copy_" not in code.calls
         ),
         figures=figures_of("preallocated"),
+        contract="Out of place: new tensors; the input is unchanged. Peak transient: "
+        "``preallocated``'s, the outputs, and gated the two index temporaries; on CPU the "
+        "allocator also sees ``index_select``'s hidden expert copy.",
     ),
     Form(
         "in place (#54699)",
@@ -329,6 +345,12 @@ VLLM_FORMS = (
             Formula("6 E", "4 E"),
             Formula("S13 - X13", "S13"),
         ),
+        contract="In place: returns vLLM's 4-D bf16 views of the inputs' storages "
+        "(``data_ptr`` unchanged). Peak transient (vLLM 0.33.0): the one-expert scratch, and "
+        "gated, per expert, the swap folded into a new index, ``(P + M/2) % M`` (two int64 "
+        "temporaries), where the ``inplace`` transcription reads a cached folded index, so "
+        "traffic and launches add ``4 E X13`` in ``2E``; on CPU the allocator also sees "
+        "``index_select``'s hidden expert copy.",
     ),
 )
 VLLM = Engine(
@@ -369,14 +391,8 @@ def _vllm(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tenso
     permute cache per layer; here the cache is kept per device, so a measured call finds the
     indices cached, as for every strategy.
 
-    The preallocated (#45589, 0.24.0 to 0.30.0) and per-expert forms return new tensors; the
-    in-place form (#54699, 0.31.0 on) returns vLLM's 4-D bf16 views of the inputs' storages
-    (``data_ptr`` unchanged). A result that is not what the form says raises ``RuntimeError``.
-    Figures: the form's transcription's (``legacy``, ``preallocated``); in place (vLLM 0.33.0):
-    the one-expert scratch, and gated, per expert, the swap folded into a new index,
-    ``(P + M/2) % M`` (two int64 temporaries), where the ``inplace`` transcription reads a
-    cached folded index, so traffic and launches add ``4 E X13`` in ``2E``. On CPU the allocator
-    also sees ``index_select``'s hidden expert copy.
+    What it returns and its figures are the registered form's (its contract ends this
+    docstring as registered); a result that is not what the form says raises ``RuntimeError``.
     """
     form = registered_form(VLLM)
     assert form is not None, "vllm is called only when registered"

@@ -80,10 +80,18 @@ def _fp8_form(fmt: str, branch: str, releases: str, arguments: int = 0, gated_on
         return code.parameters == _FP8_PARAMETERS and called_so
 
     name = f"prepare_fp8_moe_layer_for_fi, {branch}"
-    return Form(name, releases, f"{fmt}-legacy", False, matches, gated_only=gated_only)
+    return Form(
+        name, releases, f"{fmt}-legacy", False, matches, gated_only=gated_only, contract=_CONTRACT
+    )
 
 
 _ROTATE = "rotate_weights_for_fi_trtllm_fp8_per_tensor_moe"
+#: Every quantized adapter's memory contract (its docstring ends with it as registered).
+_CONTRACT = (
+    "Out of place: new tensors, as the format's ``-legacy`` (which says what the input is left "
+    "as). Peak transient: measured, not stated (vLLM builds FlashInfer's row indices per call, "
+    "which the transcriptions cache)."
+)
 
 
 def _vllm_engine(fmt: str, module: str, function: str, *forms: Form, cuda_only="") -> Engine:
@@ -140,6 +148,7 @@ QUANT_ENGINES = (
             "nvfp4-legacy",
             False,
             lambda code: code.parameters == _NVFP4_PARAMETERS,
+            contract=_CONTRACT,
         ),
         cuda_only=_INTERLEAVE,
     ),
@@ -153,6 +162,7 @@ QUANT_ENGINES = (
             "mxint4-legacy",
             False,
             lambda code: code.parameters == _MXINT4_PARAMETERS,
+            contract=_CONTRACT,
         ),
         cuda_only=f"{_INTERLEAVE}, and its sign step asserts CUDA tensors",
     ),

@@ -258,6 +258,8 @@ def test_vllm_form_is_read_from_its_code(fake_vllm, version, source, form, capsy
     assert found is not None and found.name == form and registered_form(VLLM) is found
     record = STRATEGIES[VLLM.strategy]
     assert record.inplace == found.inplace and form in record.origin
+    doc = " ".join(record.function.__doc__.split())  # the form's contract, as registered
+    assert ("In place" in doc, "Out of place" in doc) == (found.inplace, not found.inplace)
     transcription = STRATEGIES[found.transcription]
     if found.figures is None:  # the form's figures are its transcription's
         assert (record.peak, record.traffic, record.launches) == (
