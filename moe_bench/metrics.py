@@ -151,7 +151,7 @@ COPY_RATIO = "bench_convert.LayerTime.track_copy_ratio"
 PEAK_BYTES = "bench_convert.PeakMemory.track_peak_transient_bytes"
 WHOLE_MODEL = "bench_convert.LayerTime.track_whole_model_seconds"
 TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
-#: The quantized formats (``moe_convert.quant_formats.FORMATS``; a literal, as this module
+#: The quantized formats (``moe_convert.formats.quant.formats.FORMATS``; a literal, as this module
 #: imports nothing heavy, checked by tests/test_metrics.py), each a module of the suite,
 #: ``benchmarks/bench_<format>.py``, whose classes are named as BF16's: the dashboard lists a
 #: format's figures together.
@@ -162,7 +162,7 @@ QUANT_FORMATS = ("nvfp4", "mxfp4", "fp8", "fp8block", "mxfp8", "mxint4")
 #: BF16's alone).
 QUANT_CLASSES = ("PeakMemory", "Traffic", "CudaMemory", "SleepModeReplay", "LayerTime", "Profile")
 #: The devices each format's whole-rank load is replayed on, a class each (``RankLoad<device>``,
-#: ``moe_convert.wholemodel.LOAD_DEVICES``): ``RANK_LOAD_REPLAY``'s figures.
+#: ``moe_convert.load.wholemodel.LOAD_DEVICES``): ``RANK_LOAD_REPLAY``'s figures.
 QUANT_RANK_LOAD_DEVICES = ("GB200", "H200")
 
 

@@ -3,7 +3,7 @@
 From each machine's latest results, per model shape x strategy, the whole rank's load as vLLM
 makes it (``bench_allocator``: the default pool at ``max_split_size_mb`` 20): its seconds,
 **measured** on CUDA (``RankLoadTime``) or, elsewhere, **predicted** for the device whose costs
-were recorded last (``moe_convert.loadtime``: that device's per-layer seconds and event costs
+were recorded last (``moe_convert.load.loadtime``: that device's per-layer seconds and event costs
 times the replayed driver calls), or n/a where neither exists; then the replayed driver calls,
 the peak reserved bytes and the layers an OOM left unconverted; one layer's peak transient
 bytes (``PeakMemory``); and whether the same load under
@@ -28,10 +28,10 @@ from pathlib import Path
 import pandas as pd
 
 from moe_convert import STRATEGIES
-from moe_convert.loadtime import COSTS_FILE, DeviceCosts, predict_load_seconds
-from moe_convert.replay import pr45589_replay
-from moe_convert.shapes import shape_from_label
-from moe_convert.wholemodel import PR45589_HEADROOM_BYTES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
+from moe_convert.formats.bf16.shapes import shape_from_label
+from moe_convert.load.loadtime import COSTS_FILE, DeviceCosts, predict_load_seconds
+from moe_convert.load.replay import pr45589_replay
+from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 
 from .document import Block, Cell
 from .gpucheck.plan import LOAD_STRATEGIES

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from moe_convert.loadtime import DeviceCosts, read_costs
-from moe_convert.quant_catalog import shape_format
-from moe_convert.quant_formats import SHAPE_FORMATS, format_title
+from moe_convert.formats.quant.catalog import shape_format
+from moe_convert.formats.quant.formats import SHAPE_FORMATS, format_title
+from moe_convert.load.loadtime import DeviceCosts, read_costs
 
 from .document import Block, Cell, Image, Link, to_html, to_markdown
 from .gate import failed_benchmarks
@@ -100,7 +100,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     -------
     DataFrame with columns ``machine, env, profile, commit, date, format, shape, strategy``
     (profile ``""`` where the machine did not record one; format the shape's,
-    ``moe_convert.quant_catalog.shape_format``: ``bf16``, ``nvfp4``, ``mxfp4``, ``fp8``), the
+    ``moe_convert.formats.quant.catalog.shape_format``: ``bf16``, ``nvfp4``, ``mxfp4``, ...), the
     figures ``time`` (s), ``speedup`` (legacy time / time), then the other summary columns of
     the metrics table (``copy_ratio``, ``traffic_ratio``, ``peak_bytes``, ``whole_model``), for
     each figure but

@@ -1,4 +1,5 @@
-"""The installed engines' adapters (``moe_convert.engines``) and ``python -m moe_convert engines``.
+"""The installed engines' adapters (``moe_convert.formats.bf16.engines``) and
+``python -m moe_convert engines``.
 
 Where vLLM (or SGLang) is installed, its adapter is also covered by every per-strategy test in
 test_strategies.py and test_memory.py (they read ``STRATEGIES``); here: registration follows the
@@ -19,8 +20,9 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import STRATEGIES, cli, convert, register
-from moe_convert.engines import (
+from moe_convert import STRATEGIES, convert, register
+from moe_convert.cli import commands as cli
+from moe_convert.formats.bf16.engines import (
     ENGINES,
     SGLANG,
     UNCALLABLE,
@@ -31,13 +33,13 @@ from moe_convert.engines import (
     register_vllm,
     registered_form,
 )
-from moe_convert.engines_quant import QUANT_ENGINES, register_quant_engines
-from moe_convert.inputs import random_weights
-from moe_convert.quant_formats import QuantLayerShape
-from moe_convert.quant_layer import quant_layer_tensors
-from moe_convert.quant_registry import QUANT_STRATEGIES, convert_quant
-from moe_convert.reference import flashinfer_reference
-from moe_convert.registry import UNAVAILABLE
+from moe_convert.formats.bf16.inputs import random_weights
+from moe_convert.formats.bf16.reference import flashinfer_reference
+from moe_convert.formats.bf16.registry import UNAVAILABLE
+from moe_convert.formats.quant.engines import QUANT_ENGINES, register_quant_engines
+from moe_convert.formats.quant.formats import QuantLayerShape
+from moe_convert.formats.quant.layer import quant_layer_tensors
+from moe_convert.formats.quant.registry import QUANT_STRATEGIES, convert_quant
 
 
 def requires_engine(engine: Engine) -> pytest.MarkDecorator:
@@ -100,7 +102,11 @@ def fake_engines(monkeypatch):
 
     register("_wrong", inplace=True, origin="test probe")(wrong)
     right = Engine(
-        "strided_inplace", "torch", "moe_convert.strategies", "strided_inplace", "inplace"
+        "strided_inplace",
+        "torch",
+        "moe_convert.formats.bf16.strategies",
+        "strided_inplace",
+        "inplace",
     )
     bad = Engine("_wrong", "torch", "tests", "wrong", "inplace")
     monkeypatch.setattr(cli, "ENGINES", (right,))
@@ -164,8 +170,8 @@ def test_vllm_asv_configuration_has_a_release_matrix_apart_from_the_nightly():
 # on import and per call, as vLLM 0.24.0 to 0.30.0 log.
 _FAKE_HEADER = """
 import torch
-from moe_convert.layout import block_layout_view, swap_w13_to_w31
-from moe_convert.strategies import legacy, preallocated
+from moe_convert.formats.layout import block_layout_view, swap_w13_to_w31
+from moe_convert.formats.bf16.strategies import legacy, preallocated
 
 print("INFO fake vllm logs to stdout on import")
 """
@@ -347,7 +353,7 @@ def test_measure_json_stays_json_lines_whatever_vllm_prints(fake_vllm, capsys):
 
 def test_vllm_forms_are_oldest_first_and_exclusive():
     """Each fake's code matches exactly one form (the first match is the installed one)."""
-    from moe_convert.engines import FunctionCode
+    from moe_convert.formats.bf16.engines import FunctionCode
 
     codes = {
         "per-expert": FunctionCode(("cache_permute_indices", "w13_weight", "w2_weight"), {}),
@@ -369,10 +375,8 @@ def test_vllm_forms_are_oldest_first_and_exclusive():
 PREPARE_FP8 = (
     IN_PLACE
     + """
-from moe_convert.quant_layer import QuantLayer
-from moe_convert.quant_formats import QuantLayerShape
-from moe_convert.quant_layer import quant_layer_tensors
-from moe_convert.quant_registry import QUANT_STRATEGIES, convert_quant
+from moe_convert.formats.quant.layer import QuantLayer
+from moe_convert.formats.quant.registry import QUANT_STRATEGIES
 
 _FORMAT = {None: "fp8", (128, 128): "fp8block", (1, 32): "mxfp8"}
 

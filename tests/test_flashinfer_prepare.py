@@ -17,8 +17,8 @@ import torch
 from conftest import requires_flashinfer
 
 from moe_convert import QuantLayer, convert_quant
-from moe_convert.layout import swap_w13_to_w31
-from moe_convert.swizzle import block_scale_interleave
+from moe_convert.formats.layout import swap_w13_to_w31
+from moe_convert.formats.swizzle import block_scale_interleave
 
 pytestmark = requires_flashinfer
 

@@ -16,8 +16,8 @@ import torch
 from moe_bench.gpucheck import exact, load, memory, plan, report, timing
 from moe_bench.gpucheck.__main__ import main, plan_lines
 from moe_convert import FORMATS, QUANT_STRATEGIES, STRATEGIES, QuantLayerShape
-from moe_convert.quant_replay import quant_rank_load
-from moe_convert.wholemodel import DEVICE_141GB_BYTES, PR45589_SHAPE, VLLM_LOAD_MAX_SPLIT_MB
+from moe_convert.load.replay import rank_load
+from moe_convert.load.wholemodel import DEVICE_141GB_BYTES, PR45589_SHAPE, VLLM_LOAD_MAX_SPLIT_MB
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,9 +114,7 @@ def test_the_quantized_load_is_the_one_whose_upstream_path_the_replay_finds_in_t
     # fits only through 1,797 refused cudaMalloc calls; -fast, the control, makes none
     shape = plan.shape(plan.QUANT_LOAD_SHAPE)
     assert plan.QUANT_LOAD_STRATEGIES == (f"{shape.format}-legacy", f"{shape.format}-fast")
-    legacy, fast = (
-        quant_rank_load(shape, n, DEVICE_141GB_BYTES) for n in plan.QUANT_LOAD_STRATEGIES
-    )
+    legacy, fast = (rank_load(shape, n, DEVICE_141GB_BYTES) for n in plan.QUANT_LOAD_STRATEGIES)
     assert (legacy.num_device_alloc_failed, legacy.num_device_free) == (1797, 1797)
     assert (fast.num_device_alloc_failed, fast.num_device_free, fast.oom_layer) == (0, 0, None)
 
@@ -138,8 +136,8 @@ def test_dry_run_load_replays_every_configuration(monkeypatch):
         assert "run" not in row and "predicted_seconds" not in row
         assert row["replayed"]["oom_layer"] is None
         assert row["replayed"]["device_bytes"] == DEVICE_141GB_BYTES
-    # the quantized load is vLLM's as quant_rank_load replays it: 58 layers, no ballast
-    quantized = quant_rank_load(plan.shape(plan.QUANT_LOAD_SHAPE), "nvfp4-fast", DEVICE_141GB_BYTES)
+    # the quantized load is vLLM's as rank_load replays it: 58 layers, no ballast
+    quantized = rank_load(plan.shape(plan.QUANT_LOAD_SHAPE), "nvfp4-fast", DEVICE_141GB_BYTES)
     assert rows[0]["replayed"] == dataclasses.asdict(quantized)
     assert rows[0]["replayed"]["layers"] == 58
     assert rows[1]["replayed"]["layers"] == 94

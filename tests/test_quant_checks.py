@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from moe_convert import FORMATS, QUANT_STRATEGIES, QuantLayer, QuantLayerShape, convert_quant
-from moe_convert.quant_catalog import quant_catalog_shapes, quant_layer_shape
-from moe_convert.quant_layer import quant_layer_tensors
+from moe_convert.formats.quant.catalog import quant_catalog_shapes, quant_layer_shape
+from moe_convert.formats.quant.layer import quant_layer_tensors
 
 NVFP4 = QuantLayerShape("bad", 1, "nvfp4", 2, 256, 128, 1)  # w13 [2, 256, 128], w2 [2, 256, 64]
 MXFP4 = QuantLayerShape("bad", 1, "mxfp4", 2, 256, 128, 1)

@@ -9,10 +9,10 @@ import torch
 from conftest import requires_flashinfer
 
 from moe_convert import FORMATS, QUANT_STRATEGIES, QuantLayer, QuantLayerShape, convert_quant
-from moe_convert.layout import swap_w13_to_w31
-from moe_convert.quant_layer import quant_layer_tensors
-from moe_convert.quant_ops import row_index
-from moe_convert.swizzle import block_scale_interleave
+from moe_convert.formats.layout import swap_w13_to_w31
+from moe_convert.formats.quant.layer import quant_layer_tensors
+from moe_convert.formats.quant_ops import row_index
+from moe_convert.formats.swizzle import block_scale_interleave
 
 # (E, H, I, gated) per format: the smallest aligned shapes and odd ones (one expert, I not a
 # power of two, H much larger or smaller than I, non-gated where the format has it).
@@ -87,7 +87,7 @@ def assert_same_bytes(got: QuantLayer, want: QuantLayer) -> None:
 def test_every_format_has_the_four_kinds():
     for fmt in SHAPES:
         kinds = {name.split("-", 1)[1] for name, r in QUANT_STRATEGIES.items() if r.format == fmt}
-        # "vllm": vLLM's own function, where installed (moe_convert.engines_quant)
+        # "vllm": vLLM's own function, where installed (moe_convert.formats.quant.engines)
         assert kinds - {"vllm"} == {"legacy", "preallocated", "inplace", "fast"}
 
 
@@ -104,7 +104,8 @@ def test_every_strategy_gives_the_legacy_bytes(shape):
         given = copy_of(layer)
         got = convert_quant(given, strategy=name, gated=shape.gated)
         assert_same_bytes(got, want)
-        # An installed vLLM's function (engines_quant) leaves its input as its transcription does.
+        # An installed vLLM's function (formats/quant/engines.py) leaves its input as its
+        # transcription does.
         name = name.replace("-vllm", "-legacy")
         if record.inplace:  # weights and scales in their own storage
             for field in ("w13", "w2", "w13_scale", "w2_scale"):

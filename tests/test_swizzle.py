@@ -7,7 +7,12 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert.swizzle import block_scale_interleave, swizzle_offset, swizzled_size, unswizzle
+from moe_convert.formats.swizzle import (
+    block_scale_interleave,
+    swizzle_offset,
+    swizzled_size,
+    unswizzle,
+)
 
 
 def random_scales(*shape: int) -> torch.Tensor:
@@ -48,7 +53,7 @@ def test_every_element_lands_at_its_offset_and_the_padding_is_zero(shape):
 
 
 def test_aligned_input_is_one_allocation_the_output():
-    from moe_convert.memory import measure_memory
+    from moe_convert.measuring.memory import measure_memory
 
     sf = torch.empty(256, 64, dtype=torch.uint8, device="meta")
     measured = measure_memory(block_scale_interleave, sf)

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from moe_convert import QUANT_STRATEGIES, QuantLayer, QuantLayerShape, convert_quant
-from moe_convert.quant_layer import quant_layer_tensors
-from moe_convert.swizzle import block_scale_interleave
+from moe_convert.formats.quant.layer import quant_layer_tensors
+from moe_convert.formats.swizzle import block_scale_interleave
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None or importlib.util.find_spec("flashinfer") is None,

@@ -15,7 +15,7 @@ def step_exact(dry_run: bool) -> dict:
     import torch
 
     from moe_convert import STRATEGIES, convert
-    from moe_convert.inputs import random_weights
+    from moe_convert.formats.bf16.inputs import random_weights
 
     torch.set_num_threads(os.cpu_count() or 1)
     rows = []
@@ -101,8 +101,8 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
     import torch
 
     from moe_convert import convert_quant
-    from moe_convert.quant_layer import quant_layer_tensors
-    from moe_convert.swizzle import block_scale_interleave
+    from moe_convert.formats.quant.layer import quant_layer_tensors
+    from moe_convert.formats.swizzle import block_scale_interleave
 
     if dry_run:
         return []

@@ -21,7 +21,7 @@ CHECK_SHAPES = ("qwen3-235b-a22b/tp4", "deepseek-v3/tp8")
 #: (``wholemodel.PR45589_SHAPE``: a literal, as the library is imported only inside the steps).
 LOAD_SHAPE = "qwen3-235b-a22b/tp4"
 ALLOCATOR_LAYERS = 24
-#: vLLM's max_split_size_mb while loading (moe_convert.wholemodel.VLLM_LOAD_MAX_SPLIT_MB): a
+#: vLLM's max_split_size_mb while loading (moe_convert.load.wholemodel.VLLM_LOAD_MAX_SPLIT_MB): a
 #: literal: this module imports the library (and torch) only inside its steps.
 MAX_SPLIT_MB = 20
 #: Step 4: the whole rank's load of these strategies (vLLM's legacy, preallocated and in place,
@@ -68,8 +68,8 @@ QUANT_CHECK_SHAPES = (
 )
 QUANT_CHECK_EXPERTS = 8
 #: Step 5's experiments, to choose the Triton strategies' constants: (shape, strategy, settings
-#: of ``moe_convert.triton_strategy`` constants), each timed like a strategy, the constants
-#: restored after.
+#: of ``moe_convert.formats.bf16.triton_strategy`` constants), each timed like a strategy, the
+#: constants restored after.
 TRITON_SWEEPS = [
     (LOAD_SHAPE, "triton_inplace", {"_SCRATCH_BYTES": mib * 2**20}) for mib in (16, 32, 64, 128)
 ] + [
@@ -137,23 +137,18 @@ def record(rows: list[dict], row: dict) -> None:
 
 
 def shape(label: str):
-    """The full-size per-rank shape of ``label`` (``model/tpN``): a ``QuantLayerShape`` for a
-    model of the quantized catalog, else a BF16 ``LayerShape``."""
-    from moe_convert.quant_catalog import quant_shape_from_label, shape_format
-    from moe_convert.shapes import shape_from_label
+    """The full-size per-rank shape of ``label`` (``model/tpN``) of any format's catalog."""
+    from moe_convert.formats.table import any_shape_from_label
 
-    return (shape_from_label if shape_format(label) == "bf16" else quant_shape_from_label)(label)
+    return any_shape_from_label(label)
 
 
 def strategies(shape) -> dict:
-    """Name -> registry record of every strategy a step runs on ``shape``: ``STRATEGIES`` for a
-    BF16 ``LayerShape``, the ``QUANT_STRATEGIES`` of a ``QuantLayerShape``'s format (both
-    records say ``inplace``, ``origin`` and the exact ``peak``)."""
-    from moe_convert import QUANT_STRATEGIES, STRATEGIES, QuantLayerShape
+    """Name -> registry record of every strategy of ``shape``'s format a step runs (each record
+    says ``inplace``, ``origin`` and the exact ``peak``)."""
+    from moe_convert.formats.table import layer_format
 
-    if isinstance(shape, QuantLayerShape):
-        return {name: r for name, r in QUANT_STRATEGIES.items() if r.format == shape.format}
-    return STRATEGIES
+    return layer_format(shape).strategies()
 
 
 def cuda_device():

@@ -11,17 +11,16 @@ from . import plan
 def time_strategy(shape, name: str, device) -> dict:
     """One timing row: ``timing.time_layer`` (CUDA events, paired with a device copy of every
     tensor of the layer), the asv suite's measurement; every time figure derives from it.
-    ``shape`` a BF16 ``LayerShape`` or a ``QuantLayerShape`` (``format``: ``bf16`` or its
-    format; ``origin``: the strategy record's, which says whether it is upstream's)."""
-    from moe_convert.quant_catalog import shape_format
-    from moe_convert.timing import time_layer
+    ``shape`` of any format (``format``: ``bf16`` or a quantized one; ``origin``: the strategy
+    record's, which says whether it is upstream's)."""
+    from moe_convert.measuring.timing import time_layer
 
     record = plan.strategies(shape)[name]
     timed = time_layer(shape, name, device=device, repeats=plan.TIMING_REPEATS, warmup=1)
     return {
         "shape": shape.label,
         "strategy": name,
-        "format": shape_format(shape.label),
+        "format": shape.format,
         "origin": record.origin,
         "inplace": record.inplace,
         "peak_bytes": plan.dispatch_peak(shape, name),
@@ -47,13 +46,12 @@ def _cells() -> list[tuple[str, str]]:
 
 
 def _plan_line(label: str, name: str) -> str:
-    """What the dry run says of a cell; a quantized one with its record's bytes moved and
-    launches per call, the figures its share of the step's budget is sized from."""
-    from moe_convert import QuantLayerShape
-
-    shape = plan.shape(label)
-    if not isinstance(shape, QuantLayerShape):
+    """What the dry run says of a cell; one of ``plan.QUANT_CHECK_SHAPES`` with its record's
+    bytes moved and launches per call, the figures its share of the step's budget is sized
+    from."""
+    if label not in plan.QUANT_CHECK_SHAPES:
         return f"{label} x {name}"
+    shape = plan.shape(label)
     record = plan.strategies(shape)[name]
     return (
         f"{label} x {name} ({record.traffic.evaluate(shape) / 1e9:.2f} GB moved, "
@@ -91,7 +89,7 @@ def step_timing(dry_run: bool) -> dict:
             flush=True,
         )
     for label, name, settings in plan.TRITON_SWEEPS if "triton" in STRATEGIES else ():
-        from moe_convert import triton_strategy
+        from moe_convert.formats.bf16 import triton_strategy
 
         chosen = {key: getattr(triton_strategy, key) for key in settings}
         try:  # an experiment: module constants set for a moment
