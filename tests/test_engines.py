@@ -420,6 +420,12 @@ def test_quantized_adapters_share_the_mechanism(fake_vllm, capsys):
         "fp8block-vllm     vllm 0.33.0" in out and "prepare_fp8_moe_layer_for_fi, _shuffle" in out
     )
     assert f"n/a: {UNCALLABLE['nvfp4-vllm']}" in out
+    args = ["measure", "--model", "kimi-k2-nvfp4", "--tp", "8", "--device", "meta"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*args, "--strategy", "nvfp4-vllm"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1
+    assert f"strategy 'nvfp4-vllm' cannot run here: {UNCALLABLE['nvfp4-vllm']}" in err
 
 
 def test_quantized_adapter_of_a_branch_vllm_lacks_is_not_registered(fake_vllm):
