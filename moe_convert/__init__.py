@@ -26,6 +26,9 @@ from .formats.bf16.shapes import (
     spec_from_hf_config,
 )
 from .formats.layout import unconvert
+from .formats.quant import (
+    engines as quant_engines,  # noqa: F401 (registers "<format>-vllm" where vLLM's can run)
+)
 from .formats.quant import (  # noqa: F401 (imported for their registrations, not their names)
     mxint4,  # noqa: F401 (registers "mxint4-legacy", "-preallocated", "-inplace", "-fast")
     upstream,  # noqa: F401 (registers "nvfp4-legacy", "nvfp4-preallocated", "mxfp4-legacy")

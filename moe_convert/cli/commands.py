@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..formats.bf16.engines import ENGINES, check_engine
+from ..formats.bf16.engines import ENGINES, check_engine, registered_form
 from ..formats.bf16.registry import strategies_markdown, update_markdown
+from ..formats.quant.engines import QUANT_ENGINES
 from ..formats.table import (
     LAYER_FORMATS,
     AnyShape,
@@ -402,16 +403,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_engines(args: argparse.Namespace) -> int:
     failed = 0
-    for check in (check_engine(engine, device=args.device) for engine in ENGINES):
+    for check in (check_engine(e, device=args.device) for e in (*ENGINES, *QUANT_ENGINES)):
         engine = check.engine
+        form = registered_form(engine)
         print(
             f"{engine.strategy:<17} {engine.distribution} {check.version}\n"
-            f"  calls {engine.module}.{engine.function} (transcribed as {engine.transcription!r})"
+            f"  calls {engine.module}.{engine.function} "
+            + (
+                f"(its {form.name} form, {form.releases}; transcribed as {form.transcription!r})"
+                if form
+                else f"(transcribed as {engine.transcription!r})"
+            )
         )
         if check.identical is not None:
             print(
                 f"  {'byte-identical' if check.identical else 'DIFFERS or FAILED'}: {check.detail}"
             )
+        elif engine.installed:  # its function cannot run here: why
+            print(f"  {check.detail}")
         failed += check.identical is False
     return 1 if failed else 0
 
@@ -531,6 +540,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UsageError as error:
         sub.choices[args.command].error(str(error))
+    except (ImportError, NotImplementedError) as error:  # an installed engine that cannot run
+        print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # the reader left (`| head`): stop quietly, as the Python docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
