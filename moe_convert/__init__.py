@@ -27,12 +27,12 @@ from .formats.bf16.shapes import (
 )
 from .formats.layout import unconvert
 from .formats.quant import (  # noqa: F401 (imported for their registrations, not their names)
-    mxint4,  # noqa: F401 (registers "mxint4-legacy", "-preallocated", "-inplace", "-fast")
-    upstream,  # noqa: F401 (registers "nvfp4-legacy", "nvfp4-preallocated", "mxfp4-legacy")
-    upstream_fp8,  # noqa: F401 (registers "fp8-legacy", "fp8block-legacy", "mxfp8-legacy")
-)
-from .formats.quant import (
-    strategies as quant_strategies,  # noqa: F401 (registers "<format>-preallocated", ...)
+    fp8,  # registers "fp8-legacy" and ours, "fp8-preallocated", "-inplace", "-fast"
+    fp8block,  # registers "fp8block-legacy" and ours
+    mxfp4,  # registers "mxfp4-legacy" and ours
+    mxfp8,  # registers "mxfp8-legacy" and ours
+    mxint4,  # registers "mxint4-legacy", "-preallocated" and ours
+    nvfp4,  # registers "nvfp4-legacy", "nvfp4-preallocated" and ours
 )
 from .formats.quant.catalog import QUANT_CATALOG, quant_layer_shape
 from .formats.quant.formats import FORMATS, QuantLayerShape
