@@ -1,11 +1,13 @@
 """Convert MoE expert weights to FlashInfer's TRTLLM layouts (BF16, NVFP4, MXFP4, FP8, MXINT4), and
 measure it.
 
-``convert(w13, w2, strategy=NAME)`` runs one of the registered ``STRATEGIES`` (name -> a
-``Strategy`` record: function, in place or not, origin, figures as ``Formula``s of the shape);
-every strategy gives byte-identical output. ``shapes`` holds the model-shape catalog.
-``convert_quant(layer, strategy=NAME)`` does the same for a quantized ``QuantLayer`` (weights,
-scale factors, biases) with the ``QUANT_STRATEGIES`` of its format (``quant_formats``).
+Every format's strategies are in one registry, ``REGISTRY`` (name -> a ``Strategy`` record:
+format, function, in place or not, origin, figures as ``Formula``s of the shape); every strategy
+of a format gives byte-identical output. ``convert(w13, w2, strategy=NAME)`` runs a BF16 one
+(``STRATEGIES``, BF16's view of the registry), ``convert_quant(layer, strategy=NAME)`` a
+quantized ``QuantLayer``'s (weights, scale factors, biases; ``QUANT_STRATEGIES``), and
+``convert_layer`` a layer of any format as named tensors. ``CATALOG`` and ``QUANT_CATALOG``
+hold the model shapes.
 """
 
 from .checks import check_weights
@@ -16,7 +18,6 @@ from .formats.bf16 import (  # noqa: F401 (imported for their registrations, not
     strategies,  # registers "legacy" ... "trtllm", everywhere
     triton_strategy,  # registers "triton", "triton_inplace" where Triton can run
 )
-from .formats.bf16.registry import STRATEGIES, Strategy, convert, register
 from .formats.bf16.shapes import (
     CATALOG,
     LayerShape,
@@ -37,7 +38,8 @@ from .formats.quant import (  # noqa: F401 (imported for their registrations, no
 from .formats.quant.catalog import QUANT_CATALOG, quant_layer_shape
 from .formats.quant.formats import FORMATS, QuantLayerShape
 from .formats.quant.layer import QuantLayer, check_quant_layer
-from .formats.quant.registry import QUANT_STRATEGIES, QuantStrategy, convert_quant
+from .formats.quant.registry import QuantStrategy, convert_quant, register_quant
+from .formats.registry import QUANT_STRATEGIES, REGISTRY, STRATEGIES, Strategy, convert, register
 from .formats.table import (
     LAYER_FORMATS,
     LayerFormat,
@@ -54,6 +56,7 @@ __all__ = [
     "LAYER_FORMATS",
     "QUANT_CATALOG",
     "QUANT_STRATEGIES",
+    "REGISTRY",
     "STRATEGIES",
     "Formula",
     "LayerFormat",
@@ -74,6 +77,7 @@ __all__ = [
     "layer_tensors",
     "quant_layer_shape",
     "register",
+    "register_quant",
     "shape_from_hf_config",
     "spec_from_hf_config",
     "unconvert",

@@ -13,7 +13,7 @@ import pytest
 
 from moe_convert import STRATEGIES, Formula, LayerShape, layer_shape
 from moe_convert.cli import commands as cli
-from moe_convert.formats.bf16.registry import (
+from moe_convert.formats.registry import (
     MARKDOWN_BEGIN,
     MARKDOWN_END,
     UNAVAILABLE,

@@ -30,10 +30,10 @@ import torch
 
 from ...formulas import Formula
 from ..layout import block_layout_view, swap_w13_to_w31
+from ..registry import STRATEGIES, convert, register
 from .inputs import random_weights
 from .reference import AVAILABLE as FLASHINFER_AVAILABLE
 from .reference import flashinfer_reference
-from .registry import STRATEGIES, convert, register
 
 __all__ = [
     "CHECK_EXPERTS",
