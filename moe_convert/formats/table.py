@@ -56,7 +56,7 @@ class LayerFormat:
     """What the library does with one format's layers; every function takes that format's
     shapes and strategies only."""
 
-    name: str  # "bf16" or a key of quant_formats.FORMATS
+    name: str  # "bf16" or a key of quant.formats.FORMATS
     title: str  # how reports name it: "BF16", "NVFP4", ...
     strategies: Callable[[], dict[str, StrategyRecord]]  # name -> record, registered here
     # (shape, device, seed) -> a fresh layer of the shape: random bytes of the seed (meta: empty)
@@ -101,7 +101,7 @@ def _quant_format(name: str) -> LayerFormat:
     )
 
 
-#: Every format, in the order reports show them (``quant_formats.SHAPE_FORMATS``).
+#: Every format, in the order reports show them (``quant.formats.SHAPE_FORMATS``).
 LAYER_FORMATS: dict[str, LayerFormat] = {
     "bf16": LayerFormat(
         "bf16",
