@@ -74,8 +74,15 @@ _SUMMARY: dict[str, Metric] = {}
 for _metric in METRICS.values():
     if _metric.column is not None:
         _SUMMARY.setdefault(_metric.column, _metric)
-#: Every benchmark with a summary column -> that column.
-_COLUMN_OF = {m.benchmark: m.column for m in METRICS.values() if m.column is not None}
+#: BF16's benchmarks of the summary's columns (each format's siblings share them).
+_SUMMARY_BENCHMARKS = tuple(m.benchmark for m in _SUMMARY.values())
+
+
+def _column_of(benchmark: str) -> str | None:
+    """``benchmark``'s summary column (a format's figure: its BF16 sibling's), if any."""
+    return METRICS[benchmark].column if benchmark in METRICS else None
+
+
 #: What the summary says of the run its time figures are compared with (``summary_table``).
 _COMPARED = ["previous_commit", "copy_scale", "copy_spread", "previous_copy_spread"]
 _POINT = ["machine", "env", "benchmark", "shape", "strategy", "version", "profile"]
@@ -119,13 +126,14 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     ValueError
         If ``df`` holds none of the summary's benchmarks.
     """
-    data = df[df["benchmark"].isin(_COLUMN_OF)].copy()
+    columns = df["benchmark"].map(_column_of)
+    data = df[columns.notna()].copy()
     if data.empty:
         raise ValueError(
-            f"df has none of the summary's benchmarks ({', '.join(_COLUMN_OF)}); "
-            "pass load_results() of a results_dir the suite ran into"
+            f"df has none of the summary's benchmarks ({', '.join(_SUMMARY_BENCHMARKS)}, or a "
+            "format's); pass load_results() of a results_dir the suite ran into"
         )
-    data["metric"] = data["benchmark"].map(_COLUMN_OF)
+    data["metric"] = columns[columns.notna()]
     data["format"] = data["shape"].map(shape_format)
     data["profile"] = data["profile"].fillna("")  # None where not recorded: still one key
     latest_date = data.groupby("machine")["date"].transform("max")
@@ -145,7 +153,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
         run, earlier = key[:3], (*key[:2], key[3])
         moved = {
             name: strategy_changes(data, name, run, earlier, copies)
-            for name in _COLUMN_OF
+            for name in data["benchmark"].unique()
             if METRICS[name].by_strategy
         }
         spreads = copy_spread(copies, run), copy_spread(copies, earlier)

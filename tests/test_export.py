@@ -12,7 +12,7 @@ import pytest
 
 from moe_bench import cli
 from moe_bench.export import HUD_METRICS, metric_name
-from moe_bench.metrics import METRICS, PAIRED_TIME, PEAK_BYTES, RANK_LOAD_TIME
+from moe_bench.metrics import FORMAT_FIGURES, METRICS, PAIRED_TIME, PEAK_BYTES, RANK_LOAD_TIME
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE, STRATEGIES = "qwen3-235b-a22b/tp4", ["legacy", "strided_copy"]
@@ -28,8 +28,14 @@ QUANT_SHAPES = {
 }
 KINDS = ["legacy", "fast"]
 COMMIT = "c" * 40
-#: Every figure of the metrics table (not the paired run's: no asv benchmark)
-SUITE = [name for name in METRICS if name != PAIRED_TIME]
+#: Every figure of the metrics table (not the paired run's: no asv benchmark), each format's
+#: (named by its module, ``metrics.FORMAT_FIGURES``) included
+SUITE = [name for name in METRICS if name != PAIRED_TIME] + [
+    f"{module}.{figure}"
+    for module in QUANT_SHAPES
+    if module != "bench_quant"
+    for figure in FORMAT_FIGURES
+]
 #: A time_ benchmark whose raw samples asv kept (--record-samples)
 SAMPLED = "bench_convert.TimeConvert.time_convert"
 SAMPLES = [0.031, 0.029, 0.030]

@@ -48,7 +48,7 @@ def test_dry_run_memory_gives_formula_and_model_for_every_strategy(small):
     rows = memory.step_memory(dry_run=True)["rows"]
     quantized = {
         (label, name)
-        for label in plan.QUANT_CHECK_SHAPES
+        for label in plan.quant_check_shapes()
         for name, record in QUANT_STRATEGIES.items()
         if record.format == plan.shape(label).format
     }
@@ -81,9 +81,9 @@ def test_the_load_step_loads_vllm_45589s_rank():
 
 
 def test_the_quantized_shapes_cover_every_format_once():
-    formats = [plan.shape(label).format for label in plan.QUANT_CHECK_SHAPES]
-    assert sorted(formats) == sorted(FORMATS)
-    assert all(isinstance(plan.shape(label), QuantLayerShape) for label in plan.QUANT_CHECK_SHAPES)
+    labels = plan.quant_check_shapes()
+    assert sorted(plan.shape(label).format for label in labels) == sorted(FORMATS)
+    assert all(isinstance(plan.shape(label), QuantLayerShape) for label in labels)
     assert set(plan.strategies(plan.shape("kimi-k2-nvfp4/tp8"))) == {
         "nvfp4-legacy",
         "nvfp4-preallocated",
@@ -95,11 +95,11 @@ def test_the_quantized_shapes_cover_every_format_once():
 
 def test_the_quantized_budgets_are_sized_from_the_records():
     """plan.py's sizing of steps 2 and 5 (a round of every quantized strategy on
-    QUANT_CHECK_SHAPES: 26,413 launches, 263 GB moved): a strategy that changes either changes
+    quant_check_shapes(): 26,413 launches, 263 GB moved): a strategy that changes either changes
     this, and the budgets are to be sized again."""
     cells = [
         (plan.shape(label), name)
-        for label in plan.QUANT_CHECK_SHAPES
+        for label in plan.quant_check_shapes()
         for name in plan.strategies(plan.shape(label))
     ]
     assert len(cells) == 24

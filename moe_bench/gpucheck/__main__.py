@@ -23,7 +23,7 @@ Steps (budgets in ``plan.STEPS``):
 2. ``memory``: CUDA memory of every strategy (peak requested/allocated/reserved, retries)
    against the dispatch-level peak (``strategy_memory`` on ``meta``; a quantized strategy's
    record's exact formula) and the allocator model's peak reserved for the same call, on
-   ``CHECK_SHAPES`` and, for every quantized strategy, ``QUANT_CHECK_SHAPES`` at full size.
+   ``CHECK_SHAPES`` and, for every quantized strategy, ``quant_check_shapes()`` at full size.
 3. ``allocator``: one recorded load (``replay.load_steps``) replayed in
    ``moe_convert.load.allocator`` and in PyTorch's caching allocator under
    ``max_split_size_mb:20``, reserved bytes compared after every allocation and free; the first
@@ -39,7 +39,7 @@ Steps (budgets in ``plan.STEPS``):
    The costs and the per-layer seconds of step 5 become ``OUT/device-costs.json``: the committed
    ``docs/gpu-results/device-costs.json`` with this run's record added (copy it over that file).
 5. ``timing``: every strategy and a same-size device copy with CUDA events, per shape of the asv
-   suite, and every quantized strategy on ``QUANT_CHECK_SHAPES`` at full size: copy ratio,
+   suite, and every quantized strategy on ``quant_check_shapes()`` at full size: copy ratio,
    GB/s, per-layer and whole-model seconds; then ``TRITON_SWEEPS``.
 6. ``asv``: ``asv run -E existing:python3 --quick`` of ``LayerTime.track_layer_seconds`` on
    ``CHECK_SHAPES``, published, zipped.

@@ -96,7 +96,7 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
     """The quantized formats' part of step 1 (issue 18): ``swizzle.block_scale_interleave``
     against FlashInfer's CUDA ``block_scale_interleave`` on FlashInfer's own test shapes, then
     every quantized strategy on CUDA against its format's ``-legacy`` on CPU, for
-    ``plan.QUANT_CHECK_EXPERTS`` experts of each ``plan.QUANT_CHECK_SHAPES``. A row says where
+    ``plan.QUANT_CHECK_EXPERTS`` experts of each ``plan.quant_check_shapes()``. A row says where
     FlashInfer is absent; the dry run computes nothing (the CPU tests check the same on CPU)."""
     import torch
 
@@ -136,7 +136,7 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
         rows.append(
             {"shape": f"{dtype} scales {dims}", "strategy": "block_scale_interleave", **row}
         )
-    for label in plan.QUANT_CHECK_SHAPES:
+    for label in plan.quant_check_shapes():
         shape = plan.shape(label).with_experts(plan.QUANT_CHECK_EXPERTS)
         layer = quant_layer_tensors(shape, "cpu")
 

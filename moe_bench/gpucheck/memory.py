@@ -34,13 +34,13 @@ def _conversion(shape, strategy: str, device):
 
 def step_memory(dry_run: bool) -> dict:
     """Every strategy on ``plan.CHECK_SHAPES`` and every quantized strategy on
-    ``plan.QUANT_CHECK_SHAPES``, full size: the CUDA caching allocator's figures of one
+    ``plan.quant_check_shapes()``, full size: the CUDA caching allocator's figures of one
     conversion (``cuda_memory``) against the dispatch-level peak and the allocator model's
     peak reserved; the dry run computes the latter two."""
     from moe_convert.measuring.memory import cuda_memory
 
     rows = []
-    for label in (*plan.CHECK_SHAPES, *plan.QUANT_CHECK_SHAPES):
+    for label in (*plan.CHECK_SHAPES, *plan.quant_check_shapes()):
         shape = plan.shape(label)
         for name in plan.strategies(shape):
             row = {

@@ -58,14 +58,11 @@ CPU_REFERENCE = "strided_copy"
 #: Steps 2 and 5 take every quantized strategy on the same shapes at full size (the budgets
 #: below say what that costs).
 SWIZZLE_CHECK_SHAPES = ((128, 64), (256, 128), (120, 64), (200, 256), (2048, 2048))
-QUANT_CHECK_SHAPES = (
-    "kimi-k2-nvfp4/tp8",
-    "gpt-oss-120b-mxfp4/tp1",
-    "llama-4-maverick-fp8/tp8",
-    "deepseek-r1-fp8block/tp8",
-    "minimax-m3-mxfp8/tp4",
-    "kimi-k2-thinking-mxint4/tp8",
-)
+#: The quantized shapes are one per quantized format of the library's table
+#: (``quant_check_shapes``): its first catalog shape, or the one named here (MXINT4's tp8, the
+#: smaller of its two layers, chosen when the format arrived and sized below), so a new format
+#: is checked with no edit here.
+QUANT_CHECK_CHOICES = {"mxint4": "kimi-k2-thinking-mxint4/tp8"}
 QUANT_CHECK_EXPERTS = 8
 #: Step 5's experiments, to choose the Triton strategies' constants: (shape, strategy, settings
 #: of ``moe_convert.formats.bf16.triton_strategy`` constants), each timed like a strategy, the
@@ -95,7 +92,7 @@ class Step:
 #: allocator, timing and asv; the whole-rank load (18 BF16 loads of 110 GiB and the 2
 #: quantized ones, each timed and replayed) gets the most, and the total stays within the wall
 #: budget. The quantized formats' full-size part of steps 2 and 5 (every strategy on
-#: ``QUANT_CHECK_SHAPES``) is sized from their records' launch and traffic formulas
+#: ``quant_check_shapes()``) is sized from their records' launch and traffic formulas
 #: (tests/test_gpu_check.py holds these figures): one round of the 24 strategies is 26,413
 #: launches (kimi-k2-nvfp4/tp8 8,528, gpt-oss-120b-mxfp4/tp1 3,611, llama-4-maverick-fp8/tp8
 #: 1,158, deepseek-r1-fp8block/tp8 2,064, minimax-m3-mxfp8/tp4 2,062,
@@ -134,6 +131,19 @@ def record(rows: list[dict], row: dict) -> None:
         RESULT_FILE.write_text(
             json.dumps({"ok": False, "partial": True, "rows": rows}, default=str)
         )
+
+
+def quant_check_shapes() -> tuple[str, ...]:
+    """Steps 1, 2 and 5's quantized shapes, ``model/tpN``: per quantized format of
+    ``moe_convert.formats.table.LAYER_FORMATS`` (its order), ``QUANT_CHECK_CHOICES``' or its
+    first catalog shape. Imports the library: call it in a step."""
+    from moe_convert.formats.table import LAYER_FORMATS
+
+    return tuple(
+        QUANT_CHECK_CHOICES.get(name) or fmt.catalog()[0].label
+        for name, fmt in LAYER_FORMATS.items()
+        if name != "bf16"  # BF16's shapes are CHECK_SHAPES
+    )
 
 
 def shape(label: str):

@@ -1,5 +1,5 @@
 """Step 5, ``timing``: every strategy and a same-size device copy with CUDA events, per shape of
-the asv suite, and every quantized strategy on ``plan.QUANT_CHECK_SHAPES``; then
+the asv suite, and every quantized strategy on ``plan.quant_check_shapes()``; then
 ``plan.TRITON_SWEEPS``.
 """
 
@@ -38,18 +38,18 @@ def time_strategy(shape, name: str, device) -> dict:
 
 def _cells() -> list[tuple[str, str]]:
     """(shape label, strategy) of every timed cell: the asv suite's shapes x every strategy,
-    then ``plan.QUANT_CHECK_SHAPES`` x their format's strategies."""
+    then ``plan.quant_check_shapes()`` x their format's strategies."""
     from benchmarks.common import SHAPES
 
-    labels = (*SHAPES, *plan.QUANT_CHECK_SHAPES)
+    labels = (*SHAPES, *plan.quant_check_shapes())
     return [(label, name) for label in labels for name in plan.strategies(plan.shape(label))]
 
 
 def _plan_line(label: str, name: str) -> str:
-    """What the dry run says of a cell; one of ``plan.QUANT_CHECK_SHAPES`` with its record's
+    """What the dry run says of a cell; one of ``plan.quant_check_shapes()`` with its record's
     bytes moved and launches per call, the figures its share of the step's budget is sized
     from."""
-    if label not in plan.QUANT_CHECK_SHAPES:
+    if label not in plan.quant_check_shapes():
         return f"{label} x {name}"
     shape = plan.shape(label)
     record = plan.strategies(shape)[name]
