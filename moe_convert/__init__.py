@@ -1,11 +1,13 @@
 """Convert MoE expert weights to FlashInfer's TRTLLM layouts (BF16, NVFP4, MXFP4, FP8, MXINT4), and
 measure it.
 
-``convert(w13, w2, strategy=NAME)`` runs one of the registered ``STRATEGIES`` (name -> a
-``Strategy`` record: function, in place or not, origin, figures as ``Formula``s of the shape);
-every strategy gives byte-identical output. ``shapes`` holds the model-shape catalog.
-``convert_quant(layer, strategy=NAME)`` does the same for a quantized ``QuantLayer`` (weights,
-scale factors, biases) with the ``QUANT_STRATEGIES`` of its format (``quant_formats``).
+Every format's strategies are in one registry, ``REGISTRY`` (name -> a ``Strategy`` record:
+format, function, in place or not, origin, figures as ``Formula``s of the shape); every strategy
+of a format gives byte-identical output. ``convert(w13, w2, strategy=NAME)`` runs a BF16 one
+(``STRATEGIES``, BF16's view of the registry), ``convert_quant(layer, strategy=NAME)`` a
+quantized ``QuantLayer``'s (weights, scale factors, biases; ``QUANT_STRATEGIES``), and
+``convert_layer`` a layer of any format as named tensors. ``CATALOG`` and ``QUANT_CATALOG``
+hold the model shapes.
 """
 
 from .checks import check_weights
@@ -16,7 +18,6 @@ from .formats.bf16 import (  # noqa: F401 (imported for their registrations, not
     strategies,  # registers "legacy" ... "trtllm", everywhere
     triton_strategy,  # registers "triton", "triton_inplace" where Triton can run
 )
-from .formats.bf16.registry import STRATEGIES, Strategy, convert, register
 from .formats.bf16.shapes import (
     CATALOG,
     LayerShape,
@@ -30,17 +31,18 @@ from .formats.quant import (
     engines as quant_engines,  # noqa: F401 (registers "<format>-vllm" where vLLM's can run)
 )
 from .formats.quant import (  # noqa: F401 (imported for their registrations, not their names)
-    mxint4,  # noqa: F401 (registers "mxint4-legacy", "-preallocated", "-inplace", "-fast")
-    upstream,  # noqa: F401 (registers "nvfp4-legacy", "nvfp4-preallocated", "mxfp4-legacy")
-    upstream_fp8,  # noqa: F401 (registers "fp8-legacy", "fp8block-legacy", "mxfp8-legacy")
-)
-from .formats.quant import (
-    strategies as quant_strategies,  # noqa: F401 (registers "<format>-preallocated", ...)
+    fp8,  # registers "fp8-legacy" and ours, "fp8-preallocated", "-inplace", "-fast"
+    fp8block,  # registers "fp8block-legacy" and ours
+    mxfp4,  # registers "mxfp4-legacy" and ours
+    mxfp8,  # registers "mxfp8-legacy" and ours
+    mxint4,  # registers "mxint4-legacy", "-preallocated" and ours
+    nvfp4,  # registers "nvfp4-legacy", "nvfp4-preallocated" and ours
 )
 from .formats.quant.catalog import QUANT_CATALOG, quant_layer_shape
 from .formats.quant.formats import FORMATS, QuantLayerShape
 from .formats.quant.layer import QuantLayer, check_quant_layer
-from .formats.quant.registry import QUANT_STRATEGIES, QuantStrategy, convert_quant
+from .formats.quant.registry import QuantStrategy, convert_quant, register_quant
+from .formats.registry import QUANT_STRATEGIES, REGISTRY, STRATEGIES, Strategy, convert, register
 from .formats.table import (
     LAYER_FORMATS,
     LayerFormat,
@@ -57,6 +59,7 @@ __all__ = [
     "LAYER_FORMATS",
     "QUANT_CATALOG",
     "QUANT_STRATEGIES",
+    "REGISTRY",
     "STRATEGIES",
     "Formula",
     "LayerFormat",
@@ -77,6 +80,7 @@ __all__ = [
     "layer_tensors",
     "quant_layer_shape",
     "register",
+    "register_quant",
     "shape_from_hf_config",
     "spec_from_hf_config",
     "unconvert",

@@ -19,7 +19,7 @@ import moe_convert
 from moe_bench import metrics
 from moe_bench.results import load_results
 from moe_convert import QUANT_STRATEGIES, quant_layer_shape
-from moe_convert.formats.bf16.registry import UNAVAILABLE
+from moe_convert.formats.registry import UNAVAILABLE
 from moe_convert.load.replay import _meta_conversion, replay_load  # the trace cache, cleared below
 from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES
 from moe_convert.measuring.traffic import strategy_traffic

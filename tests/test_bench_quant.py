@@ -289,9 +289,9 @@ def test_time_layer_of_a_quantized_shape_copies_every_tensor_and_restores_in_pla
             for x, y in zip(a.values(), b.values(), strict=True)
         )
 
-    def spy(shape, layer, strategy):
+    def spy(layer, *, strategy, gated):
         seen.append(same(layer, pristine.tensors()))
-        out = real(shape, layer, strategy)
+        out = real(layer, strategy=strategy, gated=gated)
         assert same(out, want.tensors())
         return out
 

@@ -35,11 +35,11 @@ from moe_convert.formats.bf16.engines import (
 )
 from moe_convert.formats.bf16.inputs import random_weights
 from moe_convert.formats.bf16.reference import flashinfer_reference
-from moe_convert.formats.bf16.registry import UNAVAILABLE
 from moe_convert.formats.quant.engines import QUANT_ENGINES, register_quant_engines
 from moe_convert.formats.quant.formats import QuantLayerShape
 from moe_convert.formats.quant.layer import quant_layer_tensors
 from moe_convert.formats.quant.registry import QUANT_STRATEGIES, convert_quant
+from moe_convert.formats.registry import UNAVAILABLE
 
 
 def requires_engine(engine: Engine) -> pytest.MarkDecorator:

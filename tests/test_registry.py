@@ -10,10 +10,27 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
-from moe_convert import STRATEGIES, Formula, LayerShape, layer_shape
+from moe_convert import (
+    FORMATS,
+    QUANT_STRATEGIES,
+    REGISTRY,
+    STRATEGIES,
+    Formula,
+    LayerShape,
+    QuantStrategy,
+    Strategy,
+    convert_layer,
+    convert_quant,
+    layer_shape,
+    quant_layer_shape,
+    register_quant,
+)
 from moe_convert.cli import commands as cli
-from moe_convert.formats.bf16.registry import (
+from moe_convert.formats import registry
+from moe_convert.formats.quant.layer import quant_layer_tensors
+from moe_convert.formats.registry import (
     MARKDOWN_BEGIN,
     MARKDOWN_END,
     UNAVAILABLE,
@@ -140,3 +157,38 @@ def test_formula_that_does_not_parse_says_so():
         Formula("T13 +")
     with pytest.raises(ValueError, match="is not allowed"):
         Formula("T13", not_gated="T13 ** 2")  # both texts are checked
+
+
+def test_one_registry_holds_every_format_and_its_views_split_it():
+    assert set(REGISTRY) == set(STRATEGIES) | set(QUANT_STRATEGIES)
+    assert not set(STRATEGIES) & set(QUANT_STRATEGIES)
+    assert {r.format for r in STRATEGIES.values()} == {"bf16"}
+    assert {r.format for r in QUANT_STRATEGIES.values()} == set(FORMATS)
+    assert REGISTRY["nvfp4-fast"].kind == "fast" and REGISTRY["legacy"].kind == "legacy"
+    assert QuantStrategy is Strategy
+
+
+def test_the_views_write_into_the_one_registry(monkeypatch):
+    monkeypatch.setattr(registry, "REGISTRY", dict(REGISTRY))  # leave the real one as it was
+    register_quant(
+        "nvfp4-probe", inplace=False, origin="test", peak=None, traffic=None, launches=None
+    )(lambda layer, gated: layer)
+    assert registry.REGISTRY["nvfp4-probe"].format == "nvfp4" and "nvfp4-probe" in QUANT_STRATEGIES
+    assert "nvfp4-probe" not in STRATEGIES and STRATEGIES.pop("nvfp4-probe", None) is None
+    assert QUANT_STRATEGIES.pop("nvfp4-probe").name == "nvfp4-probe"
+    assert "nvfp4-probe" not in registry.REGISTRY
+    with pytest.raises(ValueError, match="'nvfp4-fast' is of format 'nvfp4'"):
+        STRATEGIES["nvfp4-fast"] = REGISTRY["nvfp4-fast"]
+
+
+def test_convert_layer_takes_the_format_from_the_record():
+    shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1)
+    layer = quant_layer_tensors(shape, "cpu")
+    want = convert_quant(layer, strategy="mxfp4-fast", gated=shape.gated).tensors()
+    got = convert_layer(layer.tensors(), strategy="mxfp4-fast", gated=shape.gated)
+    assert want.keys() == got.keys()
+    assert all(torch.equal(want[k].view(torch.uint8), got[k].view(torch.uint8)) for k in want)
+    with pytest.raises(
+        ValueError, match="unknown strategy 'no-such'; valid strategies: .*nvfp4-fast"
+    ):
+        convert_layer(layer.tensors(), strategy="no-such")

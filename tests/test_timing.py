@@ -134,9 +134,9 @@ def test_time_layer_restores_inplace_input_before_each_call(monkeypatch):
     seen = []
     real_convert = timing.convert_layer
 
-    def spy(shape, layer, strategy):
+    def spy(layer, *, strategy, gated):
         seen.append(layer["w13"].clone())
-        return real_convert(shape, layer, strategy)
+        return real_convert(layer, strategy=strategy, gated=gated)
 
     monkeypatch.setattr(timing, "convert_layer", spy)
     assert STRATEGIES["strided_inplace"].inplace

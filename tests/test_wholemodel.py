@@ -9,7 +9,8 @@ from conftest import requires_cuda
 from moe_convert import STRATEGIES, LayerShape, layer_shape, quant_layer_shape
 from moe_convert.formats.quant.catalog import quant_catalog_shapes
 from moe_convert.load.replay import _tensor_bytes
-from moe_convert.load.wholemodel import RUN_POOLS, _loaded_layer, run_load, whole_model_seconds
+from moe_convert.load.wholemodel import RUN_POOLS, _loaded_layer, run_load
+from moe_convert.measuring.timing import whole_model_seconds
 
 SMALL = LayerShape("small", 1, 8, 1024, 512, 4)
 SMALL_NVFP4 = quant_layer_shape("qwen3-235b-a22b-nvfp4", 4).with_experts(2)

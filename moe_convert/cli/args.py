@@ -20,9 +20,9 @@ from typing import NoReturn
 import torch
 
 from ..formats.bf16.engines import UNCALLABLE
-from ..formats.bf16.registry import UNAVAILABLE
 from ..formats.bf16.shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, spec_from_hf_config
 from ..formats.quant.catalog import QUANT_CATALOG, QuantModelSpec
+from ..formats.registry import UNAVAILABLE
 from ..formats.table import LAYER_FORMATS, AnyShape, layer_format
 from ..units import format_bytes as _bytes
 

@@ -25,8 +25,8 @@ import torch
 from tqdm import tqdm
 
 from ..formats.bf16.engines import ENGINES, check_engine, registered_form
-from ..formats.bf16.registry import strategies_markdown, update_markdown
 from ..formats.quant.engines import QUANT_ENGINES
+from ..formats.registry import strategies_markdown, update_markdown
 from ..formats.table import (
     LAYER_FORMATS,
     AnyShape,
@@ -138,7 +138,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for name in names:
             bar.set_postfix_str(name)
             given = {key: t.clone() for key, t in layer.items()}
-            got = convert_layer(shape, given, name)
+            got = convert_layer(given, strategy=name, gated=shape.gated)
             same = {
                 key: torch.equal(got[key].view(torch.uint8), want[key].view(torch.uint8))
                 for key in want

@@ -19,12 +19,12 @@ import torch
 
 from .bf16 import reference
 from .bf16.inputs import layer_weights
-from .bf16.registry import STRATEGIES, UNAVAILABLE, Strategy, convert
 from .bf16.shapes import CATALOG, LayerShape, catalog_shapes, shape_from_label
 from .quant.catalog import QUANT_CATALOG, quant_catalog_shapes, quant_shape_from_label
 from .quant.formats import FORMATS, SHAPE_FORMATS, QuantLayerShape, format_title
 from .quant.layer import QuantLayer, quant_layer_tensors
-from .quant.registry import QUANT_STRATEGIES, QuantStrategy, convert_quant
+from .quant.registry import convert_quant
+from .registry import QUANT_STRATEGIES, REGISTRY, STRATEGIES, UNAVAILABLE, Strategy, convert
 
 __all__ = [
     "LAYER_FORMATS",
@@ -45,9 +45,8 @@ __all__ = [
 
 #: A layer shape of any format, for annotations (which type it is, only this package asks).
 AnyShape = LayerShape | QuantLayerShape
-#: A strategy's record of any format: both have ``inplace``, ``origin``, ``peak``, ``traffic``
-#: and ``launches``.
-StrategyRecord = Strategy | QuantStrategy
+#: A strategy's record of any format (``formats.registry.Strategy``).
+StrategyRecord = Strategy
 #: One layer's tensors by name, in the order a checkpoint loader allocates them.
 Layer = dict[str, torch.Tensor]
 
@@ -57,7 +56,7 @@ class LayerFormat:
     """What the library does with one format's layers; every function takes that format's
     shapes and strategies only."""
 
-    name: str  # "bf16" or a key of quant_formats.FORMATS
+    name: str  # "bf16" or a key of quant.formats.FORMATS
     title: str  # how reports name it: "BF16", "NVFP4", ...
     strategies: Callable[[], dict[str, StrategyRecord]]  # name -> record, registered here
     # (shape, device, seed) -> a fresh layer of the shape: random bytes of the seed (meta: empty)
@@ -102,7 +101,7 @@ def _quant_format(name: str) -> LayerFormat:
     )
 
 
-#: Every format, in the order reports show them (``quant_formats.SHAPE_FORMATS``).
+#: Every format, in the order reports show them (``quant.formats.SHAPE_FORMATS``).
 LAYER_FORMATS: dict[str, LayerFormat] = {
     "bf16": LayerFormat(
         "bf16",
@@ -144,10 +143,18 @@ def strategy_record(shape: AnyShape, strategy: str) -> StrategyRecord:
     return records[strategy]
 
 
-def convert_layer(shape: AnyShape, layer: Layer, strategy: str) -> Layer:
-    """``layer`` (a ``shape`` layer's tensors) converted with ``strategy`` of its format, after
-    the format's checks: a copy or views of the input as the strategy's record says."""
-    return layer_format(shape).convert(layer, strategy, shape.gated)
+def convert_layer(layer: Layer, *, strategy: str, gated: bool = True) -> Layer:
+    """``layer`` (one layer's tensors by name, ``layer_tensors``' form) converted with
+    ``strategy`` of any format: the record says which (``REGISTRY[strategy].format``), and that
+    format's checks run first (``TypeError``/``ValueError`` before any byte is written). Returns
+    the converted tensors by the same names: a copy or views of the input as the record says.
+    """
+    record = REGISTRY.get(strategy)
+    if record is None:
+        raise ValueError(
+            f"unknown strategy {strategy!r}; valid strategies: {', '.join(sorted(REGISTRY))}"
+        )
+    return LAYER_FORMATS[record.format].convert(layer, strategy, gated)
 
 
 def warm_layer_strategy(shape: AnyShape, strategy: str, device: torch.device) -> None:
@@ -155,7 +162,7 @@ def warm_layer_strategy(shape: AnyShape, strategy: str, device: torch.device) ->
     1-expert layer of ``shape``'s per-expert geometry (``device``: the tensors'
     ``tensor.device``, ``cuda:0`` not ``cuda``, part of the cache key)."""
     small = shape.with_experts(1)
-    convert_layer(small, layer_tensors(small, device), strategy)
+    convert_layer(layer_tensors(small, device), strategy=strategy, gated=small.gated)
 
 
 def layer_call(shape: AnyShape, strategy: str, device: torch.device | str) -> Callable[[], Layer]:
@@ -163,7 +170,7 @@ def layer_call(shape: AnyShape, strategy: str, device: torch.device | str) -> Ca
     conversion of it to call: what every measurement of a (shape, strategy) takes."""
     layer = layer_tensors(shape, device)
     warm_layer_strategy(shape, strategy, next(iter(layer.values())).device)
-    return lambda: convert_layer(shape, layer, strategy)
+    return lambda: convert_layer(layer, strategy=strategy, gated=shape.gated)
 
 
 def reference_conversion(shape: AnyShape) -> tuple[str, Callable[[Layer], Layer]]:
@@ -182,7 +189,7 @@ def reference_conversion(shape: AnyShape) -> tuple[str, Callable[[Layer], Layer]
         return "FlashInfer's helpers", flashinfer
     missing = " (flashinfer-python is not installed)" if fmt.name == "bf16" else ""
     return f"{fmt.upstream}{missing}", lambda layer: convert_layer(
-        shape, {name: t.clone() for name, t in layer.items()}, fmt.upstream
+        {name: t.clone() for name, t in layer.items()}, strategy=fmt.upstream, gated=shape.gated
     )
 
 

@@ -99,7 +99,7 @@ def _meta_conversion(shape: AnyShape, strategy: str) -> tuple[LayerTrace, frozen
     layer = layer_tensors(shape, "meta")
     warm_layer_strategy(shape, strategy, torch.device("meta"))
     with AllocationTracker() as tracker:
-        result = convert_layer(shape, layer, strategy)
+        result = convert_layer(layer, strategy=strategy, gated=shape.gated)
         events = tuple(tracker.events)
     # Meta tensors have no addresses; a storage's C++ object tells whether two tensors share it.
     results = {t.untyped_storage()._cdata for t in result.values()}

@@ -1,12 +1,13 @@
 """Whole-rank figures: a rank's load, every MoE layer converted in turn, under vLLM's allocator.
 
 The simplest whole-model figure is one layer's conversion time times ``moe_layers``
-(``whole_model_seconds``; ``timing.LayerTiming`` derives it from its measurement). It misses what
-made vLLM's legacy load slow: vLLM's ``Worker.load_model`` sets ``max_split_size_mb:20`` for every
-load (vLLM #41268), so each 1-10 MiB per-expert temporary takes a 20 MiB segment that, once free,
-serves no smaller request again; a full device then answers new segments only after a failed
-``cudaMalloc`` and a release of cached segments (synchronising ``cudaFree`` calls). Whether a
-load fits, and what it costs beyond the conversions, is decided by the caching allocator.
+(``measuring.timing.whole_model_seconds``; ``LayerTiming`` derives it from its measurement). It
+misses what made vLLM's legacy load slow: vLLM's ``Worker.load_model`` sets
+``max_split_size_mb:20`` for every load (vLLM #41268), so each 1-10 MiB per-expert temporary
+takes a 20 MiB segment that, once free, serves no smaller request again; a full device then
+answers new segments only after a failed ``cudaMalloc`` and a release of cached segments
+(synchronising ``cudaFree`` calls). Whether a load fits, and what it costs beyond the
+conversions, is decided by the caching allocator.
 
 Vocabulary: **the rank load** is every MoE layer's weights allocated (each parameter its own
 allocation, after one ballast allocation standing for the rest of the model), then each layer
@@ -52,7 +53,6 @@ __all__ = [
     "RankLoad",
     "allocator_max_split_size",
     "run_load",
-    "whole_model_seconds",
 ]
 
 #: The allocator's ``max_split_size_mb`` while vLLM loads a model (vLLM #41268): the setting under
@@ -90,15 +90,6 @@ RUN_POOLS: tuple[Pool, ...] = ("default", "mempool")
 
 # PyTorch's default max_split_size is SIZE_MAX (no limit); vLLM restores it as this many MiB.
 _UNLIMITED_SPLIT_MB = (2**64 - 1) // MiB
-
-
-def whole_model_seconds(shape: AnyShape, per_layer_seconds: float) -> float:
-    """Seconds to convert every MoE layer of ``shape``'s model on one rank (layers in sequence).
-
-    ``shape.moe_layers`` layers of ``shape`` (with its expert count: a shape limited by
-    ``with_experts`` gives the figure for a model with that many experts per layer).
-    """
-    return per_layer_seconds * shape.moe_layers
 
 
 @contextlib.contextmanager
@@ -304,7 +295,7 @@ def run_load(
                 layer = weights[index]
                 try:
                     with nvtx_range(f"moe_load/{strategy}/{shape.label}/layer{index}", device):
-                        weights[index] = convert_layer(shape, layer, strategy)
+                        weights[index] = convert_layer(layer, strategy=strategy, gated=shape.gated)
                 except torch.OutOfMemoryError as exc:
                     oom_layer, oom_message = index, str(exc).splitlines()[0]
                     break

@@ -30,7 +30,6 @@ from ..formats.table import (
     strategy_record,
     warm_layer_strategy,
 )
-from ..load.wholemodel import whole_model_seconds
 
 __all__ = [
     "LayerTiming",
@@ -40,7 +39,17 @@ __all__ = [
     "time_call",
     "time_layer",
     "time_once",
+    "whole_model_seconds",
 ]
+
+
+def whole_model_seconds(shape: AnyShape, per_layer_seconds: float) -> float:
+    """Seconds to convert every MoE layer of ``shape``'s model on one rank (layers in sequence).
+
+    ``shape.moe_layers`` layers of ``shape`` (with its expert count: a shape limited by
+    ``with_experts`` gives the figure for a model with that many experts per layer).
+    """
+    return per_layer_seconds * shape.moe_layers
 
 
 @dataclass(frozen=True)
@@ -290,7 +299,7 @@ def _conversion(
     warm_layer_strategy(shape, strategy, next(iter(layer.values())).device)
     return (
         list(layer.values()),
-        lambda: convert_layer(shape, layer, strategy),
+        lambda: convert_layer(layer, strategy=strategy, gated=shape.gated),
         strategy_record(shape, strategy).inplace,
     )
 

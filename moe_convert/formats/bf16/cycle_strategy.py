@@ -29,8 +29,8 @@ import torch
 from ...formulas import Formula
 from ...load.allocator import K_MIN_LARGE_ALLOC
 from ..layout import BLOCK_K, block_layout_view
+from ..registry import register
 from .cycles import SEGMENT_CELLS, longest_segment, segment_table
-from .registry import register
 from .triton_strategy import AVAILABLE, INTERPRETED, NEEDS, run_launch, word_dtype
 
 __all__ = ["cycle_inplace"]

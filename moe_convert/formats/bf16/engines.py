@@ -49,11 +49,11 @@ import torch
 
 from ...formulas import Formula
 from ..layout import block_layout_view, swap_w13_to_w31
+from ..registry import STRATEGIES, convert, register
 from . import strategies  # noqa: F401 (the transcriptions' records, whose figures forms reuse)
 from .inputs import random_weights
 from .reference import AVAILABLE as FLASHINFER_AVAILABLE
 from .reference import flashinfer_reference
-from .registry import STRATEGIES, convert, register
 
 __all__ = [
     "CHECK_EXPERTS",

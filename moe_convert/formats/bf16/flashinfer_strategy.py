@@ -12,7 +12,7 @@ import torch
 
 from ...formulas import Formula
 from ..layout import swap_w13_to_w31
-from .registry import register
+from ..registry import register
 
 __all__ = ["AVAILABLE"]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from .registry import convert
+from ..registry import convert
 from .shapes import LayerShape
 
 __all__ = ["layer_weights", "random_weights", "strategy_call", "warm_strategy"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ...checks import check_weights
+from ..geometry import LayerGeometry
 
 __all__ = [
     "BF16_BYTES",
@@ -113,8 +114,9 @@ CATALOG: dict[str, ModelSpec] = {
 
 
 @dataclass(frozen=True)
-class LayerShape:
-    """One MoE layer's weights on one tensor-parallel rank. Sizes derived, in bytes."""
+class LayerShape(LayerGeometry):
+    """One MoE layer's weights on one tensor-parallel rank. Sizes derived, in bytes
+    (``LayerGeometry``: the letters, the label, ``with_experts``)."""
 
     model: str
     tp: int
@@ -127,62 +129,19 @@ class LayerShape:
     #: The layer's format (``formats.table``): BF16's layer holds ``w13`` and ``w2`` only.
     format = "bf16"
 
-    @property
-    def label(self) -> str:
-        """``model/tpN``, the name used in benchmark parameters (inverse: ``shape_from_label``)."""
-        return f"{self.model}/tp{self.tp}"
-
-    @property
-    def w13_shape(self) -> tuple[int, int, int]:
-        rows = 2 * self.intermediate if self.gated else self.intermediate
-        return (self.experts, rows, self.hidden)
-
-    @property
-    def w2_shape(self) -> tuple[int, int, int]:
-        return (self.experts, self.hidden, self.intermediate)
-
-    @property
-    def w13_expert_bytes(self) -> int:
-        """S13: one expert of w13."""
-        return self.w13_shape[1] * self.hidden * BF16_BYTES
-
-    @property
-    def w2_expert_bytes(self) -> int:
-        """S2: one expert of w2."""
-        return self.hidden * self.intermediate * BF16_BYTES
-
-    @property
-    def w13_index_bytes(self) -> int:
-        """X13: one int64 row index of w13 (8 bytes per row of one expert)."""
-        return 8 * self.w13_shape[1]
-
-    @property
-    def w2_index_bytes(self) -> int:
-        """X2: one int64 row index of w2 (8 bytes per row of one expert, H rows)."""
-        return 8 * self.hidden
-
-    @property
-    def w13_bytes(self) -> int:
-        """T13: the whole w13 tensor."""
-        return self.experts * self.w13_expert_bytes
-
-    @property
-    def w2_bytes(self) -> int:
-        """T2: the whole w2 tensor."""
-        return self.experts * self.w2_expert_bytes
-
+    #: Bytes of one weight element (bf16).
+    weight_itemsize = BF16_BYTES
     # BF16 layers have no scale factors and no biases: the quantized formats' letters F13, F2,
     # B13, B2 (moe_convert.formulas) are 0 for them.
     w13_scale_bytes = w2_scale_bytes = w13_bias_bytes = w2_bias_bytes = 0
 
     @property
-    def layer_bytes(self) -> int:
-        return self.w13_bytes + self.w2_bytes
+    def w13_shape(self) -> tuple[int, int, int]:
+        return (self.experts, self.rows13, self.hidden)
 
     @property
-    def model_bytes(self) -> int:
-        """MoE expert bytes of the whole model on this rank."""
-        return self.layer_bytes * self.moe_layers
+    def w2_shape(self) -> tuple[int, int, int]:
+        return (self.experts, self.hidden, self.intermediate)
 
     @property
     def invalid_reason(self) -> str | None:
@@ -215,18 +174,6 @@ class LayerShape:
         except ValueError as error:
             return str(error)
         return None
-
-    def with_experts(self, experts: int) -> LayerShape:
-        """The same per-expert geometry with fewer (or more) experts."""
-        return LayerShape(
-            self.model,
-            self.tp,
-            experts,
-            self.hidden,
-            self.intermediate,
-            self.moe_layers,
-            self.gated,
-        )
 
 
 def _catalog_spec(model: str) -> ModelSpec:

@@ -4,7 +4,7 @@ Legend: E experts; w13 bf16 ``[E, M13, H]`` with ``M13 = 2I`` (gated) or ``I``; 
 ``[E, H, I]``; a weight's bytes are ``uint8 [E, M, Kb]`` with ``Kb = 2 cols``; the output of a
 weight is the bf16 view ``[E, Kb/128, M, 64]`` of ``uint8 [E, Kb/128, M, 128]``.
 
-Each function's ``@register(...)`` above it states its facts (``formats.bf16.registry``): in place
+Each function's ``@register(...)`` above it states its facts (``formats.registry``): in place
 or not, where it comes from, and its figures as formulas in the letters of
 ``moe_convert.formulas`` (T13, T2 whole weights, S13, S2 one expert, X13, X2 one int64 row
 index). Its docstring says why the figures are what they are. "Peak transient" is the peak,
@@ -36,7 +36,7 @@ from ..layout import (
     w2_row_index,
     w13_row_index,
 )
-from .registry import register
+from ..registry import register
 
 __all__ = [
     "legacy",

@@ -33,7 +33,7 @@ import torch
 from ...formulas import Formula
 from ...load.allocator import K_MIN_LARGE_ALLOC
 from ..layout import BLOCK_K, block_layout_shape, block_layout_view
-from .registry import register
+from ..registry import register
 
 __all__ = ["AVAILABLE", "UNAVAILABLE_REASON"]
 

@@ -1,3 +1,5 @@
-"""The quantized formats (NVFP4, MXFP4, FP8 per-tensor, block-FP8, MXFP8): their table and
-shapes (``formats``), catalog, layer and checks (``layer``), registry, the engines' paths
-transcribed (``upstream``, ``upstream_fp8``) and this library's (``strategies``)."""
+"""The quantized formats (NVFP4, MXFP4, FP8 per-tensor, block-FP8, MXFP8, MXINT4): their table
+and shapes (``formats``), catalog, layer and checks (``layer``), registry, what the formats share
+(``shared``: this library's kinds, vLLM's w1/w3 reorder, the transcription rules), then one module
+per format (``nvfp4``, ``mxfp4``, ``fp8``, ``fp8block``, ``mxfp8``, ``mxint4``): the engines'
+paths transcribed and this library's strategies of that format."""

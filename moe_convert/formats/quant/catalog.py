@@ -1,5 +1,5 @@
 """The quantized catalog: public checkpoints' MoE geometry per format, and their per-rank
-layer shapes as vLLM pads them (``quant_formats.QuantLayerShape``).
+layer shapes as vLLM pads them (``formats.QuantLayerShape``).
 
 Each entry names the ``config.json`` fields it was read from (``QuantModelSpec.source``) and the
 TPs the suite measures it at. Labels are ``model/tpN`` (``kimi-k2-nvfp4/tp8``), the model name

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..geometry import LayerGeometry
+
 __all__ = [
     "FORMATS",
     "QuantFormat",
@@ -190,13 +192,12 @@ FORMATS: dict[str, QuantFormat] = {
 
 
 @dataclass(frozen=True)
-class QuantLayerShape:
+class QuantLayerShape(LayerGeometry):
     """One quantized MoE layer on one rank. Sizes derived, in bytes.
 
-    The properties named as ``LayerShape``'s (``w13_bytes``, ``w13_expert_bytes``,
-    ``w13_index_bytes``, ...) mean the same for the packed weights, so the letters of
-    ``moe_convert.formulas`` (T13, S13, X13, ...) evaluate on either; F13, F2 (scale factors) and
-    B13, B2 (float32 biases) are this shape's own.
+    The letters every format shares (T13, S13, X13, ...: ``LayerGeometry``) mean the same for
+    the packed weights, so ``moe_convert.formulas`` evaluates on either; F13, F2 (scale factors)
+    and B13, B2 (float32 biases) are this shape's own.
     """
 
     model: str
@@ -216,16 +217,6 @@ class QuantLayerShape:
     @property
     def fmt(self) -> QuantFormat:
         return FORMATS[self.format]
-
-    @property
-    def label(self) -> str:
-        """``model/tpN``; the model name carries the format (``kimi-k2-nvfp4/tp8``)."""
-        return f"{self.model}/tp{self.tp}"
-
-    @property
-    def rows13(self) -> int:
-        """M13: rows of one w13 expert."""
-        return 2 * self.intermediate if self.gated else self.intermediate
 
     @property
     def w13_shape(self) -> tuple[int, int, int]:
@@ -252,34 +243,8 @@ class QuantLayerShape:
         return (self.experts, self.hidden) if self.fmt.has_bias else None
 
     @property
-    def w13_expert_bytes(self) -> int:
-        """S13: one expert of the w13 weights."""
-        return self.w13_shape[1] * self.w13_shape[2] * self.fmt.weight_dtype.itemsize
-
-    @property
-    def w2_expert_bytes(self) -> int:
-        """S2: one expert of the w2 weights."""
-        return self.w2_shape[1] * self.w2_shape[2] * self.fmt.weight_dtype.itemsize
-
-    @property
-    def w13_bytes(self) -> int:
-        """T13: the whole w13 weight tensor."""
-        return self.experts * self.w13_expert_bytes
-
-    @property
-    def w2_bytes(self) -> int:
-        """T2: the whole w2 weight tensor."""
-        return self.experts * self.w2_expert_bytes
-
-    @property
-    def w13_index_bytes(self) -> int:
-        """X13: one int64 row index of w13."""
-        return 8 * self.rows13
-
-    @property
-    def w2_index_bytes(self) -> int:
-        """X2: one int64 row index of w2."""
-        return 8 * self.hidden
+    def weight_itemsize(self) -> int:
+        return self.fmt.weight_dtype.itemsize
 
     @property
     def w13_scale_bytes(self) -> int:
@@ -304,22 +269,6 @@ class QuantLayerShape:
         return 4 * shape[0] * shape[1] if shape else 0
 
     @property
-    def layer_bytes(self) -> int:
-        """Everything one layer's conversion reads: weights, scales and (bf16) biases."""
-        return (
-            self.w13_bytes
-            + self.w2_bytes
-            + self.w13_scale_bytes
-            + self.w2_scale_bytes
-            + (self.w13_bias_bytes + self.w2_bias_bytes) // 2
-        )
-
-    @property
-    def model_bytes(self) -> int:
-        """Every MoE layer's bytes on this rank (``layer_bytes`` x ``moe_layers``)."""
-        return self.layer_bytes * self.moe_layers
-
-    @property
     def conversion_error(self) -> str | None:
         """``check_quant_layer``'s message for a layer of this shape, or ``None`` if it converts
         (checked on ``meta`` tensors: free at any size)."""
@@ -331,19 +280,6 @@ class QuantLayerShape:
         except ValueError as error:
             return str(error)
         return None
-
-    def with_experts(self, experts: int) -> QuantLayerShape:
-        """The same per-expert geometry with fewer (or more) experts."""
-        return QuantLayerShape(
-            self.model,
-            self.tp,
-            self.format,
-            experts,
-            self.hidden,
-            self.intermediate,
-            self.moe_layers,
-            self.gated,
-        )
 
 
 #: Every format a shape of the suite has, in the order reports show them: BF16 (``shapes``'

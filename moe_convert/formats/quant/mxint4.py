@@ -32,8 +32,7 @@ from ..layout import BLOCK_K, shuffle_row_index, w13_row_index
 from ..swizzle import COLS_PER_TILE, ROWS_PER_TILE, block_scale_interleave
 from .layer import QuantLayer
 from .registry import register_quant
-from .strategies import _scratch  # the in-place kinds' scratch rule, shared
-from .upstream import _REORDER_LAUNCHES, _reorder_w1w3_to_w3w1
+from .shared import REORDER_LAUNCHES, reorder_w1w3_to_w3w1, scratch_of
 
 __all__ = ["mxint4_fast", "mxint4_inplace", "mxint4_legacy", "mxint4_preallocated"]
 
@@ -74,7 +73,7 @@ _RELAID2 = "(1 - 16 X2 // S2)"
     traffic=Formula(
         f"127 T13 + 124 T2 + 9 F13 + 6 F2 + 2 E (X13 + X2) + 2 T13 {_RELAID13} + 2 T2 {_RELAID2}"
     ),
-    launches=Formula(f"116 + {_REORDER_LAUNCHES} + E (6 + {_RELAID13} + {_RELAID2})"),
+    launches=Formula(f"116 + {REORDER_LAUNCHES} + E (6 + {_RELAID13} + {_RELAID2})"),
 )
 def mxint4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     """vLLM 0.33.0 ``flashinfer_mxint4_moe.prepare_static_weights_for_trtllm_mxint4_moe``.
@@ -92,7 +91,7 @@ def mxint4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     # vLLM converts only when both are int32, which check_quant_layer guarantees.
     _convert_packed_uint4b8_to_signed_int4_inplace(gemm1_weights)
     _convert_packed_uint4b8_to_signed_int4_inplace(gemm2_weights)
-    _reorder_w1w3_to_w3w1(gemm1_weights, gemm1_scales)
+    reorder_w1w3_to_w3w1(gemm1_weights, gemm1_scales)
 
     num_experts = gemm1_weights.shape[0]
     gemm1_weights_mxint4 = gemm1_weights.view(torch.uint8)
@@ -240,7 +239,7 @@ def mxint4_inplace(layer: QuantLayer, gated: bool) -> QuantLayer:
     In place: weights come back as BlockMajorK uint8 views of the input's storage, scales as
     flat bf16 views of theirs. Peak transient: the scratch, ``max(S13, S2, 10 MiB)``.
     """
-    scratch = _scratch(layer)
+    scratch = scratch_of(layer)
     converted = []
     for weight, scale, order_gated in _tensors(layer, gated):
         experts, rows, cols = weight.shape

@@ -1,27 +1,36 @@
-"""The strategy registry: one record per strategy holding every fact about it, and ``convert``.
+"""The strategy registry of every format: one record per strategy holding every fact about it,
+one registry, and BF16's ``convert``.
 
-A record (``Strategy``) holds a strategy's function, whether its result lives in the input's own
-storage (``inplace``), where it comes from (``origin``), what it needs to run here (``needs``)
-and its figures as formulas of the layer shape (``moe_convert.formulas``): peak transient bytes,
-traffic, launches and what the CPU allocator sees above the peak. Each strategy module registers
-a function with ``@register(...)`` right above it. The tests (``tests/test_memory.py``,
-``tests/test_traffic.py``), the strategies table of docs/library.md
+A record (``Strategy``) holds a strategy's format, function, whether its result lives in the
+input's own storage (``inplace``), where it comes from (``origin``), what it needs to run here
+(``needs``) and its figures as formulas of the layer shape (``moe_convert.formulas``): peak
+transient bytes, traffic, launches and what the CPU allocator sees above the peak. Each strategy
+module registers a function with ``@register(...)`` right above it (a quantized format's through
+``formats.quant.registry.register_quant``, which reads the format from the name). ``REGISTRY``
+holds every format's; ``STRATEGIES`` (BF16's) and ``QUANT_STRATEGIES`` (the quantized formats')
+are live views of it, for the callers that take one side. A layer of any format converts through
+``formats.table.convert_layer``; ``convert`` is BF16's by its two tensors, ``convert_quant`` a
+quantized ``QuantLayer``'s. The tests (``tests/test_memory.py``, ``tests/test_traffic.py``,
+``tests/test_quant_memory.py``), the strategies table of docs/library.md
 (``python -m moe_convert strategies --markdown``) and the byte limits of budgets.json
 (``python -m benchmarks.budgets``) take their figures from the records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from ...checks import check_disjoint, check_weights
-from ...formulas import LEGEND, Formula
-from ...nvtx import nvtx_range
+from ..checks import check_disjoint, check_weights
+from ..formulas import LEGEND, Formula
+from ..nvtx import nvtx_range
 
 __all__ = [
+    "QUANT_STRATEGIES",
+    "REGISTRY",
     "STRATEGIES",
     "UNAVAILABLE",
     "Strategy",
@@ -33,8 +42,10 @@ __all__ = [
     "update_markdown",
 ]
 
-#: ``(w13, w2, gated) -> (w13_out, w2_out)``, inputs already checked by ``check_weights``.
-StrategyFunction = Callable[[torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor]]
+#: BF16's: ``(w13, w2, gated) -> (w13_out, w2_out)``, inputs already checked by ``check_weights``.
+#: A quantized format's: ``(layer: QuantLayer, gated) -> QuantLayer``, checked by
+#: ``check_quant_layer``.
+StrategyFunction = Callable[..., Any]
 
 #: The figure of a strategy with nothing to add (``cpu_allocator_extra``).
 ZERO = Formula("0")
@@ -42,15 +53,15 @@ ZERO = Formula("0")
 
 @dataclass(frozen=True)
 class Strategy:
-    """One registered strategy: its function and the facts about it, in one place.
+    """One registered strategy of one format: its function and the facts about it, in one place.
 
     The formulas are exact, checked to the byte at full size by the tests; ``None`` where a
     strategy does not state one (the tests then fail for a registered strategy).
     """
 
-    name: str
+    name: str  # BF16's: its kind ("legacy"); a quantized format's: "<format>-<kind>"
     function: StrategyFunction
-    inplace: bool  # the result is a 4-D view of the input's own storage (data_ptr unchanged)
+    inplace: bool  # the result lives in the input's own storage (data_ptr unchanged)
     origin: str  # where it comes from: an engine's PR or release, a library's helper, "ours"
     needs: str = ""  # what must be installed or present for it to run ("": nothing more)
     peak: Formula | None = None  # peak transient bytes, dispatch level, row indices cached
@@ -59,18 +70,65 @@ class Strategy:
     # What the CPU allocator sees above ``peak`` (memory.profiler_memory): kernels' own
     # temporaries, which the dispatch-level count cannot see.
     cpu_allocator_extra: Formula = ZERO
+    format: str = "bf16"  # a key of formats.table.LAYER_FORMATS
+
+    @property
+    def kind(self) -> str:
+        """The strategy within its format: ``legacy`` for ``legacy`` and ``nvfp4-legacy``."""
+        return self.name.removeprefix(f"{self.format}-")
 
     @property
     def result(self) -> str:
-        """What ``convert`` returns: ``views of the input`` or ``new tensors``."""
+        """What a conversion returns: ``views of the input`` or ``new tensors``."""
         return "views of the input" if self.inplace else "new tensors"
 
 
-#: name -> record of every strategy that runs here; looked up by ``convert`` at call time.
-STRATEGIES: dict[str, Strategy] = {}
+#: name -> record of every format's strategy that runs here; looked up at call time.
+REGISTRY: dict[str, Strategy] = {}
 #: name -> record of a strategy this library has but that cannot run here (``needs`` says what
 #: is missing): documented, not registered.
 UNAVAILABLE: dict[str, Strategy] = {}
+
+
+class _FormatView(MutableMapping[str, Strategy]):
+    """The records of ``REGISTRY`` of BF16 (``bf16=True``) or of the quantized formats: a live
+    view, in registration order; a write or ``pop`` goes to ``REGISTRY``."""
+
+    def __init__(self, *, bf16: bool) -> None:
+        self._bf16 = bf16
+
+    def _mine(self, record: Strategy) -> bool:
+        return (record.format == "bf16") == self._bf16
+
+    def __getitem__(self, name: str) -> Strategy:
+        record = REGISTRY[name]
+        if not self._mine(record):
+            raise KeyError(name)
+        return record
+
+    def __setitem__(self, name: str, record: Strategy) -> None:
+        if not self._mine(record):
+            raise ValueError(f"strategy {name!r} is of format {record.format!r}: not this view's")
+        REGISTRY[name] = record
+
+    def __delitem__(self, name: str) -> None:
+        self[name]  # KeyError where it is not this view's
+        del REGISTRY[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([name for name, record in REGISTRY.items() if self._mine(record)])
+
+    def __len__(self) -> int:
+        return sum(self._mine(record) for record in REGISTRY.values())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict(self)!r})"
+
+
+#: name -> record of every BF16 strategy that runs here (a view of ``REGISTRY``).
+STRATEGIES: MutableMapping[str, Strategy] = _FormatView(bf16=True)
+#: name -> record of every quantized strategy that runs here (a view of ``REGISTRY``).
+QUANT_STRATEGIES: MutableMapping[str, Strategy] = _FormatView(bf16=False)
 
 
 def register(
@@ -78,6 +136,7 @@ def register(
     *,
     inplace: bool,
     origin: str,
+    format: str = "bf16",
     needs: str = "",
     available: bool = True,
     peak: Formula | None = None,
@@ -85,19 +144,29 @@ def register(
     launches: Formula | None = None,
     cpu_allocator_extra: Formula = ZERO,
 ) -> Callable[[StrategyFunction], StrategyFunction]:
-    """Decorator: register the function as strategy ``name`` with its facts (see ``Strategy``).
+    """Decorator: register the function as strategy ``name`` of ``format`` with its facts (see
+    ``Strategy``).
 
     ``available=False`` (what ``needs`` names is missing here) keeps the record in
-    ``UNAVAILABLE`` instead of ``STRATEGIES``. Registering a name again replaces its record.
+    ``UNAVAILABLE`` instead of ``REGISTRY``. Registering a name again replaces its record.
     Returns the function unchanged.
     """
 
     def decorate(function: StrategyFunction) -> StrategyFunction:
         record = Strategy(
-            name, function, inplace, origin, needs, peak, traffic, launches, cpu_allocator_extra
+            name,
+            function,
+            inplace,
+            origin,
+            needs,
+            peak,
+            traffic,
+            launches,
+            cpu_allocator_extra,
+            format,
         )
-        (STRATEGIES if available else UNAVAILABLE)[name] = record
-        (UNAVAILABLE if available else STRATEGIES).pop(name, None)
+        (REGISTRY if available else UNAVAILABLE)[name] = record
+        (UNAVAILABLE if available else REGISTRY).pop(name, None)
         return function
 
     return decorate
