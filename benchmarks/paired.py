@@ -230,25 +230,36 @@ def _paired(
     # when head always converted its own buffers), so neither side may keep one.
     buffers = [[w.clone() for w in pristine] for _ in inplace]
 
-    def restore(side: str, tensors: list[torch.Tensor]) -> None:
+    def timed(side: str, buffer: int) -> float:
+        tensors = buffers[buffer]
         if inplace[side]:
             for dst, src in zip(tensors, pristine, strict=True):
                 dst.copy_(src)
+        seconds, _ = timing.time_once(functools.partial(call, side, tensors), device)
+        return seconds
 
+    return paired_cell(label, strategy, timed, seed)
+
+
+def paired_cell(
+    label: str, strategy: str, timed: Callable[[str, int], float], seed: int = 0
+) -> Cell:
+    """The paired verdict of a cell from ``timed(side, buffer)``: the seconds of one call of
+    ``side`` ("base" or "head") on input buffer ``buffer`` (0 or 1, restored first where the
+    side converts in place). Pairs in a seeded random order, the buffers dealt at random, until
+    the interval decides or the budget is spent; a side that raises is head's failure or base's
+    n/a. ``benchmarks.engine_paired`` times each side in a process of its own."""
     order = random.Random(seed)
-    sides = sorted(inplace)
+    sides = ["base", "head"]
     samples: dict[str, list[float]] = {side: [] for side in sides}
     spent, log_ratios = 0.0, []
     verdict, ratio, low, high = "same", math.nan, math.nan, math.nan
     for pair in range(WARMUP_PAIRS + MAX_PAIRS):
         times = {}
-        dealt = dict(zip(sides, order.sample(buffers, k=len(buffers)), strict=True))
+        dealt = dict(zip(sides, order.sample(range(len(sides)), k=len(sides)), strict=True))
         for side in order.sample(sides, k=len(sides)):
-            restore(side, dealt[side])
             try:
-                times[side], _ = timing.time_once(
-                    functools.partial(call, side, dealt[side]), device
-                )
+                times[side] = timed(side, dealt[side])
             except Exception as err:  # a strategy that raises is this cell's finding, not a crash
                 if side == "head":
                     return Cell(label, strategy, "failed", error=f"head raised {err!r}")

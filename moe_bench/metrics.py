@@ -44,6 +44,7 @@ __all__ = [
     "PEAK_BYTES",
     "WHOLE_MODEL",
     "PAIRED_TIME",
+    "ENGINE_FIGURES",
     "QUANT_CLASSES",
     "QUANT_FORMATS",
     "QUANT_RANK_LOAD_DEVICES",
@@ -51,6 +52,7 @@ __all__ = [
     "RANK_LOAD_REPLAY",
     "QUANT_RANK_LOADS",
     "RANK_LOAD_TIME",
+    "engine_sibling",
     "judge",
     "metric",
     "quant_sibling",
@@ -173,6 +175,11 @@ def quant_sibling(benchmark: str, fmt: str) -> str:
     return f"bench_{fmt}.{benchmark.partition('.')[2]}"
 
 
+def engine_sibling(benchmark: str) -> str:
+    """BF16's figure ``benchmark`` in the engine suite's module (``bench_engine``)."""
+    return f"bench_engine.{benchmark.partition('.')[2]}"
+
+
 #: The whole rank's load: its replay's class (every figure exact) and the seconds run on CUDA.
 RANK_LOAD_REPLAY = "bench_allocator.RankLoadReplay"
 RANK_LOAD_TIME = "bench_allocator.RankLoadTime.track_load_seconds"
@@ -290,6 +297,20 @@ _TABLE += [
     for fmt in QUANT_FORMATS
     for m in list(_TABLE)
     if m.benchmark.split(".")[1] in QUANT_CLASSES
+]
+#: An engine's history (``engine_benchmarks/bench_engine.py``, ``moe_bench.engine``): BF16's
+#: figures of the engine's converter, named and judged as ``bench_convert``'s.
+ENGINE_FIGURES = (
+    PEAK_BYTES,
+    "bench_convert.Traffic.track_traffic_bytes",
+    "bench_convert.Traffic.track_launches",
+    TIME,
+    COPY_RATIO,
+)
+_BF16 = {m.benchmark: m for m in _TABLE}
+_TABLE += [
+    dataclasses.replace(_BF16[name], benchmark=engine_sibling(name), pytorch_name=None)
+    for name in ENGINE_FIGURES
 ]
 # Retired: issue 18's first suite held every format in one module, bench_quant, each class named
 # Quant<class> (results/ from before each format had a module); judged as the formats' figures.
