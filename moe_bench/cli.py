@@ -7,6 +7,7 @@
     moe-bench compare RESULTS_DIR BASE HEAD [--paired FILE] [--markdown FILE]   the PR verdict
     moe-bench gate [--results DIR] [--budgets FILE] [--machine NAME] [--commit HASH]   budgets
     moe-bench export RESULTS_DIR --out FILE [--format pytorch-v3] [--machine NAME] [--commit HASH]
+                     [--config ENGINE_CONFIG]
     moe-bench publish [--config asv.conf.json]                 the dashboard, whole or not at all
     moe-bench dashboard offline HTML_DIR | serve [HTML_DIR] [--port N] [--config FILE]
     moe-bench engine-config --engine vllm|flashinfer --repo PATH_OR_URL [--out FILE]   an engine
@@ -189,13 +190,22 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import write_records
+    from .export import EngineRun, write_records
     from .results import ResultsError, load_results
 
     try:
+        engine = EngineRun.from_config(args.config) if args.config else None
+    except (OSError, ValueError, KeyError) as err:
+        return _error(args, f"--config {str(args.config)!r}: not a readable asv config ({err})")
+    try:
         frame = load_results(args.results_dir, machine=args.machine)
         count, commits = write_records(
-            args.results_dir, frame, args.out, machine=args.machine, commit=args.commit
+            args.results_dir,
+            frame,
+            args.out,
+            machine=args.machine,
+            commit=args.commit,
+            engine=engine,
         )
     except ResultsError as err:
         return _error(args, err)
@@ -470,6 +480,12 @@ def build_parser() -> ArgumentParser:
     )
     export.add_argument("--machine", default=None, help="export only this machine's results")
     export.add_argument("--commit", default=None, help="export this commit (default: latest)")
+    export.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="an engine config (engine-config): the records carry the engine's commit",
+    )
     publish = _add(
         sub,
         "publish",

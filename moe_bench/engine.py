@@ -516,7 +516,7 @@ def find(
     )
     values = _cell_values(conf, machine, benchmark, shape, strategy)
     searched = [good, *commits]
-    runs = sum(c in values for c in searched)
+    runs = len(re.findall(r"For \S+ commit [0-9a-f]+", output))  # asv's line per commit run
     failed = tuple(c for c in searched if c in values and values[c][1])
     answer = re.search(r"Greatest (?:regression|improvement) found: ([0-9a-f]+)", output)
     if status != 0 or answer is None:
