@@ -31,7 +31,7 @@ from moe_convert.traffic import strategy_traffic
 #: shape: a history has a commit a few hours, and every commit pays the whole grid.
 SHAPES = ("qwen3-235b-a22b/tp4",)
 #: The engines' own code as installed (``moe_convert.engines.ENGINES``' adapters and FlashInfer's
-#: helpers), n/a where not installed; tests/test_engine_history.py checks it against ``ENGINES``.
+#: helpers), n/a where not installed; tests/test_engine_asv.py checks it against ``ENGINES``.
 ENGINE_STRATEGIES = ("vllm", "sglang-installed", "flashinfer")
 #: vLLM's three forms, frozen in ``moe_convert.strategies``: the reference lines.
 REFERENCE_STRATEGIES = ("legacy", "preallocated", "inplace")

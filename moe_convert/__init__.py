@@ -11,6 +11,7 @@ scale factors, biases) with the ``QUANT_STRATEGIES`` of its format (``quant_form
 from . import (  # noqa: F401 (imported for their registrations, not their names)
     cycle_strategy,  # registers "cycle_inplace" where Triton can run
     engines,  # registers "vllm", "sglang-installed" where the engines are installed
+    engines_quant,  # registers "<format>-vllm" where vLLM is installed and its function callable
     flashinfer_strategy,  # registers "flashinfer" where FlashInfer is installed
     quant_strategies,  # registers "<format>-preallocated", "-inplace", "-fast"
     quant_upstream,  # registers "nvfp4-legacy", "nvfp4-preallocated", "mxfp4-legacy"

@@ -38,7 +38,8 @@ from .cli_args import (
     max_split_list,
     resolve_shape,
 )
-from .engines import ENGINES, check_engine
+from .engines import ENGINES, check_engine, registered_form
+from .engines_quant import QUANT_ENGINES
 from .memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
 from .registry import STRATEGIES, UNAVAILABLE, convert, strategies_markdown, update_markdown
 from .replay import WeightsDoNotFit, replay_load
@@ -395,16 +396,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_engines(args: argparse.Namespace) -> int:
     failed = 0
-    for check in (check_engine(engine, device=args.device) for engine in ENGINES):
+    for check in (check_engine(e, device=args.device) for e in (*ENGINES, *QUANT_ENGINES)):
         engine = check.engine
+        form = registered_form(engine)
         print(
             f"{engine.strategy:<17} {engine.distribution} {check.version}\n"
-            f"  calls {engine.module}.{engine.function} (transcribed as {engine.transcription!r})"
+            f"  calls {engine.module}.{engine.function} "
+            + (
+                f"(its {form.name} form, {form.releases}; transcribed as {form.transcription!r})"
+                if form
+                else f"(transcribed as {engine.transcription!r})"
+            )
         )
         if check.identical is not None:
             print(
                 f"  {'byte-identical' if check.identical else 'DIFFERS or FAILED'}: {check.detail}"
             )
+        elif engine.installed:  # its function cannot run here: why
+            print(f"  {check.detail}")
         failed += check.identical is False
     return 1 if failed else 0
 
@@ -524,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UsageError as error:
         sub.choices[args.command].error(str(error))
+    except (ImportError, NotImplementedError) as error:  # an installed engine that cannot run
+        print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # the reader left (`| head`): stop quietly, as the Python docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

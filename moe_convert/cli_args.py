@@ -19,7 +19,7 @@ from typing import NoReturn
 
 import torch
 
-from .registry import STRATEGIES
+from .registry import STRATEGIES, UNAVAILABLE
 from .shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, spec_from_hf_config
 from .units import format_bytes as _bytes
 
@@ -94,6 +94,11 @@ def strategy_list(text: str) -> list[str]:
     if text == "all":
         return sorted(STRATEGIES)
     names = text.split(",")
+    absent = [UNAVAILABLE[name] for name in names if name in UNAVAILABLE]
+    if absent:  # known, but what it needs is missing here: say what
+        raise argparse.ArgumentTypeError(
+            f"strategy {absent[0].name!r} cannot run here: it needs {absent[0].needs}"
+        )
     unknown = [name for name in names if name not in STRATEGIES]
     if unknown:
         raise argparse.ArgumentTypeError(

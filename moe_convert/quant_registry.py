@@ -36,7 +36,8 @@ class QuantStrategy:
 
     ``peak``, ``traffic`` and ``launches`` are exact at full size on ``meta``
     (tests/test_quant_memory.py), in the letters of ``moe_convert.formulas`` evaluated on a
-    ``QuantLayerShape``.
+    ``QuantLayerShape``; ``None`` only for an installed engine's adapter whose figures are
+    measured, not stated (``moe_convert.engines_quant``).
     """
 
     name: str
@@ -44,9 +45,9 @@ class QuantStrategy:
     function: QuantFunction
     inplace: bool  # weights and scales come back as views of the input's storage
     origin: str
-    peak: Formula  # peak transient bytes, dispatch level, row indices cached
-    traffic: Formula  # bytes read + written (moe_convert.traffic's rule)
-    launches: Formula  # data-moving ops of one call
+    peak: Formula | None  # peak transient bytes, dispatch level, row indices cached
+    traffic: Formula | None  # bytes read + written (moe_convert.traffic's rule)
+    launches: Formula | None  # data-moving ops of one call
 
     @property
     def fmt(self) -> QuantFormat:
@@ -58,7 +59,13 @@ QUANT_STRATEGIES: dict[str, QuantStrategy] = {}
 
 
 def register_quant(
-    name: str, *, inplace: bool, origin: str, peak: Formula, traffic: Formula, launches: Formula
+    name: str,
+    *,
+    inplace: bool,
+    origin: str,
+    peak: Formula | None,
+    traffic: Formula | None,
+    launches: Formula | None,
 ) -> Callable[[QuantFunction], QuantFunction]:
     """Decorator: register the function as strategy ``name`` (``<format>-<kind>``)."""
     fmt = name.split("-", 1)[0]

@@ -54,7 +54,8 @@ def strategies_markdown() -> str:
         if record.inplace:
             result = "in place (biases new)" if record.fmt.has_bias else "in place"
         figures = " | ".join(
-            f.describe("`") for f in (record.peak, record.traffic, record.launches)
+            "not stated" if f is None else f.describe("`")
+            for f in (record.peak, record.traffic, record.launches)
         )
         lines.append(f"| `{name}` | {record.origin} | {result} | {figures} |")
     return "\n".join(lines) + "\n"

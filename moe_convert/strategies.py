@@ -53,7 +53,7 @@ __all__ = [
 @register(
     "legacy",
     inplace=False,
-    origin="vLLM before PR #45589",
+    origin="vLLM before PR #45589 (0.16.0 to 0.23.0)",
     peak=Formula("3 T13 + 2 T2", "2 T13 + 2 T2"),
     traffic=Formula("10 T13 + 8 T2 + E (X13 + X2)", "8 T13 + 8 T2 + E (X13 + X2)"),
     launches=Formula("6 E + 3", "6 E + 2"),
@@ -103,7 +103,7 @@ def _index_select_expert(out: torch.Tensor, expert_u8: torch.Tensor, index: torc
 @register(
     "preallocated",
     inplace=False,
-    origin="vLLM PR #45589 (0.29.0, 0.30.0)",
+    origin="vLLM PR #45589 (0.24.0 to 0.30.0)",
     peak=Formula("T13 + T2 + 2 X13", "T13 + T2"),
     traffic=Formula("2 (T13 + T2) + E (5 X13 + X2)", "2 (T13 + T2) + E (X13 + X2)"),
     launches=Formula("4 E", "2 E"),

@@ -10,16 +10,32 @@ skip there, saying why (docs/engines.md: how the vLLM adapter was tested against
 from __future__ import annotations
 
 import importlib
+import json
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import STRATEGIES, cli, convert, engines, register
-from moe_convert.engines import ENGINES, SGLANG, VLLM, Engine, check_engine
+from moe_convert import STRATEGIES, cli, convert, register
+from moe_convert.engines import (
+    ENGINES,
+    SGLANG,
+    UNCALLABLE,
+    VLLM,
+    VLLM_FORMS,
+    Engine,
+    check_engine,
+    register_vllm,
+    registered_form,
+)
+from moe_convert.engines_quant import QUANT_ENGINES, register_quant_engines
 from moe_convert.inputs import random_weights
+from moe_convert.quant_registry import QUANT_STRATEGIES
 from moe_convert.reference import flashinfer_reference
+from moe_convert.registry import UNAVAILABLE
 
 
 def requires_engine(engine: Engine) -> pytest.MarkDecorator:
@@ -44,6 +60,9 @@ def test_adapter_registered_exactly_where_its_engine_is_installed(engine):
     "engine", [pytest.param(e, marks=requires_engine(e)) for e in ENGINES], ids=lambda e: e.strategy
 )
 def test_adapter_calls_the_installed_function_and_matches_flashinfer(engine, gated, monkeypatch):
+    form = registered_form(engine)
+    if form is not None and form.gated_only and not gated:
+        pytest.skip(f"{engine.distribution} {engine.version}: {form.gated_only}")
     owner, name = engine.resolve()
     original, calls = getattr(owner, name), []
 
@@ -60,30 +79,6 @@ def test_adapter_calls_the_installed_function_and_matches_flashinfer(engine, gat
     assert aliased == STRATEGIES[engine.strategy].inplace
     for g, w in zip(got, flashinfer_reference(w13, w2, gated=gated), strict=True):
         assert g.shape == w.shape and torch.equal(g.view(torch.uint8), w.view(torch.uint8))
-
-
-def test_vllm_adapter_raises_when_vllm_does_not_import(monkeypatch):
-    """Installed but broken: the adapter raises with the cause and never falls back."""
-    real_import = importlib.import_module
-
-    def broken(name, *args):
-        if name.startswith("vllm"):
-            raise ImportError(f"No module named 'xgrammar' (while importing {name})")
-        return real_import(name, *args)
-
-    monkeypatch.setattr(importlib, "import_module", broken)
-    w13, w2 = random_weights((1, 128, 128), (1, 128, 64))
-    before = w13.clone()
-    with pytest.raises(ImportError, match="xgrammar"):
-        engines._vllm(w13, w2, True)
-    assert torch.equal(w13.view(torch.uint8), before.view(torch.uint8))  # nothing converted
-
-
-def test_vllm_is_in_place_from_0_31_on():
-    assert [
-        engines._vllm_converts_in_place(v)
-        for v in ("0.29.0", "0.30.0", "0.31.0", "0.33.1.dev4+gabc", "1.0.0")
-    ] == [False, False, True, True, True]
 
 
 def test_check_engine_of_an_absent_engine_says_so():
@@ -160,3 +155,258 @@ def test_vllm_asv_configuration_has_a_release_matrix_apart_from_the_nightly():
             key
         )  # never mixed into the nightly history
     assert vllm.benchmark_dir == nightly.benchmark_dir
+
+
+# A fake vLLM made by the test: the package path and function name of vLLM's converter, a body
+# that does each release's form with this library's transcriptions, and a log line to stdout
+# on import and per call, as vLLM 0.24.0 to 0.30.0 log.
+_FAKE_HEADER = """
+import torch
+from moe_convert.layout import block_layout_view, swap_w13_to_w31
+from moe_convert.strategies import legacy, preallocated
+
+print("INFO fake vllm logs to stdout on import")
+"""
+PER_EXPERT = """
+def convert_moe_weights_to_flashinfer_trtllm_block_layout(
+    cache_permute_indices, w13_weight, w2_weight
+):
+    print("INFO fake vllm logs to stdout per call")
+    return legacy(swap_w13_to_w31(w13_weight), w2_weight, True)  # w13 came as [w3; w1]
+"""
+PREALLOCATED = """
+def convert_moe_weights_to_flashinfer_trtllm_block_layout(
+    cache_permute_indices, w13_weight, w2_weight, is_gated_act_gemm=True
+):
+    print("INFO fake vllm logs to stdout per call")
+    return preallocated(w13_weight, w2_weight, is_gated_act_gemm)
+"""
+IN_PLACE = """
+def convert_moe_weights_to_flashinfer_trtllm_block_layout(
+    cache_permute_indices, w13_weight, w2_weight, is_gated_act_gemm=True
+):
+    out = preallocated(w13_weight, w2_weight, is_gated_act_gemm)
+    for weight, converted in zip((w13_weight, w2_weight), out):
+        weight.view(-1).copy_(converted.reshape(-1))
+    return block_layout_view(w13_weight), block_layout_view(w2_weight)
+"""
+# In place by its code (a copy_ back), new tensors in fact: the adapter must not believe it.
+SAYS_IN_PLACE = IN_PLACE.replace("    return block_layout_view", "    return out  #")
+NEW_SIGNATURE = PREALLOCATED.replace("is_gated_act_gemm=True", "is_gated_act_gemm=True, tile=128")
+ABSENT = "\ndef some_other_helper():\n    pass\n"
+
+
+@pytest.fixture
+def fake_vllm(tmp_path):
+    """``install(version, source)``: a fake vLLM on ``sys.path``, the adapter registered again
+    for it; afterwards the real state (vLLM installed here or not) is registered again."""
+    paths = []
+
+    def install(version: str, source: str):
+        root = tmp_path / version
+        package = root / "vllm" / "model_executor" / "layers"
+        for folder in ("fused_moe", "quantization/utils"):
+            (package / folder).mkdir(parents=True)
+        for folder in (root / "vllm", package.parent, package, *package.rglob("*")):
+            (folder / "__init__.py").touch()
+        (package / "quantization/utils/flashinfer_utils.py").write_text(
+            textwrap.dedent(_FAKE_HEADER) + textwrap.dedent(source)
+        )
+        info = root / f"vllm-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+        sys.path.insert(0, str(root))
+        paths.append(str(root))
+        _forget_vllm()
+        register_quant_engines()
+        return register_vllm()
+
+    yield install
+    for path in paths:
+        sys.path.remove(path)
+    _forget_vllm()
+    register_vllm()
+    register_quant_engines()
+
+
+def _forget_vllm():
+    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+@pytest.mark.parametrize(
+    ("version", "source", "form"),
+    [
+        ("0.23.0", PER_EXPERT, "per-expert"),
+        ("0.24.0", PREALLOCATED, "preallocated (#45589)"),
+        # A commit between tags with the in-place code: the code decides, not the version.
+        ("0.30.1.dev1+g0123abc", IN_PLACE, "in place (#54699)"),
+    ],
+)
+def test_vllm_form_is_read_from_its_code(fake_vllm, version, source, form, capsys):
+    found = fake_vllm(version, source)
+    assert found is not None and found.name == form and registered_form(VLLM) is found
+    record = STRATEGIES[VLLM.strategy]
+    assert record.inplace == found.inplace and form in record.origin
+    transcription = STRATEGIES[found.transcription]
+    if found.figures is None:  # the form's figures are its transcription's
+        assert (record.peak, record.traffic, record.launches) == (
+            transcription.peak,
+            transcription.traffic,
+            transcription.launches,
+        )
+    w13, w2 = random_weights((3, 256, 512), (3, 512, 128), seed=5)
+    want = STRATEGIES["legacy"].function(w13.clone(), w2.clone(), True)
+    in13, in2 = w13.clone(), w2.clone()
+    got = convert(in13, in2, strategy=VLLM.strategy, gated=True)
+    assert (got[0].data_ptr() == in13.data_ptr()) == found.inplace
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g.view(torch.uint8), w.view(torch.uint8))
+    out = capsys.readouterr()
+    assert "fake vllm logs" not in out.out and "fake vllm logs to stdout on import" in out.err
+
+
+def test_vllm_per_expert_form_converts_gated_layers_only(fake_vllm):
+    fake_vllm("0.23.0", PER_EXPERT)
+    w13, w2 = random_weights((2, 128, 256), (2, 256, 128))
+    before = w13.clone()
+    with pytest.raises(NotImplementedError, match=r"vllm 0\.23\.0 converts gated w13 only"):
+        convert(w13, w2, strategy=VLLM.strategy, gated=False)
+    assert torch.equal(w13.view(torch.uint8), before.view(torch.uint8))
+
+
+def test_vllm_result_against_its_code_is_an_error(fake_vllm):
+    """Code that reads as in place but returns new tensors: never believed silently."""
+    assert fake_vllm("0.31.0", SAYS_IN_PLACE).inplace
+    w13, w2 = random_weights((2, 256, 256), (2, 256, 128))
+    with pytest.raises(RuntimeError, match="returned new tensors, but its code read as the in"):
+        convert(w13, w2, strategy=VLLM.strategy, gated=True)
+
+
+@pytest.mark.parametrize(
+    ("source", "missing"),
+    [
+        (ABSENT, "vllm 0.15.1 has no convert_moe_weights_to_flashinfer_trtllm_block_layout in "),
+        (NEW_SIGNATURE, "takes (cache_permute_indices, w13_weight, w2_weight, "),
+    ],
+)
+def test_vllm_it_cannot_call_is_one_line_naming_what_is_missing(fake_vllm, source, missing, capsys):
+    assert fake_vllm("0.15.1", source) is None
+    assert VLLM.strategy not in STRATEGIES and missing in UNAVAILABLE[VLLM.strategy].needs
+    args = ["measure", "--model", "qwen3-235b-a22b", "--tp", "4", "--device", "meta"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*args, "--strategy", VLLM.strategy])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1
+    assert "strategy 'vllm' cannot run here" in err and missing in err
+
+
+def test_vllm_adapter_raises_when_vllm_does_not_import(fake_vllm, monkeypatch):
+    """Installed but broken: the adapter raises with the cause and never falls back."""
+    fake_vllm("0.33.0", IN_PLACE)
+    _forget_vllm()
+    real_import = importlib.import_module
+
+    def broken(name, *args):
+        if name.startswith("vllm"):
+            raise ImportError(f"No module named 'xgrammar' (while importing {name})")
+        return real_import(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    w13, w2 = random_weights((1, 256, 128), (1, 128, 128))
+    before = w13.clone()
+    with pytest.raises(ImportError, match="xgrammar"):
+        convert(w13, w2, strategy=VLLM.strategy, gated=True)
+    assert torch.equal(w13.view(torch.uint8), before.view(torch.uint8))  # nothing converted
+
+
+def test_measure_json_stays_json_lines_whatever_vllm_prints(fake_vllm, capsys):
+    fake_vllm("0.24.0", PREALLOCATED)
+    args = ["measure", "--model", "qwen3-235b-a22b", "--tp", "4", "--device", "meta"]
+    assert cli.main([*args, "--experts", "4", "--strategy", "vllm,preallocated", "--json"]) == 0
+    out = capsys.readouterr()
+    records = [json.loads(line) for line in out.out.splitlines()]
+    assert [r["strategy"] for r in records] == ["vllm", "preallocated"]
+    vllm, transcription = records
+    for key in ("peak_transient_bytes", "traffic_bytes", "launches"):
+        assert vllm[key] == transcription[key]
+    assert "fake vllm logs to stdout per call" in out.err
+
+
+def test_vllm_forms_are_oldest_first_and_exclusive():
+    """Each fake's code matches exactly one form (the first match is the installed one)."""
+    from moe_convert.engines import FunctionCode
+
+    codes = {
+        "per-expert": FunctionCode(
+            ("cache_permute_indices", "w13_weight", "w2_weight"), frozenset()
+        ),
+        "preallocated (#45589)": FunctionCode(
+            ("cache_permute_indices", "w13_weight", "w2_weight", "is_gated_act_gemm"),
+            frozenset({"empty", "index_select"}),
+        ),
+        "in place (#54699)": FunctionCode(
+            ("cache_permute_indices", "w13_weight", "w2_weight", "is_gated_act_gemm"),
+            frozenset({"empty", "index_select", "copy_"}),
+        ),
+    }
+    for name, code in codes.items():
+        assert [form.name for form in VLLM_FORMS if form.matches(code)] == [name]
+
+
+# vLLM's prepare_fp8_moe_layer_for_fi, faked: its signature, its three TRTLLM-gen branches told
+# apart by the layer's weight_block_size, each done with this library's -legacy transcription.
+PREPARE_FP8 = (
+    IN_PLACE
+    + """
+from moe_convert.quant_layer import QuantLayer
+from moe_convert.quant_registry import QUANT_STRATEGIES
+
+_FORMAT = {None: "fp8", (128, 128): "fp8block", (1, 32): "mxfp8"}
+
+
+def prepare_fp8_moe_layer_for_fi(
+    layer, w13, w2, w13_scale, w13_input_scale, w2_scale, w2_input_scale, is_trtllm=False
+):
+    print("INFO fake vllm logs to stdout per call")
+    block = layer.weight_block_size
+    fmt = _FORMAT[tuple(block) if block else None]
+    if not is_trtllm:  # the branches' names, as vLLM's body calls them
+        rotate_weights_for_fi_trtllm_fp8_per_tensor_moe()
+        _shuffle_deepseek_fp8_moe_weights()
+        _shuffle_mxfp8_moe_weights()
+    given = QuantLayer(w13, w2) if fmt == "fp8" else QuantLayer(w13, w2, w13_scale, w2_scale)
+    out = QUANT_STRATEGIES[fmt + "-legacy"].function(given, layer.moe_config.is_act_and_mul)
+    return out.w13, out.w2, out.w13_scale, out.w2_scale
+"""
+)
+
+
+@requires_flashinfer
+def test_quantized_adapters_share_the_mechanism(fake_vllm, capsys):
+    """FP8 and block-FP8 run vLLM's function on CPU and give their -legacy bytes; MXFP8's and
+    NVFP4's need CUDA (or their file): never registered where they cannot run, the reason said."""
+    fake_vllm("0.33.0", PREPARE_FP8)
+    engines = {engine.format: engine for engine in QUANT_ENGINES}
+    for fmt in ("fp8", "fp8block"):
+        assert f"{fmt}-vllm" in QUANT_STRATEGIES and registered_form(engines[fmt]) is not None
+        check = check_engine(engines[fmt])
+        assert check.identical, check.detail
+        assert "gated=False: w13 ok, w2 ok" in check.detail and f"{fmt}-legacy" in check.detail
+    if not torch.cuda.is_available():
+        assert "needs CUDA" in UNCALLABLE["mxfp8-vllm"] and "mxfp8-vllm" not in QUANT_STRATEGIES
+    assert "nvfp4-vllm" not in QUANT_STRATEGIES and "flashinfer_fp4_moe" in UNCALLABLE["nvfp4-vllm"]
+    assert "fake vllm logs" not in capsys.readouterr().out
+    assert cli.main(["engines"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "fp8block-vllm     vllm 0.33.0" in out and "prepare_fp8_moe_layer_for_fi, _shuffle" in out
+    )
+    assert f"n/a: {UNCALLABLE['nvfp4-vllm']}" in out
+
+
+def test_quantized_adapter_of_a_branch_vllm_lacks_is_not_registered(fake_vllm):
+    fake_vllm("0.20.0", PREPARE_FP8.replace("_shuffle_deepseek_fp8_moe_weights()", "pass"))
+    assert "fp8-vllm" in QUANT_STRATEGIES and "fp8block-vllm" not in QUANT_STRATEGIES
+    assert "no form the adapter knows" in UNCALLABLE["fp8block-vllm"]

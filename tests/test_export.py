@@ -28,7 +28,7 @@ QUANT_SHAPES = {
 KINDS = ["legacy", "fast"]
 COMMIT = "c" * 40
 #: Every figure of the metrics table (not the paired run's: no asv benchmark; not an engine
-#: history's, bench_engine, which has results of its own: tests/test_engine_history.py)
+#: history's, bench_engine, which has results of its own: tests/test_engine_asv.py)
 SUITE = [n for n in METRICS if n != PAIRED_TIME and not n.startswith("bench_engine.")]
 #: A time_ benchmark whose raw samples asv kept (--record-samples)
 SAMPLED = "bench_convert.TimeConvert.time_convert"

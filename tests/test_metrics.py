@@ -116,7 +116,7 @@ def test_dashboard_regression_thresholds_follow_the_table(config):
     graph = type("Graph", (), {"params": {}})()
     for name, m in METRICS.items():
         if name == PAIRED_TIME or name.startswith("bench_engine."):
-            continue  # not an asv benchmark; an engine config's (tests/test_engine_history.py)
+            continue  # not an asv benchmark; an engine config's (tests/test_engine_asv.py)
         entry = f"{name}('qwen3-235b-a22b/tp4', 'strided_copy')"
         start = resolver._get_start_revision(graph, None, entry)
         if m.rule == INFO or m.host_bound:

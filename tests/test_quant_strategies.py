@@ -78,7 +78,8 @@ def assert_same_bytes(got: QuantLayer, want: QuantLayer) -> None:
 def test_every_format_has_the_four_kinds():
     for fmt in SHAPES:
         kinds = {name.split("-", 1)[1] for name, r in QUANT_STRATEGIES.items() if r.format == fmt}
-        assert kinds == {"legacy", "preallocated", "inplace", "fast"}
+        # "vllm": vLLM's own function, where installed (moe_convert.engines_quant)
+        assert kinds - {"vllm"} == {"legacy", "preallocated", "inplace", "fast"}
 
 
 @pytest.mark.parametrize("shape", CASES, ids=case_id)

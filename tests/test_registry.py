@@ -52,7 +52,8 @@ def test_the_table_lists_every_strategy_with_its_formulas():
         row = next(line for line in table.splitlines() if line.startswith(f"| `{record.name}` |"))
         assert f"`{record.peak.gated}`" in row and record.result in row
     assert (
-        "| `legacy` | vLLM before PR #45589 | - | new tensors | `3 T13 + 2 T2`; not gated " in table
+        "| `legacy` | vLLM before PR #45589 (0.16.0 to 0.23.0) | - | new tensors | `3 T13 + 2 T2`; "
+        "not gated " in table
     )
 
 

@@ -1,0 +1,223 @@
+"""A git history of vLLM's released sources: one commit per release, oldest first, each tagged.
+
+    scripts/engine-history DEST VERSION... [--sdists DIR]
+
+asv measures the commits of a git repository (``repo``); vLLM's own repository is large and its
+tags are far apart in commits, so for a walk over releases this builds a small one: for each
+release, the file tree of its source distribution from the package index, committed in version
+order on ``main`` and tagged ``vX`` (vLLM's own tag names, so setuptools-scm gives each commit
+its release's version). Nothing is built; each tree is the sdist's, whole (``.gitignore``'d
+files included). The commit dates are the sdist's ``PKG-INFO`` time, so the dashboard's time
+axis is the releases'.
+
+The sdists are read from ``--sdists`` (``vllm-X.tar.gz``) and downloaded there when absent with
+``pip download --no-deps --no-binary :all:``. pip prepares an sdist's metadata before saving it
+and vLLM's ``setup.py`` imports torch, setuptools-scm and setuptools-rust for that: they must be
+importable here (scripts/engine-history installs the project's ``engine`` extra), pip runs
+without build isolation (which would fetch a CUDA torch), and ``VLLM_VERSION_OVERRIDE`` keeps
+``setup.py`` from asking git or CUDA for the version.
+
+Run again with more releases (newer than the last one committed) to extend the history: the
+releases already tagged there are kept as they are.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from .argparsing import ArgumentParser
+
+__all__ = ["DISTRIBUTION", "Release", "build_history", "download_sdist", "main"]
+
+DISTRIBUTION = "vllm"
+#: What vLLM's ``setup.py`` imports to give pip its metadata (``pip download`` of an sdist).
+METADATA_NEEDS = ("torch", "setuptools_scm", "setuptools_rust")
+PROG = "engine-history"
+AUTHOR = "moe-convert-bench engine-history"
+
+
+class HistoryError(Exception):
+    """One line saying what went wrong and how to fix it (printed by ``main``, exit 1)."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """One release committed into the history."""
+
+    version: str
+    commit: str  # full hash of its commit in the history
+    added: bool  # committed by this run (False: tagged there already, kept)
+
+
+def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    if done.returncode != 0:
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        raise HistoryError(f"git {' '.join(args)} in {repo}: {said[-1] if said else 'failed'}")
+    return done.stdout.strip()
+
+
+def _sdist_name(version: str) -> str:
+    return f"{DISTRIBUTION}-{version}.tar.gz"
+
+
+def download_sdist(version: str, into: Path) -> Path:
+    """``into/vllm-VERSION.tar.gz``, downloaded from the package index where it is not there yet.
+
+    Raises ``HistoryError`` (one line) where pip cannot prepare vLLM's metadata here or the
+    index has no such sdist.
+    """
+    path = into / _sdist_name(version)
+    if path.is_file():
+        return path
+    missing = [name for name in METADATA_NEEDS if importlib.util.find_spec(name) is None]
+    if missing:
+        raise HistoryError(
+            f"{path.name} is not in {into}, and downloading it makes pip run vLLM's setup.py, "
+            f"which imports {', '.join(missing)}: not importable by {sys.executable} "
+            "(pip install 'setuptools>=77,<81' 'setuptools-scm>=8' setuptools-rust and the CPU "
+            "torch, or run scripts/engine-history, or put the sdist there)"
+        )
+    into.mkdir(parents=True, exist_ok=True)
+    # Without build isolation: vLLM's build requirements name a CUDA torch (gigabytes).
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+    command += ["--no-build-isolation", "-d", str(into), f"{DISTRIBUTION}=={version}"]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "VLLM_VERSION_OVERRIDE": version, "VLLM_TARGET_DEVICE": "empty"},
+    )
+    if done.returncode != 0 or not path.is_file():
+        said = [line for line in done.stderr.splitlines() if "ERROR" in line] or ["no sdist saved"]
+        raise HistoryError(f"pip download {DISTRIBUTION}=={version}: {said[-1].strip()}")
+    return path
+
+
+def _tagged(repo: Path) -> list[str]:
+    """The releases committed in ``repo`` already, oldest first (its ``vX`` tags on ``main``)."""
+    if not (repo / ".git").is_dir() or not _git(repo, "rev-list", "--all", "--max-count=1"):
+        return []
+    names = _git(repo, "tag", "--merged", "HEAD", "--list", "v*").split()
+    return sorted((name[1:] for name in names), key=Version)
+
+
+def _commit_tree(repo: Path, sdist: Path, version: str) -> str:
+    """Replace ``repo``'s work tree with ``sdist``'s top folder, commit it and tag ``vVERSION``."""
+    with tarfile.open(sdist) as archive:
+        top = f"{DISTRIBUTION}-{version}"
+        members = archive.getmembers()
+        outside = [m.name for m in members if m.name.split("/")[0] != top]
+        if outside:
+            raise HistoryError(f"{sdist.name}: {outside[0]!r} is outside its folder {top}/")
+        when = next((m.mtime for m in members if m.name == f"{top}/PKG-INFO"), None)
+        if when is None:
+            raise HistoryError(f"{sdist.name} has no {top}/PKG-INFO: not an sdist of {version}")
+        for entry in repo.iterdir():
+            if entry.name == ".git":
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        with tempfile.TemporaryDirectory(dir=repo.parent) as scratch:
+            # The "data" filter refuses absolute paths, links out of the folder and device files.
+            archive.extractall(scratch, filter="data")
+            for entry in (Path(scratch) / top).iterdir():
+                entry.rename(repo / entry.name)
+    _git(repo, "add", "--all", "--force", ".")
+    stamp = f"@{when} +0000"
+    identity = {"GIT_AUTHOR_NAME": AUTHOR, "GIT_COMMITTER_NAME": AUTHOR}
+    identity |= {"GIT_AUTHOR_EMAIL": "engine-history@localhost"}
+    identity |= {"GIT_COMMITTER_EMAIL": "engine-history@localhost"}
+    identity |= {"GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
+    message = f"vLLM {version}: the sdist {sdist.name} from the package index"
+    _git(repo, "commit", "--quiet", "--allow-empty", "-m", message, env=identity)
+    _git(repo, "tag", f"v{version}", env=identity)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def build_history(dest: Path, versions: list[str], *, sdists: Path, log=print) -> list[Release]:
+    """Make or extend ``dest``: a git repository, one tagged commit per release of ``versions``.
+
+    ``versions`` are sorted (``packaging.version``); those tagged in ``dest`` already are kept,
+    and the others must all be newer than its newest release (a history is only appended to).
+    ``sdists`` is where ``vllm-X.tar.gz`` are read from or downloaded to. ``log`` receives one
+    progress line per release. Returns every release of ``versions`` with its commit.
+    """
+    try:
+        ordered = sorted(set(versions), key=Version)
+    except InvalidVersion as error:
+        raise HistoryError(f"{error}: give release numbers such as 0.24.0") from None
+    done = _tagged(dest)
+    new = [v for v in ordered if v not in done]
+    if done and new and Version(new[0]) < Version(done[-1]):
+        raise HistoryError(
+            f"{dest} has releases up to {done[-1]} already; {new[0]} is older: "
+            "a history is only appended to (build it again in a new folder)"
+        )
+    if not done:
+        if dest.exists() and any(dest.iterdir()):
+            raise HistoryError(
+                f"{dest} is not empty and holds no release history: give a new folder"
+            )
+        dest.mkdir(parents=True, exist_ok=True)
+        _git(dest, "init", "--quiet", "--initial-branch", "main")
+    releases = []
+    for version in ordered:
+        if version in done:
+            commit = _git(dest, "rev-parse", f"v{version}^{{commit}}")
+            releases.append(Release(version, commit, added=False))
+            log(f"[{PROG}] {version}: kept, {commit[:12]} (tagged there already)")
+            continue
+        sdist = download_sdist(version, sdists)
+        commit = _commit_tree(dest, sdist, version)
+        releases.append(Release(version, commit, added=True))
+        log(f"[{PROG}] {version}: committed {commit[:12]}, tagged v{version}")
+    return releases
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(
+        prog=PROG,
+        description="A git repository of vLLM's released sources, one tagged commit per release.",
+    )
+    parser.add_argument("dest", type=Path, help="the repository to make or extend")
+    parser.add_argument("versions", nargs="+", metavar="VERSION", help="releases, e.g. 0.24.0")
+    parser.add_argument(
+        "--sdists",
+        type=Path,
+        help="where the sdists are read from or downloaded to (default: DEST/../sdists)",
+    )
+    args = parser.parse_args(argv)
+    dest = args.dest.resolve()
+    sdists = (args.sdists or dest.parent / "sdists").resolve()
+    if sdists == dest or dest in sdists.parents:
+        parser.error(f"--sdists {sdists} is inside the history {dest}: give a folder beside it")
+    try:
+        releases = build_history(dest, args.versions, sdists=sdists)
+    except HistoryError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 1
+    added = sum(release.added for release in releases)
+    print(f"[{PROG}] {dest}: {len(releases)} releases on main ({added} added)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
