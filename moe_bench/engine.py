@@ -517,20 +517,23 @@ def find(
     values = _cell_values(conf, machine, benchmark, shape, strategy)
     searched = [good, *commits]
     runs = len(re.findall(r"For \S+ commit [0-9a-f]+", output))  # asv's line per commit run
-    failed = tuple(c for c in searched if c in values and values[c][1])
     answer = re.search(r"Greatest (?:regression|improvement) found: ([0-9a-f]+)", output)
     if status != 0 or answer is None:
+        failed = tuple(c for c in searched if c in values and values[c][1])
         return Finding(
             None, runs, failed, f"asv find exited {status} without an answer (its log is above)"
         )
     named = resolve(repo, answer.group(1))
-    if named not in values or math.isnan(values[named][0]):
-        return Finding(None, runs, failed, f"asv named {named[:8]}, which has no figure")
     before = _git(repo, "rev-parse", f"{named}^")
-    if before not in values or math.isnan(values[before][0]):
-        run_commits(config, machine, [before], ("--bench", regex))
+    # asv names the only commit of a two-commit search without measuring either: measure them
+    unmeasured = [c for c in (before, named) if c not in values]
+    if unmeasured:
+        run_commits(config, machine, unmeasured, ("--bench", regex))
         values = _cell_values(conf, machine, benchmark, shape, strategy)
-        runs += 1
+        runs += len(unmeasured)
+    failed = tuple(c for c in searched if c in values and values[c][1])
+    if math.isnan(values.get(named, (math.nan, True))[0]):
+        return Finding(None, runs, failed, f"asv named {named[:8]}, which has no figure")
     old, new = values.get(before, (math.nan, True))[0], values[named][0]
     if math.isnan(old):
         return Finding(None, runs, failed, f"the parent of {named[:8]} has no figure to compare")
