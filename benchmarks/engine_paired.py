@@ -130,16 +130,7 @@ def compare(config: Path, base: str, head: str, regex: re.Pattern | None = None)
                     lambda side, buffer, s=shape, g=strategy: workers[side].time(s, g, buffer),
                 )
                 rows.append(asdict(cell))
-                print(
-                    f"[engine-paired {i}/{len(cells)}] {shape} {strategy}: {cell.verdict} "
-                    + (
-                        f"{cell.ratio:.3f} [{cell.ci_low:.3f}, {cell.ci_high:.3f}] n={cell.n_pairs}"
-                        if cell.ratio is not None
-                        else str(cell.error)
-                    ),
-                    file=sys.stderr,
-                    flush=True,
-                )
+                paired.say("engine-paired", i, len(cells), cell)
         finally:
             for worker in workers.values():
                 worker.close()
@@ -168,12 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         regex = re.compile(args.bench) if args.bench else None
     except re.error as err:
         parser.error(f"--bench {args.bench!r} is not a regular expression: {err}")
-    result = compare(args.config, args.base, args.head, regex)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-    failing = [row for row in result["rows"] if row["verdict"] in ("regressed", "failed")]
-    return 1 if failing else 0
+    return paired.finish(compare(args.config, args.base, args.head, regex), args.out)
 
 
 if __name__ == "__main__":

@@ -291,6 +291,30 @@ def paired_cell(
     )
 
 
+def say(tag: str, i: int, n: int, cell: Cell) -> None:
+    """The progress line of the ``i``-th of ``n`` cells, on stderr."""
+    print(
+        f"[{tag} {i}/{n}] {cell.shape} {cell.strategy}: {cell.verdict} "
+        + (
+            f"{cell.ratio:.3f} [{cell.ci_low:.3f}, {cell.ci_high:.3f}] n={cell.n_pairs}"
+            if cell.ratio is not None
+            else str(cell.error)
+        ),
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def finish(result: dict, out: Path | None) -> int:
+    """Write ``result`` to ``out`` where given; the exit status: 1 when a cell regressed or
+    failed, else 0."""
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+    failing = [row for row in result["rows"] if row["verdict"] in ("regressed", "failed")]
+    return 1 if failing else 0
+
+
 def _selected(regex: re.Pattern | None, judged: tuple[str, ...], label: str, strategy: str) -> bool:
     return regex is None or any(regex.search(f"{name}('{label}', '{strategy}')") for name in judged)
 
@@ -339,16 +363,7 @@ def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -
         for i, (measure, label, strategy) in enumerate(cells, 1):
             cell = measure(libs, label, strategy, device)
             rows.append(asdict(cell))
-            print(
-                f"[paired {i}/{len(cells)}] {label} {strategy}: {cell.verdict} "
-                + (
-                    f"{cell.ratio:.3f} [{cell.ci_low:.3f}, {cell.ci_high:.3f}] n={cell.n_pairs}"
-                    if cell.ratio is not None
-                    else cell.error
-                ),
-                file=sys.stderr,
-                flush=True,
-            )
+            say("paired", i, len(cells), cell)
     # The machine's noise around the run (slowest / fastest of 15 calibration copies).
     noise = {
         "copy_spread_before": noise_before,
@@ -401,11 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     except re.error as err:
         parser.error(f"--bench {args.bench!r} is not a regular expression: {err}")
     result = compare(root, *commits, regex)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-    failing = [row for row in result["rows"] if row["verdict"] in ("regressed", "failed")]
-    return 1 if failing else 0
+    return finish(result, args.out)
 
 
 if __name__ == "__main__":
