@@ -12,9 +12,10 @@ run``, ``asv continuous``, ``asv find`` and ``asv publish`` work with it; the us
   per night, within the newest ``window``), then the dashboard;
 - ``pr``: the PR's head against its merge base (``asv continuous`` into a PR results folder: exact
   figures exactly; time by the paired A/B rule, ``benchmarks.engine_paired``), the PR comment;
-- ``find``: ``asv find`` over a range for one figure, then checked: the commit it names must have
-  the figure and be worse than its parent, and no commit of the range may have failed (asv's
-  search cannot tell a failure from a step: it then names a wrong commit).
+- ``find``: ``asv find`` over a range for one figure, then checked: the commit it names and its
+  parent must have the figure, and the change between them must be a regression (asv's search
+  cannot tell a failed commit from a step, and then names a wrong commit: failed commits are
+  named, and an answer that fails the check is none).
 
 Each result is keyed to the engine's commit; the suite's commit that measured it is recorded
 beside the results (``SUITE_COMMITS``), and the export carries both (``moe_bench.export``).
@@ -188,10 +189,9 @@ def engine_config(
             "-w {build_cache_dir} {build_dir}".strip(),
         ]
     else:
-        index = spec.wheel_index.replace("{commit}", "{commit}")  # asv fills {commit}
-        build_command = [
+        build_command = [  # asv fills {commit} and {build_cache_dir}
             "python -m pip download --no-deps --pre --only-binary :all: "
-            f"--index-url {index} -d {{build_cache_dir}} {spec.distribution}"
+            f"--index-url {spec.wheel_index} -d {{build_cache_dir}} {spec.distribution}"
         ]
     suite_wheel = _suite_wheel(folder / ".asv" / f"{stem}-suite")
     pin = f"=={flashinfer}" if flashinfer else ""
