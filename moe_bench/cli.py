@@ -348,8 +348,8 @@ def cmd_engine_find(args: argparse.Namespace) -> int:
         )
         for commit in found.failed:
             print(
-                f"moe-bench engine-find: commit {commit[:8]} failed in the range (its cell has "
-                "no figure): asv's search cannot tell a failure from a step",
+                f"moe-bench engine-find: commit {commit[:8]} has no figure (it failed, or the "
+                "engine's function is n/a there): asv's search cannot tell that from a step",
                 file=sys.stderr,
             )
         if found.problem:

@@ -456,7 +456,7 @@ class Finding:
 
     commit: str | None
     runs: int
-    failed: tuple[str, ...]  # commits of the range whose cell failed
+    failed: tuple[str, ...]  # commits of the range measured without the figure (failed or n/a)
     problem: str | None
 
 
@@ -479,8 +479,10 @@ def find(
     search did not), and the change between them must be a regression by the metrics table's
     rule (an improvement with ``improvement``: asv's ``--invert``). asv's three-point search
     takes a failed commit's cell for a value when the deselected cells around it are stored as
-    n/a, and then names a wrong commit: every failed commit of the range is reported, and an
-    answer that does not pass the check is a ``problem``, never a commit.
+    n/a, and then names a wrong commit (so does a commit where the engine's function is n/a, as
+    a commit that does not import is to an adapter that reads the code): every commit of the
+    range measured without the figure is reported, and an answer that does not pass the check
+    is a ``problem``, never a commit.
     """
     from .metrics import judge
 
@@ -519,7 +521,7 @@ def find(
     runs = len(re.findall(r"For \S+ commit [0-9a-f]+", output))  # asv's line per commit run
     answer = re.search(r"Greatest (?:regression|improvement) found: ([0-9a-f]+)", output)
     if status != 0 or answer is None:
-        failed = tuple(c for c in searched if c in values and values[c][1])
+        failed = tuple(c for c in searched if c in values and math.isnan(values[c][0]))
         return Finding(
             None, runs, failed, f"asv find exited {status} without an answer (its log is above)"
         )
@@ -531,7 +533,7 @@ def find(
         run_commits(config, machine, unmeasured, ("--bench", regex))
         values = _cell_values(conf, machine, benchmark, shape, strategy)
         runs += len(unmeasured)
-    failed = tuple(c for c in searched if c in values and values[c][1])
+    failed = tuple(c for c in searched if c in values and math.isnan(values[c][0]))
     if math.isnan(values.get(named, (math.nan, True))[0]):
         return Finding(None, runs, failed, f"asv named {named[:8]}, which has no figure")
     old, new = values.get(before, (math.nan, True))[0], values[named][0]

@@ -245,7 +245,7 @@ def test_the_per_expert_form_back_fails_the_pr(history):
     paired = json.loads((out / "paired.json").read_text())
     assert (paired["base"], paired["head"]) == (hashes["u2"], hashes["bad"])
     verdicts = {row["strategy"]: row["verdict"] for row in paired["rows"]}
-    assert verdicts["vllm"] == "regressed" and verdicts["sglang-installed"] == "n/a"
+    assert verdicts == {"vllm": "regressed"}  # the engine's own code; the rest is the same
 
 
 def test_an_unchanged_engine_commit_passes_the_pr(history):
@@ -282,7 +282,7 @@ def test_a_failing_commit_in_the_range_does_not_mislead_find(history):
         assert named.group(1) == hashes["bad2"][:7]
     else:  # it did: said, and no commit named
         assert done.returncode == 1 and named is None
-        assert f"commit {hashes['broken'][:8]} failed" in done.stderr
+        assert f"commit {hashes['broken'][:8]} has no figure" in done.stderr
         assert "no answer" in done.stderr
 
 
