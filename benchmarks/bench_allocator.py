@@ -1,8 +1,8 @@
 """The whole rank's load through the caching allocator: replayed everywhere, run on CUDA.
 
 Parametrised over model shape x strategy (``common.SHAPES`` x ``common.STRATEGY_AXIS``), every
-MoE layer of the rank (``moe_convert.wholemodel``'s rank load) at ``max_split_size_mb`` 20, what
-vLLM sets while loading. The replays (``moe_convert.replay.replay_load``) record each layer's
+MoE layer of the rank (``load.wholemodel``'s rank load) at ``max_split_size_mb`` 20, what
+vLLM sets while loading. The replays (``moe_convert.load.replay.replay_load``) record each layer's
 trace on ``meta`` at full size, so their figures are exact, deterministic and the same on every
 machine, in seconds and without a GPU:
 
@@ -20,24 +20,19 @@ from __future__ import annotations
 
 import torch
 
-from moe_convert.replay import replay_load
-from moe_convert.wholemodel import (
-    PR45589_HEADROOM_BYTES,
-    VLLM_LOAD_MAX_SPLIT_MB,
-    RankLoad,
-    run_load,
-)
+from . import common, library
 
-from . import common
+replay = library.module("load.replay")
+wholemodel = library.module("load.wholemodel")
 
 
-def _replay_cell(shape: str, strategy: str) -> RankLoad:
+def _replay_cell(shape: str, strategy: str) -> wholemodel.RankLoad:
     """``replay.replay_load`` of one cell of the grid: the sleep pool at
     ``VLLM_LOAD_MAX_SPLIT_MB``, an unbounded device, the full-size shape."""
-    return replay_load(
+    return replay.replay_load(
         common.full_shape(shape),
         strategy,
-        max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
+        max_split_size_mb=wholemodel.VLLM_LOAD_MAX_SPLIT_MB,
         pool="sleep",
         device_bytes=None,
     )
@@ -45,7 +40,7 @@ def _replay_cell(shape: str, strategy: str) -> RankLoad:
 
 class SleepModeReplay(common.ShapeStrategyGrid):
     """Reserved memory of the sleep-mode load at ``max_split_size_mb`` 20, replayed (not run on
-    CUDA: ``moe_convert.wholemodel.run_load`` is the run, checked by ``scripts/gpu-check``).
+    CUDA: ``moe_convert.load.wholemodel.run_load`` is the run, checked by ``scripts/gpu-check``).
 
     ``peak_reserved_bytes``: the peak over loading every layer's weights and converting each in
     turn. ``reserved_growth_per_layer_bytes``: the steady-state rise of reserved memory per
@@ -62,7 +57,7 @@ class SleepModeReplay(common.ShapeStrategyGrid):
     version = "1"
     unit = "bytes"
 
-    def setup_cache(self) -> dict[tuple[str, str], RankLoad | str]:
+    def setup_cache(self) -> dict[tuple[str, str], wholemodel.RankLoad | str]:
         return common.measure_grid(_replay_cell)
 
     # The whole grid in one process: 54 cells took about 10 s on the shared 2-core machine.
@@ -78,29 +73,29 @@ class SleepModeReplay(common.ShapeStrategyGrid):
         return self.result.reserved_growth_per_layer_bytes
 
 
-def rank_load_replay(shape: str, strategy: str) -> RankLoad:
+def rank_load_replay(shape: str, strategy: str) -> wholemodel.RankLoad:
     """``RankLoadReplay``'s load: the default pool at ``VLLM_LOAD_MAX_SPLIT_MB``, the full-size
     rank's MoE weights and ``PR45589_HEADROOM_BYTES`` to spare (what vLLM #45589's Qwen3-235B
     TP4 rank had on a 141 GB device)."""
     full = common.full_shape(shape)
-    return replay_load(
+    return replay.replay_load(
         full,
         strategy,
-        max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
+        max_split_size_mb=wholemodel.VLLM_LOAD_MAX_SPLIT_MB,
         pool="default",
-        device_bytes=full.model_bytes + PR45589_HEADROOM_BYTES,
+        device_bytes=full.model_bytes + wholemodel.PR45589_HEADROOM_BYTES,
     )
 
 
 class RankLoadReplay(common.ShapeStrategyGrid, common.RankLoadFigures):
     """The driver calls of the whole rank's load without sleep mode, replayed (exact; gated):
     ``common.RankLoadFigures``' figures. ``moe_bench`` prices the calls with a device's recorded
-    costs (``moe_convert.loadtime``).
+    costs (``moe_convert.load.loadtime``).
     """
 
     version = "1"
 
-    def setup_cache(self) -> dict[tuple[str, str], RankLoad | str]:
+    def setup_cache(self) -> dict[tuple[str, str], wholemodel.RankLoad | str]:
         return common.measure_grid(rank_load_replay)
 
     # The whole grid: 76 s wall (42 s of CPU) on the shared 2-core machine under load 5.4
@@ -111,16 +106,16 @@ class RankLoadReplay(common.ShapeStrategyGrid, common.RankLoadFigures):
         self.result = common.grid_cell(loads, shape, strategy)
 
 
-def _rank_load_run(shape: str, strategy: str) -> RankLoad:
+def _rank_load_run(shape: str, strategy: str) -> wholemodel.RankLoad:
     """``RankLoadTime``'s load: ``RankLoadReplay``'s, run on this CUDA device, a ballast first
     so that it has the same headroom (``PR45589_HEADROOM_BYTES``) whatever its size."""
     full = common.full_shape(shape)
     free = torch.cuda.mem_get_info()[0]
-    return run_load(
+    return wholemodel.run_load(
         full,
         strategy,
-        max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB,
-        other_weights_bytes=max(0, free - full.model_bytes - PR45589_HEADROOM_BYTES),
+        max_split_size_mb=wholemodel.VLLM_LOAD_MAX_SPLIT_MB,
+        other_weights_bytes=max(0, free - full.model_bytes - wholemodel.PR45589_HEADROOM_BYTES),
     )
 
 
@@ -134,7 +129,7 @@ class RankLoadTime(common.ShapeStrategyGrid):
 
     version = "1"
 
-    def setup_cache(self) -> dict[tuple[str, str], RankLoad | str]:
+    def setup_cache(self) -> dict[tuple[str, str], wholemodel.RankLoad | str]:
         if common.device() != "cuda":
             return {}
         return common.measure_grid(_rank_load_run)

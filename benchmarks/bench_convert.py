@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 
 # the module, not its functions: asv would take a module-level ``time_layer`` for a benchmark
-from moe_convert import timing
-from moe_convert.memory import strategy_cuda_memory, strategy_memory
-from moe_convert.traffic import TrafficMeasurement, strategy_traffic
+from . import common, library
 
-from . import common
+memory = library.module("measuring.memory")
+timing = library.module("measuring.timing")
+traffic = library.module("measuring.traffic")
 
 #: Timed calls per shape x strategy, each paired with the same-size copy just before it. One
 #: count for every time figure, since they all come from the same calls: 9 is Google Benchmark's
@@ -35,13 +35,13 @@ class PeakMemory(common.ShapeStrategyGrid):
     unit = "bytes"
 
     def track_peak_transient_bytes(self, shape: str, strategy: str) -> int:
-        return strategy_memory(common.full_shape(shape), strategy, device="meta").peak_bytes
+        return memory.strategy_memory(common.full_shape(shape), strategy, device="meta").peak_bytes
 
 
-def _count_traffic(shape: str, strategy: str) -> TrafficMeasurement:
+def _count_traffic(shape: str, strategy: str) -> traffic.TrafficMeasurement:
     """``traffic.strategy_traffic`` of the full-size ``shape`` on ``meta``, its totals only: the
     per-op list is no figure, and every cell's process loads the cache it goes into."""
-    return dataclasses.replace(strategy_traffic(common.full_shape(shape), strategy), ops=())
+    return dataclasses.replace(traffic.strategy_traffic(common.full_shape(shape), strategy), ops=())
 
 
 class Traffic(common.ShapeStrategyGrid, common.TrafficFigures):
@@ -49,7 +49,7 @@ class Traffic(common.ShapeStrategyGrid, common.TrafficFigures):
 
     ``traffic_bytes`` (bytes read + written), ``launches`` (data-moving ops; CUDA kernel
     launches) and ``traffic_ratio`` (traffic / 2 x layer bytes: 1.0 is the out-of-place floor),
-    by ``moe_convert.traffic``'s counting rule. Each strategy's record states its formulas.
+    by ``measuring.traffic``'s counting rule. Each strategy's record states its formulas.
     Deterministic on every machine: the PR gate compares them exactly, so an extra copy, a
     per-expert loop or a lost fusion fails it whatever the machine's load.
 
@@ -61,7 +61,7 @@ class Traffic(common.ShapeStrategyGrid, common.TrafficFigures):
     # strategy_traffic calls, so the same values.
     version = "1"
 
-    def setup_cache(self) -> dict[tuple[str, str], TrafficMeasurement | str]:
+    def setup_cache(self) -> dict[tuple[str, str], traffic.TrafficMeasurement | str]:
         return common.measure_grid(_count_traffic)
 
     # The whole grid in one process: 54 cells took about 6 s on the shared 2-core machine, where
@@ -82,7 +82,7 @@ class CudaMemory(common.ShapeStrategyGrid, common.CudaMemoryFigures):
     def setup(self, shape: str, strategy: str) -> None:
         common.require_cuda()
         super().setup(shape, strategy)
-        self.measured = strategy_cuda_memory(common.full_shape(shape), strategy)
+        self.measured = memory.strategy_cuda_memory(common.full_shape(shape), strategy)
 
 
 def _time_cell(shape: str, strategy: str) -> timing.LayerTiming:
@@ -102,7 +102,7 @@ def _time_cell(shape: str, strategy: str) -> timing.LayerTiming:
 class LayerTime(common.ShapeStrategyGrid, common.LayerTimeFigures):
     """One layer's time, its ratio to a same-size ``copy_`` and the whole model's seconds.
 
-    One measurement per shape x strategy (``moe_convert.timing.time_layer``: ``REPEATS`` calls,
+    One measurement per shape x strategy (``measuring.timing.time_layer``: ``REPEATS`` calls,
     each timed with CUDA events on CUDA and paired with the copy just before it; in-place inputs
     restored before every call, untimed), read by three figures (``common.LayerTimeFigures``):
 

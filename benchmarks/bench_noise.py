@@ -8,13 +8,13 @@ a regression. Never gated: it describes the machine, not the code.
 
 from __future__ import annotations
 
-from moe_convert import timing
+from . import common, library
 
-from . import common
+timing = library.module("measuring.timing")
 
 
 class Noise:
-    """Slowest / fastest of 15 timed 64 MiB ``copy_`` (``moe_convert.timing.calibration_copy``)."""
+    """Slowest / fastest of 15 timed 64 MiB ``copy_`` (``measuring.timing.calibration_copy``)."""
 
     version = "1"
     unit = "ratio"

@@ -1,12 +1,12 @@
 """budgets.json's derived limits: an entry that names a ``formula`` has its limit computed from it.
 
 A budget's ``formula`` is text in the legend of ``moe_convert.formulas`` (``T13 + T2``,
-``max(S13, S2, 10 MiB)``), evaluated on the entry's full-size shape (``model/tpN``); its
-``max`` (or ``min``) is that number (a shape of ``quant.QUANT_SHAPES`` is a quantized
-catalog label, ``kimi-k2-nvfp4/tp8``). The gate (``moe_bench.gate``) reads only the number and
-never imports ``moe_convert``; this module keeps the number equal to the formula, and
-tests/test_budgets.py fails when it is not. Entries without a formula (whole-model seconds on
-GB200: measured, not derived) are left as they are.
+``max(S13, S2, 10 MiB)``), evaluated on the entry's full-size shape (``model/tpN`` of any
+format's catalog, ``moe_convert.formats.table.any_shape_from_label``: ``qwen3-235b-a22b/tp4``,
+``kimi-k2-nvfp4/tp8``); its ``max`` (or ``min``) is that number. The gate (``moe_bench.gate``)
+reads only the number and never imports ``moe_convert``; this module keeps the number equal to
+the formula, and tests/test_budgets.py fails when it is not. Entries without a formula
+(whole-model seconds on GB200: measured, not derived) are left as they are.
 
 Usage: ``python -m benchmarks.budgets [--write] [--budgets budgets.json]``. Without ``--write``:
 exit 0 when every derived limit is current, 1 naming those that are not. With it: rewrite them.
@@ -20,9 +20,8 @@ import json
 import sys
 from pathlib import Path
 
+from moe_convert.formats.table import any_shape_from_label
 from moe_convert.formulas import Formula
-
-from . import common, quant
 
 __all__ = ["derived_limit", "stale_entries", "update"]
 
@@ -35,10 +34,8 @@ def derived_limit(entry: dict) -> int:
 
     Raises ``ValueError`` naming the entry for a formula outside the legend or an unknown shape.
     """
-    quantized = entry.get("shape") in quant.QUANT_SHAPES
     try:
-        shape = (quant.full_quant_shape if quantized else common.full_shape)(entry["shape"])
-        return Formula(entry["formula"]).evaluate(shape)
+        return Formula(entry["formula"]).evaluate(any_shape_from_label(entry["shape"]))
     except ValueError as error:
         where = f"{entry.get('shape')} {entry.get('strategy') or ''}".strip()
         raise ValueError(f"budget {where}: {error}") from None

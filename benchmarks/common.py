@@ -2,7 +2,7 @@
 
 Legend: E experts, I intermediate size per rank, H hidden; w13 bf16 ``[E, 2I, H]``, w2 bf16
 ``[E, H, I]``. Parameter values are readable names: shapes ``model/tpN``, strategies by their
-registry name. Nothing heavy happens at import: every input is made by ``moe_convert.inputs``
+registry name. Nothing heavy happens at import: every input is made by ``formats.bf16.inputs``
 when a benchmark measures.
 
 The profile (``MOE_BENCH_PROFILE``: ``full`` or ``cpu``; default ``full`` where CUDA is
@@ -23,9 +23,10 @@ from typing import TypeVar
 
 import moe_convert
 from moe_bench.profiles import detect_device, profile_from_env
-from moe_convert.shapes import LayerShape, shape_from_label
 
-from . import isolation
+from . import isolation, library
+
+shapes = library.module("formats.bf16.shapes")
 
 __all__ = [
     "SHAPES",
@@ -51,7 +52,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Model shapes benchmarked, ``model/tpN`` (see ``moe_convert.shapes.CATALOG``).
+#: Model shapes benchmarked, ``model/tpN`` (see ``moe_convert.formats.bf16.shapes.CATALOG``).
 SHAPES = (
     "qwen3-235b-a22b/tp4",
     "qwen3-30b-a3b/tp1",
@@ -112,7 +113,7 @@ def skip(reason: str) -> None:
 @functools.cache
 def device() -> str:
     """``cuda`` where a CUDA device is available, else ``cpu``. Sets nothing: what times CPU
-    calls sets ``CPU_THREADS`` threads itself (``moe_convert.timing``'s ``threads=``)."""
+    calls sets ``CPU_THREADS`` threads itself (``moe_convert.measuring.timing``'s ``threads=``)."""
     return detect_device()
 
 
@@ -122,12 +123,12 @@ def profile() -> str:
     return profile_from_env(device())
 
 
-def full_shape(label: str) -> LayerShape:
+def full_shape(label: str) -> shapes.LayerShape:
     """The full per-rank layer shape of ``label`` (``model/tpN``)."""
-    return shape_from_label(label)
+    return shapes.shape_from_label(label)
 
 
-def timed_shape(label: str) -> LayerShape:
+def timed_shape(label: str) -> shapes.LayerShape:
     """The layer shape the timed benchmarks convert under the current profile."""
     shape = full_shape(label)
     return shape.with_experts(CPU_PROFILE_EXPERTS) if profile() == "cpu" else shape
@@ -161,7 +162,7 @@ class ShapeStrategyGrid:
 
 
 class RankLoadFigures(abc.ABC):
-    """The figures of a replayed rank load (``moe_convert.wholemodel.RankLoad``), shared by every
+    """The figures of a replayed rank load (``load.wholemodel.RankLoad``), shared by every
     grid that replays one (``bench_allocator.RankLoadReplay``, each format's ``RankLoadGB200``
     and ``RankLoadH200``: ``benchmarks.quant``); ``self.result`` is the cell's load, set by the
     grid's ``setup``.
@@ -215,7 +216,7 @@ class RankLoadFigures(abc.ABC):
 
 
 class TrafficFigures(abc.ABC):
-    """The figures of a layer's counted traffic (``moe_convert.traffic.TrafficMeasurement``),
+    """The figures of a layer's counted traffic (``measuring.traffic.TrafficMeasurement``),
     shared by ``bench_convert.Traffic`` and each format's (``benchmarks.quant``):
     ``self.measured`` is the cell's count and ``self.full`` its full-size shape, set by the
     grid's ``setup``. The ratio is to a copy of the layer (every byte read and written once).
@@ -245,7 +246,7 @@ class TrafficFigures(abc.ABC):
 
 class CudaMemoryFigures(abc.ABC):
     """CUDA caching-allocator peaks of one full-size layer's conversion
-    (``moe_convert.memory.CudaMemoryMeasurement``), shared by ``bench_convert.CudaMemory`` and
+    (``measuring.memory.CudaMemoryMeasurement``), shared by ``bench_convert.CudaMemory`` and
     each format's (``benchmarks.quant``); ``self.measured`` is set by ``setup``, which skips
     without CUDA (asv shows n/a). Abstract (asv skips it): each grid writes its ``setup``.
 
@@ -273,7 +274,7 @@ class CudaMemoryFigures(abc.ABC):
 
 
 class LayerTimeFigures(abc.ABC):
-    """The three figures of a timed layer (``moe_convert.timing.LayerTiming``), shared by
+    """The three figures of a timed layer (``moe_convert.measuring.timing.LayerTiming``), shared by
     ``bench_convert.LayerTime`` and each format's (``benchmarks.quant``); ``self.measured`` is the
     cell's timing, set by the grid's ``setup``. Abstract as ``RankLoadFigures`` is, for the
     same reasons."""

@@ -16,11 +16,11 @@ declared only when the whole interval lies above ``THRESHOLD``; an improvement o
 below ``1 / THRESHOLD``. Pairs are added in batches until the interval is decisive or the cell's
 budget is spent, so quiet cells finish fast and noisy ones get more samples.
 
-What a call's time includes is what ``moe_convert.timing`` states: out-of-place outputs are
+What a call's time includes is what ``measuring.timing`` states: out-of-place outputs are
 allocated in the call and freed after the clock stops; in-place inputs are restored from a
 pristine copy before every call, outside the timed region. Each call is timed by
-``moe_convert.timing.time_once``, the primitive of ``timing.time_layer`` (CUDA events on CUDA;
-the working tree's clock for both sides), on the working tree's ``moe_convert.inputs`` weights;
+``measuring.timing.time_once``, the primitive of ``timing.time_layer`` (CUDA events on CUDA;
+the working tree's clock for both sides), on the working tree's ``formats.bf16.inputs`` weights;
 CPU calls with ``common.CPU_THREADS`` threads.
 
 Usage: ``python -m benchmarks.paired BASE HEAD [--bench REGEX] [--out FILE]``; writes the JSON
@@ -51,9 +51,10 @@ from types import ModuleType
 import torch
 
 # the modules, not their functions: asv would take a module-level ``time_once`` for a benchmark
-from moe_convert import inputs, timing
+from . import common, library, quant
 
-from . import common, quant
+inputs = library.module("formats.bf16.inputs")
+timing = library.module("measuring.timing")
 
 #: A cell regresses when the whole confidence interval of head/base lies above this. Chosen so
 #: that a 1.25x slowdown is caught under load (docs/timing.md: measured detection).
@@ -184,7 +185,7 @@ def measure_quant_cell(
     each side builds its own ``QuantLayer`` of the same tensors."""
     # Imported here: asv imports this module with the measured commit's library, which may
     # predate the formats.
-    from moe_convert.quant_layer import quant_layer_tensors
+    quant_layer_tensors = library.module("formats.quant.layer").quant_layer_tensors
 
     shape = quant.timed_quant_shape(label)
     strategy = f"{shape.format}-{kind}"

@@ -1,6 +1,6 @@
 """The quantized formats' figures, written once for every format (NVFP4, MXFP4, FP8 per-tensor,
-DeepSeek block-FP8, MXFP8): the grid, its measurements and the benchmark classes each format's
-module makes its own.
+DeepSeek block-FP8, MXFP8, MXINT4): the grid, its measurements and the benchmark classes each
+format's module makes its own.
 
 Each format is a module of the suite, ``bench_<format>.py``, whose classes ``format_benchmarks``
 makes from this module's: named as BF16's in ``bench_convert`` and ``bench_allocator``
@@ -33,11 +33,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from moe_convert.wholemodel import VLLM_LOAD_MAX_SPLIT_MB
+from . import bench_convert, common, library
 
-from . import bench_convert, common
+wholemodel = library.module("load.wholemodel")
 
-#: Each format's catalog shapes, ``model/tpN`` (``moe_convert.quant_catalog.QUANT_CATALOG``),
+#: Each format's catalog shapes, ``model/tpN`` (``formats.quant.catalog.QUANT_CATALOG``),
 #: written out: parameters must not depend on the installed library.
 FORMAT_SHAPES = {
     "nvfp4": ("kimi-k2-nvfp4/tp8", "deepseek-r1-nvfp4/tp4", "qwen3-235b-a22b-nvfp4/tp4"),
@@ -45,6 +45,7 @@ FORMAT_SHAPES = {
     "fp8": ("llama-4-maverick-fp8/tp8",),
     "fp8block": ("deepseek-r1-fp8block/tp8",),
     "mxfp8": ("minimax-m3-mxfp8/tp4",),
+    "mxint4": ("kimi-k2-thinking-mxint4/tp4", "kimi-k2-thinking-mxint4/tp8"),
 }
 #: Every quantized shape, in the catalog's order.
 QUANT_SHAPES = tuple(label for labels in FORMAT_SHAPES.values() for label in labels)
@@ -56,7 +57,9 @@ QUANT_KINDS = ("legacy", "preallocated", "inplace", "fast")
 #: it; deepseek-r1-fp8block/tp8's four cells 3.9 s (load 1.2-1.3); the full profile times every
 #: shape. minimax-m3-mxfp8/tp4 is not timed here: its four cells took 9.0 s (load 1.8-2.0), most
 #: of it the upstream path's 0.3 s calls, and its three kinds of ours run NVFP4's code, whose
-#: qwen3-235b-a22b-nvfp4/tp4 cells the profile times.
+#: qwen3-235b-a22b-nvfp4/tp4 cells the profile times. Neither MXINT4 shape is timed here: at 8
+#: experts mxint4-legacy's calls took 0.87-1.05 s (its sign step: 120 passes over the weights),
+#: a cell 13-14 s (load 4.5-8, /tmp/i29/cpu_time.py in docs/formats.md).
 CPU_PROFILE_QUANT_SHAPES = (
     "qwen3-235b-a22b-nvfp4/tp4",
     "gpt-oss-120b-mxfp4/tp2",
@@ -136,36 +139,55 @@ def _cell(results: dict, label: str, kind: str):
     return measured
 
 
+def _library():
+    """The measured commit's functions for a quantized layer, ``(call, replay, rank_load)``:
+    every format's ``moe_convert.layer_call``, ``replay.replay_load`` and ``replay.rank_load``
+    (issue 28's format axis; the layout asked of the package, as ``library.module`` does), or
+    on a commit before it ``quant_registry.quant_strategy_call`` and ``quant_replay``'s
+    ``replay_quant_load`` and ``quant_rank_load``, which took the same arguments."""
+    import moe_convert
+
+    if hasattr(moe_convert, "LAYER_FORMATS"):
+        replay = library.module("load.replay")
+        return moe_convert.layer_call, replay.replay_load, replay.rank_load
+    try:  # issue 28's first step: the format table in moe_convert.formats, modules flat
+        from moe_convert.formats import layer_call
+        from moe_convert.replay import rank_load, replay_load
+    except ImportError:  # a commit before the format axis
+        from moe_convert.quant_registry import quant_strategy_call as layer_call
+        from moe_convert.quant_replay import quant_rank_load as rank_load
+        from moe_convert.quant_replay import replay_quant_load as replay_load
+    return layer_call, replay_load, rank_load
+
+
 def _peak(label: str, kind: str) -> int:
-    from moe_convert.memory import measure_memory
-    from moe_convert.quant_registry import quant_strategy_call
+    measure_memory = library.module("measuring.memory").measure_memory
 
     shape, strategy = _shape_and_strategy(label, kind)
-    return measure_memory(quant_strategy_call(shape, strategy, "meta")).peak_bytes
+    return measure_memory(_library()[0](shape, strategy, "meta")).peak_bytes
 
 
 def _traffic(label: str, kind: str):
-    from moe_convert.quant_registry import quant_strategy_call
-    from moe_convert.traffic import measure_traffic
+    measure_traffic = library.module("measuring.traffic").measure_traffic
 
     shape, strategy = _shape_and_strategy(label, kind)
     # Totals only (``bench_convert._count_traffic``'s reason): the per-op list is no figure.
-    return dataclasses.replace(
-        measure_traffic(quant_strategy_call(shape, strategy, "meta")), ops=()
-    )
+    return dataclasses.replace(measure_traffic(_library()[0](shape, strategy, "meta")), ops=())
 
 
 def _replay(label: str, kind: str):
-    from moe_convert.quant_replay import replay_quant_load
-
     shape, strategy = _shape_and_strategy(label, kind)
-    return replay_quant_load(
-        shape, strategy, max_split_size_mb=VLLM_LOAD_MAX_SPLIT_MB, pool="sleep", device_bytes=None
+    return _library()[1](
+        shape,
+        strategy,
+        max_split_size_mb=wholemodel.VLLM_LOAD_MAX_SPLIT_MB,
+        pool="sleep",
+        device_bytes=None,
     )
 
 
 def _time(label: str, kind: str):
-    from moe_convert.timing import time_layer
+    time_layer = library.module("measuring.timing").time_layer
 
     shape, strategy = _shape_and_strategy(label, kind)
     return time_layer(
@@ -179,18 +201,14 @@ def _time(label: str, kind: str):
 
 
 def _rank_load(device: str, label: str, kind: str):
-    from moe_convert.quant_replay import quant_rank_load
-    from moe_convert.wholemodel import LOAD_DEVICES
-
-    return quant_rank_load(*_shape_and_strategy(label, kind), LOAD_DEVICES[device])
+    return _library()[2](*_shape_and_strategy(label, kind), wholemodel.LOAD_DEVICES[device])
 
 
 def _cuda_memory(label: str, kind: str):
-    from moe_convert.memory import cuda_memory
-    from moe_convert.quant_registry import quant_strategy_call
+    cuda_memory = library.module("measuring.memory").cuda_memory
 
     shape, strategy = _shape_and_strategy(label, kind)
-    return cuda_memory(quant_strategy_call(shape, strategy, common.device()))
+    return cuda_memory(_library()[0](shape, strategy, common.device()))
 
 
 class _Grid:
@@ -215,9 +233,10 @@ class _PeakMemory(_Grid):
     def setup_cache(self) -> dict:
         return _measure_grid(_peak)
 
-    # 36 cells: about 30 s on the shared 2-core machine (the folded scale indices built once);
+    # 44 cells: about 30 s on the shared 2-core machine (the folded scale indices built once);
     # deepseek-r1-fp8block/tp8's 4 of them 3.0 s (load 1.3; each figure's alike, 3.0-3.4 s),
-    # minimax-m3-mxfp8/tp4's 3.1 s (load 1.8-2.0; each figure's 2.9-3.7 s).
+    # minimax-m3-mxfp8/tp4's 3.1 s (load 1.8-2.0; each figure's 2.9-3.7 s), MXINT4's 8 7.0 s
+    # (load 4.5-5.4; traffic 8.6 s, replay 11.3 s, rank loads 8.7 and 10.0 s).
     setup_cache.timeout = 300.0
 
     def track_peak_transient_bytes(self, results: dict, shape: str, kind: str) -> int:
@@ -226,7 +245,7 @@ class _PeakMemory(_Grid):
 
 class _Traffic(_Grid, common.TrafficFigures):
     """Exact bytes read + written and data-moving ops of one full-size quantized layer, on
-    ``meta`` (``moe_convert.traffic``'s rule; each record's ``traffic`` and ``launches``), and
+    ``meta`` (``measuring.traffic``'s rule; each record's ``traffic`` and ``launches``), and
     their ratio to a copy of the layer: ``common.TrafficFigures``."""
 
     version = "1"
@@ -258,7 +277,7 @@ class _CudaMemory(common.CudaMemoryFigures):
 
 class _SleepModeReplay(_Grid):
     """The quantized model's sleep-mode load replayed at ``max_split_size_mb`` 20 on an
-    unbounded device (``moe_convert.quant_replay``): the peak reserved bytes, and the reserved
+    unbounded device (``load.replay.replay_load``): the peak reserved bytes, and the reserved
     growth per converted layer (segments stranded by 1-10 MiB temporaries)."""
 
     version = "1"
@@ -267,7 +286,8 @@ class _SleepModeReplay(_Grid):
     def setup_cache(self) -> dict:
         return _measure_grid(_replay)
 
-    # 36 cells: about 45 s on the shared 2-core machine for the first 28; 3.7 s for mxfp8's 4.
+    # 44 cells: about 45 s on the shared 2-core machine for the first 28; 3.7 s for mxfp8's 4,
+    # 11.3 s for mxint4's 8.
     setup_cache.timeout = 600.0
 
     def track_peak_reserved_bytes(self, results: dict, shape: str, kind: str) -> int:
@@ -279,7 +299,7 @@ class _SleepModeReplay(_Grid):
 
 class _RankLoad(_Grid, common.RankLoadFigures):
     """The quantized rank's load as vLLM makes it (the default pool at ``max_split_size_mb`` 20,
-    ``moe_convert.quant_replay.quant_rank_load``) on one device: ``common.RankLoadFigures``'
+    ``moe_convert.load.replay.rank_load``) on one device: ``common.RankLoadFigures``'
     figures, exact and gated, ``track_layers_lost_to_oom`` naming the OOM (its layer is the
     rank's layers less those lost). One class per device (``wholemodel.LOAD_DEVICES``), a third
     parameter would be a column moe_bench does not key results by; each writes its own
@@ -297,9 +317,9 @@ class _RankLoadGB200(_RankLoad):
     def setup_cache(self) -> dict:
         return _measure_grid(functools.partial(_rank_load, "GB200"))
 
-    # 36 cells: 21 s wall on the shared 2-core machine at load 3.2 for the first 28 (the
+    # 44 cells: 21 s wall on the shared 2-core machine at load 3.2 for the first 28 (the
     # upstream paths' traces most of it; `setup_cache()` timed), 3.3 s for fp8block's 4, 2.9 s
-    # for mxfp8's.
+    # for mxfp8's, 8.7 s for mxint4's 8.
     setup_cache.timeout = 300.0
 
 
@@ -309,15 +329,15 @@ class _RankLoadH200(_RankLoad):
     def setup_cache(self) -> dict:
         return _measure_grid(functools.partial(_rank_load, "H200"))
 
-    # 36 cells: 24 s wall on the shared 2-core machine at load 3.7 for the first 28, timed as the
-    # GB200 one; 3.2 s for fp8block's 4, 3.4 s for mxfp8's.
+    # 44 cells: 24 s wall on the shared 2-core machine at load 3.7 for the first 28, timed as the
+    # GB200 one; 3.2 s for fp8block's 4, 3.4 s for mxfp8's, 10.0 s for mxint4's 8.
     setup_cache.timeout = 300.0
 
 
 class _LayerTime(_Grid, common.LayerTimeFigures):
     """One quantized layer's time, its ratio to a same-size copy of all its tensors and the whole
     model's seconds: ``common.LayerTimeFigures``, by ``bench_convert.LayerTime``'s rules
-    (``moe_convert.timing.time_layer`` of a ``QuantLayerShape``, ``bench_convert.REPEATS``
+    (``moe_convert.measuring.timing.time_layer`` of a ``QuantLayerShape``, ``bench_convert.REPEATS``
     calls), every format's cells measured once in ``setup_cache``; the cpu profile times
     ``CPU_PROFILE_QUANT_SHAPES`` (the other shapes n/a, saying so). Judged by the paired A/B
     in the PR gate."""

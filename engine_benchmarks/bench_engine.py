@@ -22,10 +22,10 @@ import dataclasses
 
 import moe_convert
 from moe_bench.profiles import detect_device, profile_from_env
-from moe_convert import timing
-from moe_convert.memory import strategy_memory
-from moe_convert.shapes import LayerShape, shape_from_label
-from moe_convert.traffic import strategy_traffic
+from moe_convert.formats.bf16.shapes import LayerShape, shape_from_label
+from moe_convert.measuring import timing
+from moe_convert.measuring.memory import strategy_memory
+from moe_convert.measuring.traffic import strategy_traffic
 
 #: ``model/tpN``: the gated layer the engines' own figures are read on (docs/engines.md). One
 #: shape: a history has a commit a few hours, and every commit pays the whole grid.

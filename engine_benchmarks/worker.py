@@ -26,8 +26,9 @@ def main() -> None:
 
     import moe_convert
     from moe_bench.profiles import detect_device
-    from moe_convert import inputs, timing
-    from moe_convert.shapes import shape_from_label
+    from moe_convert.formats.bf16 import inputs
+    from moe_convert.formats.bf16.shapes import shape_from_label
+    from moe_convert.measuring import timing
 
     device = torch.device(detect_device())
     cells: dict[tuple[str, str], tuple] = {}

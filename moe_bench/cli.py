@@ -218,12 +218,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_publish(args: argparse.Namespace) -> int:
     from .dashboard import OfflineError
     from .publish import PublishError, publish
+    from .results import ResultsError
 
     try:
         html_dir = publish(args.config)
-    except (PublishError, OfflineError) as error:
+    except (PublishError, OfflineError, ResultsError) as error:
         return _error(args, error)
-    print(f"dashboard published in {html_dir} (works offline)")
+    print(f"dashboard published: {html_dir / 'index.html'} (works offline)")
     return 0
 
 
@@ -233,7 +234,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     html_dir = args.html_dir
     if html_dir is None:
         try:
-            html_dir = dashboard.configured_html_dir(args.config)
+            html_dir = dashboard.configured_dir(args.config, "html_dir")
         except FileNotFoundError:
             args.parser.error(
                 f"argument --config: no such file: {str(args.config)!r} (run from "
@@ -241,14 +242,17 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             )
         except ValueError as error:  # asv's JSON reader
             args.parser.error(f"argument --config: {str(args.config)!r} is not valid JSON: {error}")
-    try:
-        # serve: again, in case `asv publish` ran since (it rewrites the page)
-        dashboard.make_offline(html_dir)
-    except dashboard.OfflineError as error:
-        args.parser.error(str(error))
     if args.action == "offline":
+        try:
+            dashboard.make_offline(html_dir)
+        except dashboard.OfflineError as error:
+            args.parser.error(str(error))
         print(f"dashboard in {html_dir} works offline")
         return 0
+    try:
+        dashboard.check_published(html_dir)
+    except FileNotFoundError as error:
+        args.parser.error(str(error))
     try:
         server, url = dashboard.serve(html_dir, args.port)
     except OSError as error:
@@ -490,17 +494,22 @@ def build_parser() -> ArgumentParser:
         sub,
         "publish",
         cmd_publish,
-        "asv publish into a fresh folder, made offline, then swapped in as html_dir: "
-        "html_dir is the previous dashboard or the new one, never half",
+        "the front page (index.html: the summary's tables, plots) and the explorer (asv publish, "
+        "made offline, in explore/) into a fresh folder, then swapped in as html_dir: html_dir "
+        "is the previous dashboard or the new one, never half",
     )
     publish.add_argument("--config", type=Path, default=Path("asv.conf.json"))
 
     dashboard = _add(sub, "dashboard", cmd_dashboard, "the asv dashboard, offline, on 127.0.0.1")
     actions = dashboard.add_subparsers(dest="action", required=True, metavar="ACTION")
-    offline = actions.add_parser("offline", help="make a published html_dir work without internet")
+    offline = actions.add_parser(
+        "offline", help="make a folder `asv publish` wrote work without internet"
+    )
     offline.add_argument("html_dir", type=Path)
     offline.set_defaults(parser=offline)
-    serve = actions.add_parser("serve", help="make offline, then serve on 127.0.0.1 until Ctrl-C")
+    serve = actions.add_parser(
+        "serve", help="serve what `moe-bench publish` wrote on 127.0.0.1 until Ctrl-C"
+    )
     serve.add_argument("html_dir", type=Path, nargs="?", help="default: html_dir of --config")
     serve.add_argument("--config", type=Path, default=Path("asv.conf.json"))
     serve.add_argument("--port", type=_port, default=8080, help="0 picks a free port")

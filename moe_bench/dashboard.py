@@ -1,14 +1,15 @@
-"""The asv dashboard, made to work offline and served on loopback.
+"""The asv dashboard (the explorer under the front page), made to work offline; served on loopback.
 
 ``asv publish`` writes an ``index.html`` that loads jQuery, Flot and Bootstrap from public CDNs,
 so on an air-gapped GPU node it shows nothing. ``make_offline`` replaces that page shell with
 asv-tachyon's (PyPI ``asv-tachyon``, MIT): a self-contained UI over the same published data
 (``index.json``, ``graphs/``, ``regressions.json``), with its scripts, styles and fonts in
-``assets/``. Run it after every ``asv publish`` (publish wipes ``html_dir``). ``serve`` serves the
-folder on 127.0.0.1 only.
+``assets/``, opening on the newest machine. ``moe-bench publish`` (``moe_bench.publish``) puts
+it in ``html/explore/`` under the front page and links each figure there (``explorer_link``).
+``serve`` serves the published folder on 127.0.0.1 only.
 
-    moe-bench dashboard offline HTML_DIR
-    moe-bench dashboard serve [HTML_DIR] [--port N]   # scripts/preview; make_offline first
+    moe-bench dashboard offline DIR                    # a folder `asv publish` wrote
+    moe-bench dashboard serve [HTML_DIR] [--port N]   # scripts/preview
 """
 
 from __future__ import annotations
@@ -24,16 +25,25 @@ import sys
 import threading
 from importlib import metadata
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import asv
+from asv.graph import Graph
 from asv.util import load_json
 from asv_tachyon import cli as tachyon_cli
 
 from .metrics import METRICS
 from .units import SCALES
 
-__all__ = ["OfflineError", "make_offline", "external_references", "serve", "configured_html_dir"]
+__all__ = [
+    "OfflineError",
+    "check_published",
+    "configured_dir",
+    "explorer_link",
+    "external_references",
+    "make_offline",
+    "serve",
+]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -123,7 +133,7 @@ def make_offline(html_dir) -> None:
             samples.parent.mkdir(parents=True, exist_ok=True)
             samples.write_text("{}")
     published = json.loads(index.read_text())
-    unknown = sorted(set(published["benchmarks"]) - set(METRICS))
+    unknown = sorted(name for name in published["benchmarks"] if name not in METRICS)
     if unknown:
         raise OfflineError(
             f"{index}: benchmark(s) not in the metrics table (moe_bench/metrics.py): "
@@ -131,6 +141,7 @@ def make_offline(html_dir) -> None:
         )
     for name, benchmark in published["benchmarks"].items():
         benchmark["less_is_better"] = METRICS[name].lower_is_better is not False
+    _open_on_newest(published, html_dir)
     index.write_text(json.dumps(published))
     _patch_ui(html_dir / "assets")
     remaining = external_references(html_dir)
@@ -139,6 +150,75 @@ def make_offline(html_dir) -> None:
             f"{len(remaining)} external reference(s) remain in {html_dir}: "
             + "; ".join(remaining[:5])
         )
+
+
+def _open_on_newest(published: dict, html_dir: Path) -> None:
+    """Make the UI open on the newest machine: sort ``index.json``'s ``graph_param_list`` (the
+    UI selects its first entry) and the machine filter's values by ``_newest``, and write each
+    unset parameter (None) as the string ``"null"``, which names the same graph folder
+    (``sglang-null``) but, unlike None, can be given in a link's ``f-KEY=VALUE``."""
+    entries = [
+        {key: "null" if value is None else value for key, value in entry.items()}
+        for entry in published["graph_param_list"]
+    ]
+    entries.sort(key=lambda entry: _newest(html_dir, entry), reverse=True)
+    published["graph_param_list"] = entries
+    published["params"] = {
+        key: ["null" if value is None else value for value in values]
+        for key, values in published["params"].items()
+    }
+    order = list(dict.fromkeys(entry["machine"] for entry in entries))
+    published["params"]["machine"] = order + [
+        m for m in published["params"].get("machine", []) if m not in order
+    ]
+
+
+def _newest(html_dir: Path, entry: dict) -> tuple[int, int]:
+    """``(newest revision, series)`` with a value in ``entry``'s graphs (from asv's
+    ``summary.json`` of the entry: each series' ``last_rev`` and ``last_value``): the entry whose
+    results reach the newest commit, then the one with more figures, is the newest."""
+    summary = html_dir / Path(Graph.get_file_path(entry, "summary")).with_suffix(".json")
+    series = json.loads(summary.read_text()) if summary.is_file() else []
+    measured = [s["last_rev"] for s in series if s["last_value"] is not None]
+    return max(measured, default=-1), len(measured)
+
+
+def _measured(points: list) -> bool:
+    """Whether a graph's ``[revision, value]`` points hold a value (a parameterized benchmark's
+    value is a list, one per series)."""
+    return any(
+        any(v is not None for v in value) if isinstance(value, list) else value is not None
+        for _, value, *_ in points
+    )
+
+
+def explorer_link(explore_dir, url: str = "explore/"):
+    """``(benchmark, machine) -> URL`` of the benchmark's graph of the machine's newest results
+    in the explorer published in ``explore_dir`` (served at ``url``), or None where that graph
+    holds no value (a machine that did not run it is never linked to).
+
+    The URL gives the UI every parameter of the machine's first ``graph_param_list`` entry (the
+    newest, ``make_offline``) as ``f-KEY=VALUE``: the UI otherwise fills a parameter the link
+    leaves out from its first entry, another machine's.
+    """
+    explore_dir = Path(explore_dir)
+    published = json.loads((explore_dir / "index.json").read_text())
+    entries = {}
+    for entry in published["graph_param_list"]:
+        entries.setdefault(entry["machine"], entry)
+
+    def link(benchmark: str, machine: str) -> str | None:
+        entry = entries.get(machine)
+        if entry is None or benchmark not in published["benchmarks"]:
+            return None
+        graph = explore_dir / f"{Graph.get_file_path(entry, benchmark)}.json"
+        if not graph.is_file() or not _measured(json.loads(graph.read_text())):
+            return None
+        query = {"view": "explore", "bench": benchmark}
+        query |= {f"f-{key}": value for key, value in entry.items()}
+        return f"{url}#{urlencode(query, quote_via=quote)}"
+
+    return link
 
 
 def _patch_ui(assets: Path) -> None:
@@ -197,17 +277,24 @@ def _host(url: str) -> str | None:
         return None
 
 
+def check_published(html_dir) -> Path:
+    """``html_dir`` as a ``Path``; ``FileNotFoundError`` saying how to publish it where it has no
+    front page (``index.html``)."""
+    html_dir = Path(html_dir)
+    if not (html_dir / "index.html").is_file():
+        raise FileNotFoundError(
+            f"html_dir {str(html_dir)!r} has no index.html: run scripts/bench (or "
+            "`moe-bench publish`) first"
+        )
+    return html_dir
+
+
 def serve(html_dir, port: int = 0) -> tuple[http.server.ThreadingHTTPServer, str]:
     """Serve ``html_dir`` on 127.0.0.1 (never another interface) from a daemon thread.
 
     ``port=0`` picks a free port. Returns ``(server, url)``; stop with ``server.shutdown()``.
     """
-    html_dir = Path(html_dir)
-    if not (html_dir / "index.html").is_file():
-        raise FileNotFoundError(
-            f"html_dir {str(html_dir)!r} has no index.html: run scripts/bench (or `asv publish`"
-            " then `moe-bench dashboard offline DIR`) first"
-        )
+    html_dir = check_published(html_dir)
     handler = functools.partial(_QuietHandler, directory=str(html_dir))
     server = _LoopbackServer(("127.0.0.1", port), handler)
     threading.Thread(target=server.serve_forever, name="dashboard", daemon=True).start()
@@ -239,7 +326,8 @@ def _tachyon_licence() -> Path:
     return Path(dist.locate_file(licence))
 
 
-def configured_html_dir(config: Path) -> Path:
-    """The ``html_dir`` of asv config ``config``, relative to the config's folder (default html)."""
+def configured_dir(config: Path, key: str) -> Path:
+    """The folder ``key`` (``html_dir``, ``results_dir``) of asv config ``config``, relative to
+    the config's folder (asv's defaults: ``html``, ``results``)."""
     conf = load_json(str(config), js_comments=True)
-    return config.parent / conf.get("html_dir", "html")
+    return config.parent / conf.get(key, key.removesuffix("_dir"))

@@ -138,9 +138,9 @@ def _models(labels: set[str]) -> dict[str, _Model]:
     """
     import torch
 
-    from moe_convert.quant_catalog import QUANT_CATALOG, quant_layer_shape
-    from moe_convert.quant_layer import quant_layer_tensors
-    from moe_convert.shapes import CATALOG, shape_from_label
+    from moe_convert.formats.bf16.shapes import CATALOG, shape_from_label
+    from moe_convert.formats.quant.catalog import QUANT_CATALOG, quant_layer_shape
+    from moe_convert.formats.quant.layer import quant_layer_tensors
 
     found = {}
     for label in sorted(labels):
@@ -161,7 +161,8 @@ def _models(labels: set[str]) -> dict[str, _Model]:
         except ValueError as err:
             raise ResultsError(
                 f"shape {label!r} of the results is not in this checkout's catalogs ({err}); "
-                "export from a checkout whose moe_convert/shapes.py or quant_formats.py has it"
+                "export from a checkout whose moe_convert/formats/bf16/shapes.py or "
+                "formats/quant/formats.py has it"
             ) from None
         inputs = {
             name: {

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 __all__ = [
@@ -46,12 +47,12 @@ __all__ = [
     "PAIRED_TIME",
     "ENGINE_FIGURES",
     "QUANT_CLASSES",
-    "QUANT_FORMATS",
     "QUANT_RANK_LOAD_DEVICES",
     "RANK_LOAD_FIGURES",
     "RANK_LOAD_REPLAY",
-    "QUANT_RANK_LOADS",
     "RANK_LOAD_TIME",
+    "FORMAT_FIGURES",
+    "format_figure",
     "engine_sibling",
     "judge",
     "metric",
@@ -153,18 +154,16 @@ COPY_RATIO = "bench_convert.LayerTime.track_copy_ratio"
 PEAK_BYTES = "bench_convert.PeakMemory.track_peak_transient_bytes"
 WHOLE_MODEL = "bench_convert.LayerTime.track_whole_model_seconds"
 TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
-#: The quantized formats (``moe_convert.quant_formats.FORMATS``; a literal, as this module
-#: imports nothing heavy, checked by tests/test_metrics.py), each a module of the suite,
-#: ``benchmarks/bench_<format>.py``, whose classes are named as BF16's: the dashboard lists a
-#: format's figures together.
-QUANT_FORMATS = ("nvfp4", "mxfp4", "fp8", "fp8block", "mxfp8")
-#: BF16's classes every format's module has too, measuring the same way: each figure is its
-#: BF16 sibling's entry under the format's name (``quant_sibling``: unit, rule, summary column),
-#: so the summary's table of each format has BF16's columns (the PyTorch HUD's name stays
-#: BF16's alone).
+#: BF16's classes every format's module (``bench_<format>``, one per quantized format of
+#: ``moe_convert.formats.table.LAYER_FORMATS``) has too, measuring the same way: each figure is
+#: its BF16 sibling's entry under the format's name (``quant_sibling``: unit, rule, summary
+#: column), so the summary's table of each format has BF16's columns (the PyTorch HUD's name
+#: stays BF16's alone). The formats themselves are not listed here: a figure's format is read
+#: from its name (``format_figure``), as this module imports nothing of the library, so a new
+#: format's results are judged with no edit here.
 QUANT_CLASSES = ("PeakMemory", "Traffic", "CudaMemory", "SleepModeReplay", "LayerTime", "Profile")
 #: The devices each format's whole-rank load is replayed on, a class each (``RankLoad<device>``,
-#: ``moe_convert.wholemodel.LOAD_DEVICES``): ``RANK_LOAD_REPLAY``'s figures.
+#: ``moe_convert.load.wholemodel.LOAD_DEVICES``): ``RANK_LOAD_REPLAY``'s figures.
 QUANT_RANK_LOAD_DEVICES = ("GB200", "H200")
 
 
@@ -191,10 +190,6 @@ RANK_LOAD_FIGURES = (
     ("num_alloc_retries", "retries"),
     ("peak_reserved_bytes", "bytes"),
     ("layers_lost_to_oom", "layers"),
-)
-#: Each format's rank load replayed on each of ``QUANT_RANK_LOAD_DEVICES``.
-QUANT_RANK_LOADS = tuple(
-    f"bench_{fmt}.RankLoad{device}" for fmt in QUANT_FORMATS for device in QUANT_RANK_LOAD_DEVICES
 )
 #: The paired A/B result's row in the PR verdict (not an asv benchmark: ``benchmarks.paired``).
 PAIRED_TIME = "paired.time_ratio"
@@ -241,11 +236,10 @@ _TABLE = [
         EXACT,
         "bytes",
     ),
-    # The whole rank's load (bench_allocator, and each format's per device): driver calls
-    # replayed (exact), seconds run on CUDA.
+    # The whole rank's load (bench_allocator; each format's per device, ``format_figure``):
+    # driver calls replayed (exact), seconds run on CUDA.
     *(
-        Metric(f"{replay}.track_{figure}", unit, True, EXACT, unit)
-        for replay in (RANK_LOAD_REPLAY, *QUANT_RANK_LOADS)
+        Metric(f"{RANK_LOAD_REPLAY}.track_{figure}", unit, True, EXACT, unit)
         for figure, unit in RANK_LOAD_FIGURES
     ),
     Metric(
@@ -291,13 +285,21 @@ _TABLE = [
     Metric("bench_noise.Noise.track_copy_spread", "ratio", True, INFO, "ratio"),
     Metric(PAIRED_TIME, "seconds", True, PAIRED, "seconds"),
 ]
-# Each format's figures of QUANT_CLASSES: BF16's entries under the format's names.
-_TABLE += [
-    dataclasses.replace(m, benchmark=quant_sibling(m.benchmark, fmt), pytorch_name=None)
-    for fmt in QUANT_FORMATS
-    for m in list(_TABLE)
-    if m.benchmark.split(".")[1] in QUANT_CLASSES
-]
+#: A format's figure -> its BF16 sibling's entry, by the name without its module
+#: (``PeakMemory.track_peak_transient_bytes``; ``RankLoadH200.track_num_device_alloc`` ->
+#: ``RANK_LOAD_REPLAY``'s).
+_FORMAT_SIBLINGS = {
+    **{m.short: m for m in _TABLE if m.benchmark.split(".")[1] in QUANT_CLASSES},
+    **{
+        f"RankLoad{device}.track_{figure}": next(
+            m for m in _TABLE if m.benchmark == f"{RANK_LOAD_REPLAY}.track_{figure}"
+        )
+        for device in QUANT_RANK_LOAD_DEVICES
+        for figure, _ in RANK_LOAD_FIGURES
+    },
+}
+#: Every figure a format's module has, ``<class>.<method>``.
+FORMAT_FIGURES = tuple(_FORMAT_SIBLINGS)
 #: An engine's history (``engine_benchmarks/bench_engine.py``, ``moe_bench.engine``): BF16's
 #: figures of the engine's converter, named and judged as ``bench_convert``'s.
 ENGINE_FIGURES = (
@@ -330,16 +332,58 @@ _RETIRED_QUANT = (
         for figure, _ in RANK_LOAD_FIGURES
     ),
 )
-_FORMAT_FIGURES = {m.benchmark: m for m in _TABLE}
 _TABLE += [
     dataclasses.replace(
-        _FORMAT_FIGURES[f"bench_{QUANT_FORMATS[0]}.{figure}"],
-        benchmark=f"bench_quant.Quant{figure}",
+        _FORMAT_SIBLINGS[figure], benchmark=f"bench_quant.Quant{figure}", pytorch_name=None
     )
     for figure in _RETIRED_QUANT
 ]
-#: Every figure by benchmark name.
-METRICS: dict[str, Metric] = {m.benchmark: m for m in _TABLE}
+#: The suite's modules whose figures are listed (BF16's, the noise record, the retired
+#: ``bench_quant``): every other ``bench_<name>`` module is a format's.
+_LISTED_MODULES = frozenset(m.benchmark.partition(".")[0] for m in _TABLE)
+
+
+def format_figure(benchmark: str) -> Metric | None:
+    """The entry of a format's figure ``benchmark`` (``bench_<format>.<class>.<method>`` of a
+    module not listed here, whose ``<class>.<method>`` is one of BF16's: ``QUANT_CLASSES`` and
+    ``RankLoad<device>``): its BF16 sibling's under its own name; ``None`` for any other name.
+    The format is read from the name, so a format added to the library is judged with no edit
+    here."""
+    module, _, figure = benchmark.partition(".")
+    if not module.startswith("bench_") or module in _LISTED_MODULES:
+        return None
+    sibling = _FORMAT_SIBLINGS.get(figure)
+    return (
+        None
+        if sibling is None
+        else dataclasses.replace(sibling, benchmark=benchmark, pytorch_name=None)
+    )
+
+
+class _Metrics(Mapping[str, Metric]):
+    """Every figure by benchmark name: the listed ones (iterated: BF16's, the noise record, the
+    paired row, the retired names) and every format's, derived from its name on lookup
+    (``format_figure``; ``in`` and ``[]`` answer for them, iteration does not list them, as
+    the formats are not known here)."""
+
+    def __init__(self, listed: list[Metric]) -> None:
+        self._listed = {m.benchmark: m for m in listed}
+
+    def __getitem__(self, benchmark: str) -> Metric:
+        found = self._listed.get(benchmark) or format_figure(benchmark)
+        if found is None:
+            raise KeyError(benchmark)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._listed)
+
+    def __len__(self) -> int:
+        return len(self._listed)
+
+
+#: Every figure by benchmark name (``_Metrics``: a format's figures answer by name).
+METRICS: Mapping[str, Metric] = _Metrics(_TABLE)
 
 
 def metric(benchmark: str) -> Metric:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from moe_convert.wholemodel import RankLoad
+from moe_convert.load.wholemodel import RankLoad
 
 from .metrics import METRICS, PEAK_BYTES, TIME
 from .units import scale

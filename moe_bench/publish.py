@@ -1,8 +1,11 @@
 """Publish the dashboard so that ``html_dir`` is always a whole one: the previous or the new.
 
-``asv publish`` first deletes ``html_dir`` and then writes it file by file: a run killed in
-between leaves no dashboard or half of one. ``publish`` has asv write a hidden folder beside
-``html_dir`` (``.NAME.new-PID``), makes it work offline (``dashboard.make_offline``), and only then
+The dashboard is the front page, ``html_dir/index.html`` (``report.write_front_page``: the
+summary's tables and plots, each figure linked to its graph), over asv-tachyon's explorer in
+``html_dir/explore/`` (``asv publish``, made offline by ``dashboard.make_offline``).
+``asv publish`` first deletes its folder and then writes it file by file: a run killed in
+between leaves no dashboard or half of one. ``publish`` writes a hidden folder beside
+``html_dir`` (``.NAME.new-PID``), the explorer and then the front page in it, and only then
 swaps it in: in one step where the filesystem can (``renameat2``'s ``RENAME_EXCHANGE``: Linux
 ext4, xfs, btrfs, tmpfs), else by two renames (NFS; a kill between them leaves the previous
 dashboard in ``.NAME.old-PID``). A kill before the swap leaves the previous dashboard and a
@@ -22,10 +25,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .dashboard import configured_html_dir, make_offline
+from .dashboard import configured_dir, explorer_link, make_offline
 from .history import off_branch
+from .report import write_front_page
 
-__all__ = ["PublishError", "publish", "swap_in"]
+__all__ = ["EXPLORE", "PublishError", "publish", "swap_in"]
+
+#: The explorer's folder in ``html_dir`` (asv's output and asv-tachyon's UI).
+EXPLORE = "explore"
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
@@ -65,23 +72,45 @@ def swap_in(new: Path, html_dir: Path) -> None:
 
 
 def publish(config: Path) -> Path:
-    """``asv publish`` under ``config`` into a fresh folder, made offline, swapped in as the
-    config's ``html_dir``; return ``html_dir``. Raises ``PublishError`` if asv fails (the
-    previous dashboard stays) and ``dashboard.OfflineError`` as ``make_offline`` does."""
-    html_dir = Path(configured_html_dir(config)).absolute()
+    """The dashboard of ``config``'s results into a fresh folder (``asv publish`` into its
+    ``EXPLORE`` folder, made offline; the front page over it), swapped in as the config's
+    ``html_dir``; return ``html_dir``. Raises ``PublishError`` if asv fails,
+    ``dashboard.OfflineError`` as ``make_offline`` does and ``results.ResultsError`` as
+    ``write_front_page`` does; each time the previous dashboard stays and the fresh folder goes.
+    """
+    html_dir = configured_dir(config, "html_dir").absolute()
     for line in off_branch(config):  # asv leaves them out of the graphs without a word
         print(f"moe-bench publish: {line}", file=sys.stderr)
     for left in html_dir.parent.glob(f".{html_dir.name}.*-*"):  # of a run killed before
         shutil.rmtree(left, ignore_errors=True)
     new = html_dir.with_name(f".{html_dir.name}.new-{os.getpid()}")
+    explore = new / EXPLORE
     done = subprocess.run(
-        [sys.executable, "-m", "asv", "--config", str(config), "publish", "--html-dir", str(new)]
+        [
+            sys.executable,
+            "-m",
+            "asv",
+            "--config",
+            str(config),
+            "publish",
+            "--html-dir",
+            str(explore),
+        ]
     )
-    if done.returncode:
-        shutil.rmtree(new, ignore_errors=True)
-        raise PublishError(
-            f"asv publish exited {done.returncode} (its output above); {html_dir} is unchanged"
+    try:
+        if done.returncode:
+            raise PublishError(
+                f"asv publish exited {done.returncode} (its output above); {html_dir} is unchanged"
+            )
+        make_offline(explore)
+        write_front_page(
+            configured_dir(config, "results_dir"),
+            new,
+            link=explorer_link(explore, f"{EXPLORE}/"),
+            explore=f"{EXPLORE}/",
         )
-    make_offline(new)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
     swap_in(new, html_dir)
     return html_dir

@@ -3,16 +3,19 @@
 From each machine's latest results, per model shape x strategy, the whole rank's load as vLLM
 makes it (``bench_allocator``: the default pool at ``max_split_size_mb`` 20): its seconds,
 **measured** on CUDA (``RankLoadTime``) or, elsewhere, **predicted** for the device whose costs
-were recorded last (``moe_convert.loadtime``: that device's per-layer seconds and event costs
+were recorded last (``moe_convert.load.loadtime``: that device's per-layer seconds and event costs
 times the replayed driver calls), or n/a where neither exists; then the replayed driver calls,
 the peak reserved bytes and the layers an OOM left unconverted; one layer's peak transient
 bytes (``PeakMemory``); and whether the same load under
 vLLM's sleep mode fits that device (``SleepModeReplay``'s peak: the sleep-mode pool never gives a
 segment back, so its reserved bytes climb the same way on any device until the first refusal,
-which is the OOM: it fits exactly when that peak does). ``legacy`` and ``preallocated``
-come first, with their ratio beside vLLM #45589's 4.5x. ``layer_curves`` replays that PR's own
-load for the per-layer plot (``moe_bench.plots.write_rank_load_plot``), beside the runs of the
-latest committed ``scripts/gpu-check`` that loaded it (``recorded_runs``).
+which is the OOM: it fits exactly when that peak does). The headline (``rank_load_blocks``)
+shows ``legacy`` and ``preallocated`` and each shape's best strategy (``BEST_RULE``), with
+legacy / preallocated beside vLLM #45589's 4.5x; ``every_strategy_blocks`` every strategy.
+Both are ``moe_bench.document`` blocks: summary.md and the front page print the same tables.
+``layer_curves`` replays that PR's own load for the per-layer plot
+(``moe_bench.plots.write_rank_load_plot``), beside the runs of the latest committed
+``scripts/gpu-check`` that loaded it (``recorded_runs``).
 """
 
 from __future__ import annotations
@@ -25,22 +28,26 @@ from pathlib import Path
 import pandas as pd
 
 from moe_convert import STRATEGIES
-from moe_convert.loadtime import COSTS_FILE, DeviceCosts, predict_load_seconds
-from moe_convert.replay import pr45589_replay
-from moe_convert.shapes import shape_from_label
-from moe_convert.wholemodel import PR45589_HEADROOM_BYTES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
+from moe_convert.formats.bf16.shapes import shape_from_label
+from moe_convert.load.loadtime import COSTS_FILE, DeviceCosts, predict_load_seconds
+from moe_convert.load.replay import pr45589_replay
+from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 
+from .document import Block, Cell
 from .gpucheck.plan import LOAD_STRATEGIES
-from .metrics import PEAK_BYTES, RANK_LOAD_FIGURES, RANK_LOAD_REPLAY, RANK_LOAD_TIME
+from .metrics import PEAK_BYTES, RANK_LOAD_FIGURES, RANK_LOAD_REPLAY, RANK_LOAD_TIME, TIME
 from .units import human
 
 __all__ = [
+    "BEST",
     "CURVE_STRATEGIES",
     "FIRST",
+    "best_strategies",
+    "every_strategy_blocks",
     "layer_curves",
+    "rank_load_blocks",
     "rank_load_table",
     "recorded_runs",
-    "render_rank_load",
 ]
 
 #: The strategies shown first, in this order: vLLM's conversion before and after #45589.
@@ -51,9 +58,12 @@ CURVE_STRATEGIES = LOAD_STRATEGIES
 _EVENTS = tuple(name for name, unit in RANK_LOAD_FIGURES if unit in ("calls", "retries"))
 #: The replayed figures by column name, as ``bench_allocator.RankLoadReplay`` names them.
 _REPLAYED = {f"{RANK_LOAD_REPLAY}.track_{name}": name for name, _ in RANK_LOAD_FIGURES}
-_REPLAYED[f"{RANK_LOAD_REPLAY}.track_layers_lost_to_oom"] = "layers_lost"
-_REPLAYED["bench_allocator.SleepModeReplay.track_peak_reserved_bytes"] = "sleep_peak_bytes"
+_LOST = f"{RANK_LOAD_REPLAY}.track_layers_lost_to_oom"
+_SLEEP_PEAK = "bench_allocator.SleepModeReplay.track_peak_reserved_bytes"
+_REPLAYED[_LOST] = "layers_lost"
+_REPLAYED[_SLEEP_PEAK] = "sleep_peak_bytes"
 _REPLAYED[PEAK_BYTES] = "layer_peak_bytes"  # one layer's peak transient (exact, on meta)
+_REPLAYED[TIME] = "layer_seconds"  # one layer's time: the best strategy where no load is timed
 
 
 def rank_load_table(df: pd.DataFrame, costs: DeviceCosts | None) -> pd.DataFrame:
@@ -110,54 +120,140 @@ def _seconds(row: pd.Series, costs: DeviceCosts | None) -> tuple[float, str]:
     return predicted, "predicted"
 
 
-def render_rank_load(table: pd.DataFrame, costs: DeviceCosts | None) -> str:
-    """The headline section in markdown (empty for an empty ``table``)."""
+def rank_load_blocks(table: pd.DataFrame, costs: DeviceCosts | None) -> list[Block]:
+    """The headline (``moe_bench.document`` blocks; none for an empty ``table``): per machine,
+    newest first, and model shape the load of ``FIRST`` and of the shape's best strategy
+    (``best_strategies``), with legacy / preallocated beside vLLM #45589's 4.5x."""
     if table.empty:
-        return ""
+        return []
     where = (
         f"predicted for {costs.device} from the costs recorded at commit {costs.commit} "
         f"({costs.date}, docs/gpu-results/device-costs.json)"
         if costs
         else "no device's costs recorded yet (`scripts/gpu-check`'s step `load` records them)"
     )
-    lines = [
-        "## Whole-rank load (vLLM's load: default pool, max_split_size_mb:20)",
-        "",
-        "Seconds spent converting a rank's MoE layers: measured on CUDA; elsewhere "
-        f"{where}. Driver calls and peak replayed for a device with vLLM #45589's headroom "
-        "(29.89 GiB once loaded), exact on every machine; sleep mode: the same load in vLLM's "
-        "sleep-mode pool on that device.",
-    ]
-    for (machine, commit), rows in table.groupby(["machine", "commit"], sort=False):
-        lines += ["", f"### `{machine}` at `{commit[:8]}`", ""]
-        shown = pd.DataFrame(
-            {
-                "shape": rows["shape"],
-                "strategy": rows["strategy"],
-                "load time": [
-                    "n/a" if s == "n/a" else f"{human(v, 'seconds')} ({s})"
-                    for v, s in zip(rows["seconds"], rows["source"], strict=True)
-                ],
-                "cudaMalloc": rows["num_device_alloc"].map(_count),
-                "cudaFree": rows["num_device_free"].map(_count),
-                "refused": rows["num_device_alloc_failed"].map(_count),
-                "retries": rows["num_alloc_retries"].map(_count),
-                "peak transient (1 layer)": rows["layer_peak_bytes"].map(
-                    lambda b: human(b, "bytes")
-                ),
-                "peak reserved (rank)": rows["peak_reserved_bytes"].map(
-                    lambda b: human(b, "bytes")
-                ),
-                "OOM": rows["layers_lost"].map(lambda n: f"{_count(n)} layers lost" if n else "-"),
-                "sleep mode": [
-                    _sleep_mode(shape, peak)
-                    for shape, peak in zip(rows["shape"], rows["sleep_peak_bytes"], strict=True)
-                ],
-            }
+    blocks = [
+        Block(
+            "Whole-rank load (vLLM's load: default pool, max_split_size_mb:20)",
+            text=(
+                "Seconds spent converting a rank's MoE layers: measured on CUDA; elsewhere "
+                f"{where}. Driver calls and peak replayed for a device with vLLM #45589's "
+                "headroom (29.89 GiB once loaded), exact on every machine; sleep mode: the same "
+                "load in vLLM's sleep-mode pool on that device. `legacy` and `preallocated` are "
+                "vLLM's conversion before and after #45589; the third row of a shape is its "
+                f"{BEST}: {BEST_RULE}.",
+            ),
         )
-        lines.append(shown.to_markdown(index=False, disable_numparse=True))
-        lines += _ratios(rows)
-    return "\n".join(lines) + "\n"
+    ]
+    best = best_strategies(table)
+    for (machine, commit), rows in _by_run(table):
+        is_best = [
+            best.get((machine, shape)) == name
+            for shape, name in zip(rows["shape"], rows["strategy"], strict=True)
+        ]
+        shown = rows[rows["strategy"].isin(FIRST) | pd.Series(is_best, index=rows.index)]
+        blocks.append(
+            Block(
+                f"`{machine}` at `{commit[:8]}`",
+                level=3,
+                table=_cells(shown, best),
+                items=tuple(_ratios(rows)),
+            )
+        )
+    return blocks
+
+
+def every_strategy_blocks(table: pd.DataFrame) -> list[Block]:
+    """The whole rank's load of every strategy, per machine (newest first); none if empty."""
+    if table.empty:
+        return []
+    blocks = [Block("Whole-rank load of every strategy")]
+    best = best_strategies(table)
+    for (machine, commit), rows in _by_run(table):
+        blocks.append(Block(f"`{machine}` at `{commit[:8]}`", level=3, table=_cells(rows, best)))
+    return blocks
+
+
+def best_strategies(table: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """``(machine, shape) -> strategy`` by ``BEST_RULE``; a shape none qualifies for is absent."""
+    best = {}
+    for (machine, shape), rows in table.groupby(["machine", "shape"], sort=False):
+        fits = rows[rows["layers_lost"] == 0]
+        timed = fits.dropna(subset=["seconds"])
+        by = "seconds" if len(timed) == len(fits) else "layer_seconds"
+        ranked = fits.dropna(subset=[by])
+        if not ranked.empty:
+            best[(machine, shape)] = ranked.loc[ranked[by].idxmin(), "strategy"]
+    return best
+
+
+def _by_run(table: pd.DataFrame):
+    """``((machine, commit), rows)`` per machine's latest commit, the newest run first."""
+    runs = table.sort_values("date", ascending=False, kind="stable")
+    return runs.groupby(["machine", "commit"], sort=False)
+
+
+#: The name and rule of the third strategy of each shape in the headline.
+BEST = "best strategy"
+BEST_RULE = (
+    "of the strategies whose load loses no layer to an OOM, the one with the shortest load time "
+    "(measured or predicted) where all of them have one, else the fastest one layer "
+    "(`LayerTime`) on this machine"
+)
+
+#: The headline's columns: header -> (the rank-load table's column, its benchmark, its unit).
+_COLUMNS = {
+    "cudaMalloc": ("num_device_alloc", f"{RANK_LOAD_REPLAY}.track_num_device_alloc", "calls"),
+    "cudaFree": ("num_device_free", f"{RANK_LOAD_REPLAY}.track_num_device_free", "calls"),
+    "refused": (
+        "num_device_alloc_failed",
+        f"{RANK_LOAD_REPLAY}.track_num_device_alloc_failed",
+        "calls",
+    ),
+    "retries": ("num_alloc_retries", f"{RANK_LOAD_REPLAY}.track_num_alloc_retries", "calls"),
+    "peak transient (1 layer)": ("layer_peak_bytes", PEAK_BYTES, "bytes"),
+    "peak reserved (rank)": (
+        "peak_reserved_bytes",
+        f"{RANK_LOAD_REPLAY}.track_peak_reserved_bytes",
+        "bytes",
+    ),
+}
+
+
+def _cells(rows: pd.DataFrame, best: dict) -> pd.DataFrame:
+    """One row of ``Cell``s per strategy: the headline's columns, each linked to its graph."""
+    machine = rows["machine"]
+    shown = pd.DataFrame(
+        {
+            "shape": rows["shape"],
+            "strategy": [
+                f"{s} ({BEST})" if best.get((m, shape)) == s else s
+                for m, shape, s in zip(machine, rows["shape"], rows["strategy"], strict=True)
+            ],
+            "load time": [
+                Cell(
+                    "n/a" if source == "n/a" else f"{human(value, 'seconds')} ({source})",
+                    benchmark=RANK_LOAD_TIME if source == "measured" else None,
+                    machine=m,
+                )
+                for value, source, m in zip(rows["seconds"], rows["source"], machine, strict=True)
+            ],
+        }
+    )
+    for header, (column, benchmark, unit) in _COLUMNS.items():
+        shown[header] = [
+            Cell(_count(v) if unit == "calls" else human(v, unit), benchmark=benchmark, machine=m)
+            for v, m in zip(rows[column], machine, strict=True)
+        ]
+    shown["OOM"] = [
+        Cell(f"{_count(n)} layers lost" if n else "-", benchmark=_LOST, machine=m)
+        for n, m in zip(rows["layers_lost"], machine, strict=True)
+    ]
+    shown["sleep mode"] = [
+        Cell(_sleep_mode(shape, peak), benchmark=_SLEEP_PEAK, machine=m)
+        for shape, peak, m in zip(rows["shape"], rows["sleep_peak_bytes"], machine, strict=True)
+    ]
+    return shown.reset_index(drop=True)
 
 
 def _sleep_mode(shape: str, peak: float) -> str:
@@ -180,10 +276,10 @@ def _ratios(rows: pd.DataFrame) -> list[str]:
         pair = [seconds.get((shape, name), math.nan) for name in FIRST]
         if not any(math.isnan(v) for v in pair):
             lines.append(
-                f"- {shape}: legacy / preallocated {pair[0] / pair[1]:.2f}x "
+                f"{shape}: legacy / preallocated {pair[0] / pair[1]:.2f}x "
                 "(vLLM #45589, Qwen3-235B TP4 on an H20-141GB: 10.72 s / 2.39 s = 4.5x)"
             )
-    return [""] + lines if lines else []
+    return lines
 
 
 @functools.cache

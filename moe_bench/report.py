@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from moe_convert.loadtime import read_costs
-from moe_convert.quant_catalog import shape_format
-from moe_convert.quant_formats import SHAPE_FORMATS, format_title
+from moe_convert.formats.quant.catalog import shape_format
+from moe_convert.formats.quant.formats import SHAPE_FORMATS, format_title
+from moe_convert.load.loadtime import DeviceCosts, read_costs
 
+from .document import Block, Cell, Image, Link, to_html, to_markdown
 from .gate import failed_benchmarks
 from .hardware import copy_scale, copy_seconds, copy_spread, strategy_changes
 from .metrics import (
@@ -37,20 +38,30 @@ from .metrics import (
     TIME,
     Metric,
     judge,
+    quant_sibling,
     same_hardware,
     steady,
 )
 from .plots import write_plots, write_rank_load_plot
-from .rankload import layer_curves, rank_load_table, recorded_runs, render_rank_load
+from .rankload import (
+    every_strategy_blocks,
+    layer_curves,
+    rank_load_blocks,
+    rank_load_table,
+    recorded_runs,
+)
 from .results import load_results
 from .units import human
 
 __all__ = [
     "BASELINE",
-    "changes_markdown",
+    "TITLE",
+    "changes_block",
     "comment_markdown",
-    "render_markdown",
+    "format_blocks",
+    "summary_blocks",
     "summary_table",
+    "write_front_page",
     "write_summary",
 ]
 
@@ -63,8 +74,15 @@ _SUMMARY: dict[str, Metric] = {}
 for _metric in METRICS.values():
     if _metric.column is not None:
         _SUMMARY.setdefault(_metric.column, _metric)
-#: Every benchmark with a summary column -> that column.
-_COLUMN_OF = {m.benchmark: m.column for m in METRICS.values() if m.column is not None}
+#: BF16's benchmarks of the summary's columns (each format's siblings share them).
+_SUMMARY_BENCHMARKS = tuple(m.benchmark for m in _SUMMARY.values())
+
+
+def _column_of(benchmark: str) -> str | None:
+    """``benchmark``'s summary column (a format's figure: its BF16 sibling's), if any."""
+    return METRICS[benchmark].column if benchmark in METRICS else None
+
+
 #: What the summary says of the run its time figures are compared with (``summary_table``).
 _COMPARED = ["previous_commit", "copy_scale", "copy_spread", "previous_copy_spread"]
 _POINT = ["machine", "env", "benchmark", "shape", "strategy", "version", "profile"]
@@ -89,7 +107,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     -------
     DataFrame with columns ``machine, env, profile, commit, date, format, shape, strategy``
     (profile ``""`` where the machine did not record one; format the shape's,
-    ``moe_convert.quant_catalog.shape_format``: ``bf16``, ``nvfp4``, ``mxfp4``, ``fp8``), the
+    ``moe_convert.formats.quant.catalog.shape_format``: ``bf16``, ``nvfp4``, ``mxfp4``, ...), the
     figures ``time`` (s), ``speedup`` (legacy time / time), then the other summary columns of
     the metrics table (``copy_ratio``, ``traffic_ratio``, ``peak_bytes``, ``whole_model``), for
     each figure but
@@ -108,13 +126,14 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     ValueError
         If ``df`` holds none of the summary's benchmarks.
     """
-    data = df[df["benchmark"].isin(_COLUMN_OF)].copy()
+    columns = df["benchmark"].map(_column_of)
+    data = df[columns.notna()].copy()
     if data.empty:
         raise ValueError(
-            f"df has none of the summary's benchmarks ({', '.join(_COLUMN_OF)}); "
-            "pass load_results() of a results_dir the suite ran into"
+            f"df has none of the summary's benchmarks ({', '.join(_SUMMARY_BENCHMARKS)}, or a "
+            "format's); pass load_results() of a results_dir the suite ran into"
         )
-    data["metric"] = data["benchmark"].map(_COLUMN_OF)
+    data["metric"] = columns[columns.notna()]
     data["format"] = data["shape"].map(shape_format)
     data["profile"] = data["profile"].fillna("")  # None where not recorded: still one key
     latest_date = data.groupby("machine")["date"].transform("max")
@@ -134,7 +153,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
         run, earlier = key[:3], (*key[:2], key[3])
         moved = {
             name: strategy_changes(data, name, run, earlier, copies)
-            for name in _COLUMN_OF
+            for name in data["benchmark"].unique()
             if METRICS[name].by_strategy
         }
         spreads = copy_spread(copies, run), copy_spread(copies, earlier)
@@ -198,80 +217,114 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     return table[order + figures + changes + _COMPARED + ["regressions"]]
 
 
-def _cell(row: pd.Series, column: str) -> str:
+def _cell(row: pd.Series, column: str) -> Cell:
+    """The figure ``column`` of ``row`` in human units, marked where the gate marks it, linked
+    to its benchmark in the row's format (the speed-up to the time's)."""
+    benchmark = _benchmark(_SUMMARY[METRICS[TIME].column if column == "speedup" else column], row)
     if column == "speedup":
-        return "n/a" if math.isnan(row["speedup"]) else f"{row['speedup']:.2f}×"
-    text = human(row[column], _SUMMARY[column].display)
-    if column in row["regressions"]:
-        return f"**{text}** ⚠ {row[f'{column}_change'] - 1:+.0%}"
-    return text
+        text = "n/a" if math.isnan(row["speedup"]) else f"{row['speedup']:.2f}×"
+        return Cell(text, benchmark=benchmark, machine=row["machine"])
+    mark = f"⚠ {row[f'{column}_change'] - 1:+.0%}" if column in row["regressions"] else ""
+    return Cell(
+        human(row[column], _SUMMARY[column].display),
+        mark,
+        benchmark=benchmark,
+        machine=row["machine"],
+    )
 
 
-def render_markdown(table: pd.DataFrame, *, title: str, headline: str = "") -> str:
-    """``summary_table`` as markdown: a section per machine, in it a table per format (BF16,
-    NVFP4, MXFP4, FP8: those the run has), values in human units, after ``headline`` (markdown
-    placed first, under the title). A quantized row's strategy is its format's of that kind.
+def _benchmark(figure: Metric, row: pd.Series) -> str | None:
+    """``figure``'s benchmark in ``row``'s format (BF16's own, else its sibling), if any."""
+    if row["format"] == "bf16":
+        return figure.benchmark
+    sibling = quant_sibling(figure.benchmark, row["format"])
+    return sibling if sibling in METRICS else None
+
+
+def _newest_first(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (a ``date`` column: a machine's latest run) with the newest run's rows first,
+    each run's rows in their order."""
+    return table.sort_values("date", ascending=False, kind="stable")
+
+
+def format_blocks(table: pd.DataFrame) -> list[Block]:
+    """``summary_table`` as blocks: the legend, then a section per machine (newest run first),
+    in it a table per format (BF16, NVFP4, MXFP4, FP8: those the run has), values in human
+    units. A quantized row's strategy is its format's of that kind.
 
     A regressed figure is bold with ``⚠`` and its change against the previous result.
     """
     exact = ", ".join(m.title for m in _SUMMARY.values() if m.factor == 1.0)
     timed = ", ".join(m.title for m in _SUMMARY.values() if m.factor == NOISE_FACTOR)
-    lines = [f"# {title}", ""] + ([headline] if headline else [])
-    lines.append(
-        f"⚠: worse than the previous result of the same point by the PR gate's rule: {exact}: any "
-        f"rise; {timed}: more than {NOISE_FACTOR:g}x (no paired run in a history; "
-        f"moe_bench.metrics.NOISE_FACTOR), absolute seconds ({_HOST_BOUND}) only against a run "
-        f"on same-looking hardware (its same-size copies within {HARDWARE_BAND:g}x of this run's; "
-        f"moe_bench.metrics.HARDWARE_BAND); between two steady runs, also a copy ratio beyond "
-        f"{STRATEGY_FACTOR:g}x where its strategy rose so in the median over its shapes "
-        f"(moe_bench.metrics.STRATEGY_FACTOR). Speed-up: `{BASELINE}` time / time. Copy ratio: "
-        "time / a same-size copy's (1 is the out-of-place limit). Traffic ratio: bytes moved / "
-        "(2 x layer bytes). Whole model: every MoE layer of the model on one rank."
-    )
-    for (machine, env, profile, commit, date), rows in table.groupby(
+    blocks = [
+        Block(
+            "Per format: one layer of every strategy",
+            text=(
+                f"⚠: worse than the previous result of the same point by the PR gate's rule: "
+                f"{exact}: any rise; {timed}: more than {NOISE_FACTOR:g}x (no paired run in a "
+                f"history; moe_bench.metrics.NOISE_FACTOR), absolute seconds ({_HOST_BOUND}) only "
+                "against a run on same-looking hardware (its same-size copies within "
+                f"{HARDWARE_BAND:g}x of this run's; moe_bench.metrics.HARDWARE_BAND); between two "
+                f"steady runs, also a copy ratio beyond {STRATEGY_FACTOR:g}x where its strategy "
+                "rose so in the median over its shapes (moe_bench.metrics.STRATEGY_FACTOR). "
+                f"Speed-up: `{BASELINE}` time / time. Copy ratio: time / a same-size copy's (1 is "
+                "the out-of-place limit). Traffic ratio: bytes moved / (2 x layer bytes). Whole "
+                "model: every MoE layer of the model on one rank.",
+            ),
+        )
+    ]
+    for (machine, env, profile, commit, date), rows in _newest_first(table).groupby(
         ["machine", "env", "profile", "commit", "date"], sort=False
     ):
         regressed = sum(len(r) for r in rows["regressions"])
         run = f"{env}, profile {profile}" if profile else env
-        lines += [
-            "",
-            f"## `{machine}`: commit `{commit[:8]}` ({date:%Y-%m-%d %H:%M} UTC, {run})",
-            "",
-            *_hardware_notes(rows),
-        ]
+        blocks.append(
+            Block(
+                f"`{machine}`: commit `{commit[:8]}` ({date:%Y-%m-%d %H:%M} UTC, {run})",
+                level=3,
+                text=tuple(_hardware_notes(rows)),
+            )
+        )
         for fmt in SHAPE_FORMATS:  # a table per format, BF16 first
             of_format = rows[rows["format"] == fmt]
             if of_format.empty:
                 continue
-            shown = of_format[["shape", "strategy"]].copy()
+            shown = of_format[["shape", "strategy"]].reset_index(drop=True)
             for column in _HEADERS:
                 shown[_HEADERS[column]] = [_cell(row, column) for _, row in of_format.iterrows()]
-            lines += [
-                f"### {format_title(fmt)}",
-                "",
-                shown.to_markdown(index=False, disable_numparse=True),
-            ]
-            lines.append("")
-        lines.append(f"{regressed} regressed figure(s) against the previous results.")
-    return "\n".join(lines) + "\n"
+            blocks.append(Block(format_title(fmt), level=4, table=shown))
+        tally = f"{regressed} regressed figure(s) against the previous results."
+        blocks.append(Block(text=(tally,)))
+    return blocks
 
 
-def changes_markdown(table: pd.DataFrame) -> str:
-    """What each machine's latest results changed against its previous ones, first: the figures
-    ``summary_table`` marks (the PR gate's rule), or that none got worse."""
-    lines = ["## What changed since the previous results", ""]
-    for (machine, commit), rows in table.groupby(["machine", "commit"], sort=False):
-        worse = [
-            f"{row['shape']} `{row['strategy']}` {_SUMMARY[column].title} "
-            f"{row[f'{column}_change'] - 1:+.0%}"
-            for _, row in rows.iterrows()
-            for column in row["regressions"]
-        ]
-        lines.append(
-            f"- `{machine}` at `{commit[:8]}`: "
-            + ("worse: " + "; ".join(worse) if worse else "no figure worse by the gate's rule")
-        )
-    return "\n".join(lines) + "\n"
+def changes_block(table: pd.DataFrame) -> Block:
+    """What each machine's latest results (newest first) changed against its previous ones: a
+    row per figure ``summary_table`` marks (the PR gate's rule), or a line saying none got
+    worse."""
+    worse, unchanged = [], []
+    for (machine, commit), rows in _newest_first(table).groupby(["machine", "commit"], sort=False):
+        marked = [(row, column) for _, row in rows.iterrows() for column in row["regressions"]]
+        if not marked:
+            unchanged.append(f"`{machine}` at `{commit[:8]}`: no figure worse by the gate's rule")
+        for row, column in marked:
+            cell = _cell(row, column)
+            worse.append(
+                {
+                    "machine": machine,
+                    "commit": commit[:8],
+                    "shape": row["shape"],
+                    "strategy": row["strategy"],
+                    "figure": _SUMMARY[column].title,
+                    "now": Cell(cell.text, benchmark=cell.benchmark, machine=machine),
+                    "change": Cell(cell.mark, benchmark=cell.benchmark, machine=machine),
+                }
+            )
+    return Block(
+        "What changed since the previous results",
+        table=pd.DataFrame(worse) if worse else None,
+        items=tuple(unchanged),
+    )
 
 
 def _hardware_notes(rows: pd.DataFrame) -> list[str]:
@@ -314,7 +367,7 @@ def _hardware_notes(rows: pd.DataFrame) -> list[str]:
                 f"copy ratio is marked only beyond {NOISE_FACTOR:g}x; smaller steps are the "
                 "paired run's (scripts/compare)."
             )
-        notes += [note, ""]
+        notes.append(note)
     return notes
 
 
@@ -322,39 +375,94 @@ def _spread(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.2f}x"
 
 
-def write_summary(results_dir, out_dir) -> Path:
-    """Load ``results_dir``, write ``out_dir/summary.md`` and its plots; return the summary path.
+#: The summary's and the front page's title.
+TITLE = "moe-convert-bench: latest results"
+#: Where the front page's plots go, in the dashboard's folder.
+PAGE_PLOTS = "plots"
 
-    The summary opens with the questions a vLLM maintainer asks: the whole rank's load
-    (``moe_bench.rankload``: load time measured or predicted from the last recorded device costs,
-    peak transient and reserved memory, driver calls, OOM, sleep mode) and what changed since
-    the previous results (``changes_markdown``); then the per-layer table, then every failed
-    figure of each machine's latest commit (``gate``'s ``failed_benchmarks``).
-    The plots (``write_plots``, ``write_rank_load_plot``) are PNGs in ``out_dir``, shown in the
-    summary as images by relative path. Raises ``moe_bench.results.ResultsError`` when there are
-    no results (or a figure the metrics table does not know).
+
+def summary_blocks(df: pd.DataFrame, costs: DeviceCosts | None, plots: list[str]) -> list[Block]:
+    """What the summary and the front page say, in this order: the whole rank's load under vLLM's
+    setting (``moe_bench.rankload``: legacy, preallocated and the best strategy; load time
+    measured or predicted from ``costs``, driver calls, peak transient and reserved memory, OOM,
+    sleep mode), the per-format tables (``format_blocks``), every strategy's rank load, what
+    changed since the previous results (``changes_block``), every failed figure of each
+    machine's latest commit (``gate``'s ``failed_benchmarks``), then ``plots`` (PNG paths
+    relative to the document, as ``write_plots`` names them). Machines newest run first.
+    """
+    table = summary_table(df)
+    loads = rank_load_table(df, costs)
+    dates = table.groupby("machine")["date"].max().sort_values(ascending=False)
+    newest = ", ".join(f"`{m}` ({d:%Y-%m-%d %H:%M} UTC)" for m, d in dates.items())
+    blocks = [
+        Block(TITLE, level=1, text=(f"Each machine's latest run, the newest first: {newest}.",)),
+        *rank_load_blocks(loads, costs),
+        *format_blocks(table),
+        *every_strategy_blocks(loads),
+        changes_block(table),
+    ]
+    failed = failed_benchmarks(df)
+    if failed:  # a cell that crashed, hung or raised: named here, its reason in the asv log
+        blocks += [
+            Block(f"Failed: {len(failed)} figure(s)", items=tuple(f"`{n}`" for n in failed)),
+            Block(
+                text=(
+                    "Each failed alone, the rest of its grid measured; why (an exception, the "
+                    "signal that killed the cell, its time box) is in the run's asv log. The gate "
+                    "fails on them.",
+                )
+            ),
+        ]
+    by_name = sorted(dates.index, key=len, reverse=True)  # a longer name first: its own prefix
+    images = []
+    for plot in plots:
+        machine = next((m for m in by_name if Path(plot).name.startswith(f"{m}-")), None)
+        images.append(Image(plot, TIME if machine else None, machine))
+    # Each machine's history first (newest machine first), then the rank load per layer, then
+    # the rest of each machine's plots.
+    rank = {m: i for i, m in enumerate(dates.index)}
+    images.sort(
+        key=lambda image: (
+            0 if image.path.endswith("-history.png") else 1 if image.machine is None else 2,
+            rank.get(image.machine, -1),
+        )
+    )
+    blocks.append(Block("Plots", images=tuple(images)))
+    return blocks
+
+
+def _plots(df: pd.DataFrame, out_dir: Path) -> list[str]:
+    """The PNGs of ``moe_bench.plots`` written into ``out_dir``; their paths relative to it."""
+    written = write_plots(df, out_dir) + [
+        write_rank_load_plot(layer_curves(), recorded_runs(), out_dir)
+    ]
+    return [p.name for p in written]
+
+
+def write_summary(results_dir, out_dir) -> Path:
+    """Load ``results_dir``, write ``out_dir/summary.md`` (``summary_blocks`` as markdown) and
+    its plots, PNGs beside it; return the summary's path. Raises
+    ``moe_bench.results.ResultsError`` when there are no results (or a figure the metrics table
+    does not know).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     df = load_results(results_dir)
-    costs = read_costs()
-    table = summary_table(df)
-    headline = render_rank_load(rank_load_table(df, costs), costs) + changes_markdown(table)
-    text = render_markdown(table, title="moe-convert-bench: latest results", headline=headline)
-    failed = failed_benchmarks(df)
-    if failed:  # a cell that crashed, hung or raised: named here, its reason in the asv log
-        text += (
-            f"\n## Failed: {len(failed)} figure(s)\n\n"
-            + "".join(f"- `{name}`\n" for name in failed)
-            + "\nEach failed alone, the rest of its grid measured; why (an exception, the signal "
-            "that killed the cell, its time box) is in the run's asv log. The gate fails on them.\n"
-        )
-    plots = write_plots(df, out_dir) + [
-        write_rank_load_plot(layer_curves(), recorded_runs(), out_dir)
-    ]
-    text += "\n## Plots\n\n" + "".join(f"![{p.stem}]({p.relative_to(out_dir)})\n\n" for p in plots)
     path = out_dir / "summary.md"
-    path.write_text(text)
+    path.write_text(to_markdown(summary_blocks(df, read_costs(), _plots(df, out_dir))))
+    return path
+
+
+def write_front_page(results_dir, html_dir, link: Link, explore: str) -> Path:
+    """Write the dashboard's front page, ``html_dir/index.html``: ``summary_blocks`` as HTML,
+    the plots in ``html_dir/plots/``, every figure linked by ``link`` to its graph, ``explore``
+    the explorer's URL relative to the page; return its path. Raises as ``write_summary``."""
+    html_dir = Path(html_dir)
+    df = load_results(results_dir)
+    plots = _plots(df, html_dir / PAGE_PLOTS)
+    blocks = summary_blocks(df, read_costs(), [f"{PAGE_PLOTS}/{p}" for p in plots])
+    path = html_dir / "index.html"
+    path.write_text(to_html(blocks, link=link, title=TITLE, explore=explore))
     return path
 
 

@@ -212,7 +212,7 @@ def _is_json(path: Path) -> bool:
 
 def _check_metrics(frame: pd.DataFrame, root: Path) -> None:
     """Raise ``ResultsError`` for a benchmark not in ``METRICS``, a wrong unit or an inf value."""
-    unknown = sorted(set(frame["benchmark"]) - set(METRICS))
+    unknown = sorted(name for name in set(frame["benchmark"]) if name not in METRICS)
     if unknown:
         raise ResultsError(
             f"{root}: benchmark(s) not in the metrics table: {', '.join(unknown)}; add each to "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .layout import BLOCK_K, SHUFFLE_BLOCK
+from .formats.layout import BLOCK_K, SHUFFLE_BLOCK
 
 __all__ = ["check_disjoint", "check_weights"]
 

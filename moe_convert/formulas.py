@@ -3,9 +3,9 @@
 Legend (``LEGEND``, each a size of a ``LayerShape``): E experts; T13, T2 bytes of the whole w13,
 w2 tensor; S13, S2 bytes of one expert of each; X13 = 8 M13, X2 = 8 H bytes of one int64 row
 index of w13, w2 (M13 rows of one w13 expert); MiB = 2^20. The quantized formats
-(``moe_convert.quant_formats``) add F13, F2, the bytes of the whole w13, w2 scale-factor tensor,
+(``formats.quant.formats``) add F13, F2, the bytes of the whole w13, w2 scale-factor tensor,
 and B13, B2, of the whole float32 w13, w2 bias (all 0 for BF16). N13, N2 count the segments of one
-expert's 128-byte cell cycles (``moe_convert.cycles``), which the cycle-walking strategy saves
+expert's 128-byte cell cycles (``formats.bf16.cycles``), which the cycle-walking strategy saves
 the first cell of.
 
 A formula is text in these letters, as a reader writes it: ``3 T13 + 2 T2``,
@@ -24,8 +24,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .cycles import segment_count
-from .shapes import LayerShape
+from .formats.bf16.cycles import segment_count
+from .formats.bf16.shapes import LayerShape
 
 __all__ = ["LEGEND", "Formula", "Symbol", "sizes"]
 
@@ -51,7 +51,7 @@ LEGEND: dict[str, Symbol] = {
     "B13": Symbol("bytes of the whole float32 w13 bias", lambda s: s.w13_bias_bytes),
     "B2": Symbol("bytes of the whole float32 w2 bias", lambda s: s.w2_bias_bytes),
     "N13": Symbol(
-        "segments of one w13 expert's cell cycles (moe_convert.cycles)",
+        "segments of one w13 expert's cell cycles (moe_convert.formats.bf16.cycles)",
         lambda s: segment_count(s.w13_shape[1], s.hidden, s.gated),
     ),
     "N2": Symbol(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from moe_convert.allocator import (
+from moe_convert.load.allocator import (
     Allocator,
     MiB,
     OutOfMemory,

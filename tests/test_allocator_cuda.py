@@ -23,11 +23,10 @@ import torch
 from conftest import requires_cuda
 
 from moe_convert import FORMATS, QUANT_STRATEGIES, STRATEGIES, layer_shape
-from moe_convert.allocator import Allocator, MiB
-from moe_convert.quant_catalog import quant_catalog_shapes
-from moe_convert.quant_replay import replay_quant_load
-from moe_convert.replay import layer_trace, replay_load
-from moe_convert.wholemodel import RUN_POOLS, run_load
+from moe_convert.formats.quant.catalog import quant_catalog_shapes
+from moe_convert.load.allocator import Allocator, MiB
+from moe_convert.load.replay import layer_trace, replay_load
+from moe_convert.load.wholemodel import RUN_POOLS, run_load
 
 pytestmark = requires_cuda
 
@@ -189,11 +188,11 @@ def test_replay_matches_a_real_rank_load(strategy, pool):
 @pytest.mark.parametrize("strategy", sorted(QUANT_STRATEGIES))
 def test_replay_matches_a_real_quantized_rank_load(strategy, pool):
     """The quantized rank load run on CUDA (``run_load`` of a ``QuantLayerShape``: weights,
-    scales and biases each loaded, then each layer converted) against ``replay_quant_load`` for
+    scales and biases each loaded, then each layer converted) against ``replay_load`` for
     the device it found, field by field and event by event."""
     shape = SMALL_QUANT[QUANT_STRATEGIES[strategy].format]
     got = run_load(shape, strategy, max_split_size_mb=MAX_SPLIT_MB, pool=pool)
-    want = replay_quant_load(
+    want = replay_load(
         shape, strategy, max_split_size_mb=MAX_SPLIT_MB, pool=pool, device_bytes=got.device_bytes
     )
     assert want.differences(got) == {}

@@ -19,10 +19,10 @@ import moe_convert
 from moe_bench import metrics
 from moe_bench.results import load_results
 from moe_convert import QUANT_STRATEGIES, quant_layer_shape
-from moe_convert.registry import UNAVAILABLE
-from moe_convert.replay import layer_trace, replay_load
-from moe_convert.traffic import strategy_traffic
-from moe_convert.wholemodel import PR45589_HEADROOM_BYTES
+from moe_convert.formats.bf16.registry import UNAVAILABLE
+from moe_convert.load.replay import _meta_conversion, replay_load  # the trace cache, cleared below
+from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES
+from moe_convert.measuring.traffic import strategy_traffic
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
@@ -471,11 +471,11 @@ def test_bringing_back_per_expert_temporaries_fails_the_gate_without_a_gpu(monke
         moe_convert.STRATEGIES["preallocated"], function=moe_convert.STRATEGIES["legacy"].function
     )
     monkeypatch.setitem(moe_convert.STRATEGIES, "preallocated", reverted)
-    layer_trace.cache_clear()
+    _meta_conversion.cache_clear()
     try:
         head = bench_allocator.rank_load_replay(label, "preallocated")
     finally:
-        layer_trace.cache_clear()
+        _meta_conversion.cache_clear()
     verdict = metrics.judge(
         metrics.metric(f"{metrics.RANK_LOAD_REPLAY}.track_num_device_alloc"),
         base.num_device_alloc,

@@ -45,7 +45,7 @@ BAD = [
     (["dashboard"], ["ACTION"]),
     (["dashboard", "offline"], ["html_dir"]),
     (["dashboard", "offline", "/no/such/html"], ["'/no/such/html'", "asv publish"]),
-    (["dashboard", "serve", "/no/such/html"], ["'/no/such/html'", "asv publish"]),
+    (["dashboard", "serve", "/no/such/html"], ["'/no/such/html'", "moe-bench publish"]),
     (["dashboard", "serve", "--config", "/no/such/asv.conf.json"], ["'/no/such/asv.conf.json'"]),
     (["dashboard", "serve", "--port", "70000"], ["'70000'", "65535"]),
     (["dashboard", "serve", "--port", "-1"], ["'-1'"]),
@@ -73,9 +73,8 @@ def test_config_that_is_not_json(tmp_path, capsys, no_work):
     assert str(config) in line and "not valid JSON" in line
 
 
-def test_port_in_use(tmp_path, capsys, monkeypatch):
+def test_port_in_use(tmp_path, capsys):
     (tmp_path / "index.html").write_text("<html></html>")
-    monkeypatch.setattr(dashboard, "make_offline", lambda html_dir: None)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

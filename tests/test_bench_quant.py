@@ -12,16 +12,15 @@ import pytest
 from moe_bench.metrics import (
     METRICS,
     QUANT_CLASSES,
-    QUANT_FORMATS,
     QUANT_RANK_LOAD_DEVICES,
     RANK_LOAD_REPLAY,
     metric,
 )
 from moe_convert import QUANT_STRATEGIES
-from moe_convert.quant_catalog import quant_catalog_shapes, quant_layer_shape
-from moe_convert.quant_formats import FORMATS
-from moe_convert.quant_replay import quant_rank_load, replay_quant_load
-from moe_convert.wholemodel import LOAD_DEVICES
+from moe_convert.formats.quant.catalog import quant_catalog_shapes, quant_layer_shape
+from moe_convert.formats.quant.formats import FORMATS
+from moe_convert.load.replay import rank_load, replay_load
+from moe_convert.load.wholemodel import LOAD_DEVICES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
@@ -31,6 +30,7 @@ from benchmarks import (  # noqa: E402
     bench_fp8block,
     bench_mxfp4,
     bench_mxfp8,
+    bench_mxint4,
     bench_nvfp4,
     quant,
 )
@@ -41,11 +41,12 @@ MODULES = {
     "fp8": bench_fp8,
     "fp8block": bench_fp8block,
     "mxfp8": bench_mxfp8,
+    "mxint4": bench_mxint4,
 }
 
 
 def test_every_format_has_a_module_of_every_shape_and_kind():
-    assert MODULES.keys() == FORMATS.keys() == set(QUANT_FORMATS) == quant.FORMAT_SHAPES.keys()
+    assert MODULES.keys() == FORMATS.keys() == quant.FORMAT_SHAPES.keys()
     modules = {path.stem for path in (ROOT / "benchmarks").glob("bench_*.py")}
     assert {f"bench_{fmt}" for fmt in FORMATS} <= modules
     for fmt, labels in quant.FORMAT_SHAPES.items():
@@ -140,7 +141,7 @@ def test_the_replay_finds_the_upstream_oom_and_ours_fit():
     device = 15 * 2**30
 
     def load(kind: str):
-        return replay_quant_load(
+        return replay_load(
             shape, f"mxfp4-{kind}", max_split_size_mb=20, pool="sleep", device_bytes=device
         )
 
@@ -154,7 +155,7 @@ def test_the_replay_finds_the_upstream_oom_and_ours_fit():
 def test_the_replay_frees_the_inputs_the_result_does_not_keep():
     # Out of place: every input; in place: all but the new float32 biases; vLLM's block-FP8
     # path: all but w2's scales, which it clamps in place and returns.
-    from moe_convert.quant_replay import _meta_conversion
+    from moe_convert.load.replay import _meta_conversion
 
     r1 = quant_layer_shape("deepseek-r1-fp8block", 8)
     oss = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
@@ -167,7 +168,7 @@ def test_the_replay_frees_the_inputs_the_result_does_not_keep():
 
 def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):
     # One class per device, each with its own setup_cache; every figure read from the cell's
-    # quant_rank_load.
+    # rank_load.
     monkeypatch.setattr(quant, "QUANT_SHAPES", ("gpt-oss-20b-mxfp4/tp1",))
     shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
     grids = {"GB200": bench_mxfp4.RankLoadGB200, "H200": bench_mxfp4.RankLoadH200}
@@ -176,7 +177,7 @@ def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):
         bench = cls()
         loads = bench.setup_cache()
         for kind in ("legacy", "fast"):
-            want = quant_rank_load(shape, f"mxfp4-{kind}", LOAD_DEVICES[device])
+            want = rank_load(shape, f"mxfp4-{kind}", LOAD_DEVICES[device])
             assert want.pool == "default" and want.max_split_size_mb == 20
             bench.setup(loads, shape.label, kind)
             assert bench.track_num_device_alloc(loads, shape.label, kind) == want.num_device_alloc
@@ -192,17 +193,17 @@ def test_the_rank_load_names_the_oom_layer_and_the_refused_device_calls():
     # retries, and it still fits. With 2 GiB beside the weights its 2.4 GiB per layer runs out
     # at once; -fast's 1.5 GiB fits; the figure counts the layers lost.
     shape = quant_layer_shape("deepseek-r1-nvfp4", 4)
-    h200 = quant_rank_load(shape, "nvfp4-legacy", LOAD_DEVICES["H200"])
+    h200 = rank_load(shape, "nvfp4-legacy", LOAD_DEVICES["H200"])
     assert h200.oom_layer is None
     assert h200.num_device_alloc_failed == h200.num_device_free == 1797
-    assert quant_rank_load(shape, "nvfp4-legacy", LOAD_DEVICES["GB200"]).num_device_free == 0
+    assert rank_load(shape, "nvfp4-legacy", LOAD_DEVICES["GB200"]).num_device_free == 0
     tight = shape.moe_layers * shape.layer_bytes + 2 * 2**30
-    small = quant_rank_load(shape, "nvfp4-legacy", tight)
+    small = rank_load(shape, "nvfp4-legacy", tight)
     assert small.oom_layer == 0 and small.num_ooms == 1
     bench = bench_nvfp4.RankLoadH200()
     bench.result = small
     assert bench.track_layers_lost_to_oom({}, shape.label, "legacy") == shape.moe_layers
-    assert quant_rank_load(shape, "nvfp4-fast", tight).oom_layer is None
+    assert rank_load(shape, "nvfp4-fast", tight).oom_layer is None
 
 
 def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interleave(monkeypatch):
@@ -220,8 +221,11 @@ def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interle
     strategies = [row["strategy"] for row in rows if row["strategy"] in QUANT_STRATEGIES]
     assert sorted(strategies) == sorted(QUANT_STRATEGIES)
     assert all(row["exact"] for row in rows if row["strategy"] in QUANT_STRATEGIES)
-    (interleave,) = [row for row in rows if row["strategy"] not in QUANT_STRATEGIES]
-    assert interleave["exact"] in (False, None) and "error" in interleave
+    interleaves = [row for row in rows if row["strategy"] not in QUANT_STRATEGIES]
+    # one row per scale dtype: uint8 (NVFP4, MXFP4, MXFP8) and bf16 (MXINT4)
+    assert [row["shape"].split()[0] for row in interleaves] == ["uint8", "bfloat16"]
+    for interleave in interleaves:
+        assert interleave["exact"] in (False, None) and "error" in interleave
 
 
 def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cell(monkeypatch):
@@ -267,9 +271,9 @@ def test_time_layer_of_a_quantized_shape_copies_every_tensor_and_restores_in_pla
     # input before every call (a conversion of converted bytes would differ from the first).
     import torch
 
-    from moe_convert import timing
-    from moe_convert.quant_layer import quant_layer_tensors
-    from moe_convert.quant_registry import convert_quant
+    from moe_convert.formats.quant.layer import quant_layer_tensors
+    from moe_convert.formats.quant.registry import convert_quant
+    from moe_convert.measuring import timing
 
     shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1)
     pristine = quant_layer_tensors(shape, "cpu")
@@ -277,21 +281,21 @@ def test_time_layer_of_a_quantized_shape_copies_every_tensor_and_restores_in_pla
         quant_layer_tensors(shape, "cpu"), strategy="mxfp4-inplace", gated=shape.gated
     )
     seen = []
-    real = timing.convert_quant
+    real = timing.convert_layer
 
     def same(a, b) -> bool:  # bytes: random fp8 and bf16 bytes hold NaNs, never equal as numbers
         return all(
             torch.equal(x.view(torch.uint8), y.view(torch.uint8))
-            for x, y in zip(a.tensors().values(), b.tensors().values(), strict=True)
+            for x, y in zip(a.values(), b.values(), strict=True)
         )
 
-    def spy(layer, **kwargs):
-        seen.append(same(layer, pristine))
-        out = real(layer, **kwargs)
-        assert same(out, want)
+    def spy(shape, layer, strategy):
+        seen.append(same(layer, pristine.tensors()))
+        out = real(shape, layer, strategy)
+        assert same(out, want.tensors())
         return out
 
-    monkeypatch.setattr(timing, "convert_quant", spy)
+    monkeypatch.setattr(timing, "convert_layer", spy)
     measured = timing.time_layer(shape, "mxfp4-inplace", repeats=3, warmup=1)
     assert seen == [True] * 4
     assert measured.bytes_moved == 2 * shape.layer_bytes

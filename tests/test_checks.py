@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from moe_convert import STRATEGIES, check_weights, convert
-from moe_convert.inputs import random_weights
+from moe_convert.formats.bf16.inputs import random_weights
 
 BF16 = torch.bfloat16
 

@@ -11,9 +11,8 @@ import sys
 import pytest
 import torch
 
-from moe_convert import cli
+from moe_convert.cli import commands as cli
 
-# (argv, texts the one error line must hold: the bad value, and what is accepted where useful)
 BAD = [
     # --model
     (["measure", "--model", "nosuch"], ["'nosuch'", "or a path to a Hugging Face config.json"]),
@@ -206,9 +205,8 @@ def no_work(monkeypatch):
     def started(*args, **kwargs):
         raise AssertionError("work started before the arguments were checked")
 
-    for name in ("strategy_memory", "time_layer", "convert"):
+    for name in ("strategy_memory", "time_layer", "convert_layer", "layer_tensors"):
         monkeypatch.setattr(cli, name, started)
-    monkeypatch.setattr(cli.inputs, "random_weights", started)
 
 
 def _error_line(argv: list[str], capsys) -> str:
@@ -268,7 +266,10 @@ def test_real_entry_point_prints_one_line():
     assert done.stderr.splitlines() == [
         "python -m moe_convert measure: error: argument --model: 'nosuch' is no catalog name and "
         "no existing file or folder; catalog names: qwen3-235b-a22b, qwen3-30b-a3b, deepseek-v3, "
-        "deepseek-v2, deepseek-v2-lite, mixtral-8x7b, or a path to a Hugging Face config.json"
+        "deepseek-v2, deepseek-v2-lite, mixtral-8x7b, kimi-k2-nvfp4, deepseek-r1-nvfp4, "
+        "qwen3-235b-a22b-nvfp4, gpt-oss-120b-mxfp4, gpt-oss-20b-mxfp4, llama-4-maverick-fp8, "
+        "deepseek-r1-fp8block, minimax-m3-mxfp8, kimi-k2-thinking-mxint4, or a path to a Hugging "
+        "Face config.json"
     ]
 
 

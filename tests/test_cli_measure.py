@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from moe_convert import STRATEGIES, layer_shape
-from moe_convert.cli import main
+from moe_convert.cli.commands import main
 
 BASE_KEYS = {"strategy", "model", "tp", "device", "experts", "peak_transient_bytes", "allocations"}
 TIME_KEYS = {
@@ -112,7 +112,7 @@ def test_measure_notes_a_shape_the_kernel_cannot_take(capsys):
 
 
 def test_seconds_column_never_prints_exponents():
-    from moe_convert.cli import _seconds
+    from moe_convert.cli.commands import _seconds
 
     assert [_seconds(s) for s in (0.9996, 1.2345, 12.3e-6)] == ["999.6 ms", "1.234 s", "12.3 us"]
 

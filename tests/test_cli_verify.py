@@ -9,9 +9,12 @@ import sys
 import pytest
 import torch
 
-from moe_convert import STRATEGIES, cli, reference, register
+from moe_convert import STRATEGIES, register
 
 # verify on the smallest shape: one expert, w13 [1, 128, 128], w2 [1, 128, 64]
+from moe_convert.cli import commands as cli
+from moe_convert.formats.bf16 import reference
+
 TINY = ["verify", "--experts", "1", "--hidden", "128", "--intermediate", "64"]
 
 

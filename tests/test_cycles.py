@@ -1,4 +1,5 @@
-"""The cell permutation of one expert, its cycles and the segment table (``moe_convert.cycles``).
+"""The cell permutation of one expert, its cycles and the segment table
+(``moe_convert.formats.bf16.cycles``).
 
 Host-side facts only; the kernel that walks the table is tested with every strategy
 (``test_strategies.py``) and in ``test_triton_strategy.py``.
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from benchmarks.common import SHAPES, full_shape
-from moe_convert.cycles import (
+from moe_convert.formats.bf16.cycles import (
     SEGMENT_CELLS,
     cell_permutation,
     cycle_stats,
@@ -18,7 +19,7 @@ from moe_convert.cycles import (
     segment_count,
     segment_table,
 )
-from moe_convert.layout import BLOCK_K, shuffle_row_index, to_block_layout, w13_row_index
+from moe_convert.formats.layout import BLOCK_K, shuffle_row_index, to_block_layout, w13_row_index
 
 # (rows M, cols, interleave): gated and not, one K block per row, 6 shuffle blocks of 32 rows,
 # and a gated w13 whose longest cycle (364 cells) is cut into two segments.

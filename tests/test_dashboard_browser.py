@@ -1,21 +1,27 @@
 """The published dashboard, made offline, in headless Debian Chromium over 127.0.0.1.
 
-The fabricated results (``fixtures/asv_results``: 4 commits, 2 shapes x 4 strategies, a step up
-of ``strided_copy`` on ``qwen3-235b-a22b/tp4`` in the latest commit) are published with asv's
-own ``asv publish``, made offline with ``make_offline`` and served with ``serve``. Every page is
-loaded with every non-loopback request blocked and recorded, and must show no JavaScript error,
-no console error and no failed request. Screenshots: ``artifacts/dashboard/`` (git-ignored).
+The explorer: the fabricated results (``fixtures/asv_results``: 4 commits, 2 shapes x 4
+strategies, a step up of ``strided_copy`` on ``qwen3-235b-a22b/tp4`` in the latest commit) are
+published with asv's own ``asv publish``, made offline with ``make_offline`` and served with
+``serve``. The front page: the committed results (``results/``) published by ``moe-bench
+publish`` as scripts/bench does, its first screen (1400x1000) checked against the summary.
+Every page is loaded with every non-loopback request blocked and recorded, and must show no
+JavaScript error, no console error and no failed request. Screenshots: ``artifacts/dashboard/``
+(git-ignored).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+from asv.graph import Graph
+from asv.util import load_json
 from conftest import requires_chromium
 from fixtures.asv_fixture import publish
 
@@ -23,10 +29,14 @@ from moe_bench import dashboard
 from moe_bench.dashboard import (
     TACHYON_BYTES,
     OfflineError,
+    explorer_link,
     external_references,
     make_offline,
     serve,
 )
+from moe_bench.publish import publish as publish_dashboard
+from moe_bench.report import write_summary
+from moe_bench.results import load_results
 
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_ARGS = [
@@ -103,9 +113,18 @@ class Visit:
     graphs: dict[str, object] = field(default_factory=dict)
 
 
-def visit(browser, url: str, fragment: str, screenshot: str, ready: str) -> Visit:
-    """Open ``url + fragment`` in a fresh page, wait for the selector ``ready``, screenshot it."""
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+def visit(
+    browser,
+    url: str,
+    fragment: str,
+    screenshot: str,
+    ready: str,
+    viewport: tuple[int, int] = (1280, 900),
+    full_page: bool = True,
+) -> Visit:
+    """Open ``url + fragment`` in a fresh page, wait for the selector ``ready``, screenshot it
+    (the whole page, or the first screen of ``viewport``)."""
+    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
     seen = Visit(page)
 
     def route(request_route):
@@ -128,7 +147,7 @@ def visit(browser, url: str, fragment: str, screenshot: str, ready: str) -> Visi
     page.goto(url + fragment, wait_until="networkidle")
     page.wait_for_selector(ready)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=SCREENSHOTS / screenshot, full_page=True)
+    page.screenshot(path=SCREENSHOTS / screenshot, full_page=full_page)
     return seen
 
 
@@ -249,3 +268,205 @@ def test_regressions_view_follows_the_gate_rules(browser, url):
     assert "PeakMemory.track_peak_transient_bytes" in rows[0]
     assert seen.problems == []
     seen.page.close()
+
+
+# The front page, on the committed results.
+
+ROOT = Path(__file__).resolve().parents[1]
+FIRST_SCREEN = (1400, 1000)
+QWEN = "qwen3-235b-a22b/tp4"
+#: The headline's columns the first screen must show as the summary has them.
+DRIVER_CALLS_AND_PEAKS = [
+    "cudaMalloc",
+    "cudaFree",
+    "refused",
+    "retries",
+    "peak transient (1 layer)",
+    "peak reserved (rank)",
+]
+
+#: Every table cell of the page: its column header, its text, its link (or None), its box.
+CELLS = """() => [...document.querySelectorAll('table.figures')].flatMap((table, t) => {
+  const headers = [...table.querySelectorAll('thead th')].map(th => th.innerText.trim());
+  return [...table.querySelectorAll('tbody tr')].flatMap((tr, r) =>
+    [...tr.children].map((td, c) => {
+      const box = td.getBoundingClientRect();
+      return {table: t, row: r, header: headers[c], text: td.innerText.trim(),
+              href: td.querySelector('a')?.getAttribute('href') ?? null, bottom: box.bottom};
+    }));
+})"""
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory) -> tuple[Path, Path]:
+    """``(html_dir, summary.md)`` of the committed results: ``moe-bench publish`` and
+    ``moe-bench summary`` as scripts/bench runs them, with the project's asv config whose branch
+    is the checked-out commit (CI checks out a commit, not ``main``)."""
+    df = load_results(ROOT / "results")
+    newest = df.loc[df["date"].idxmax(), "commit"]
+    history = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-list", "--first-parent", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    if newest not in history:  # asv graphs only commits of the branch
+        pytest.skip(
+            f"commit {newest[:8]} of the newest committed results is not in this checkout's "
+            "first-parent history (a shallow clone, or no git): the explorer would graph nothing"
+        )
+    tmp = tmp_path_factory.mktemp("committed")
+    conf = load_json(str(ROOT / "asv.conf.json"), js_comments=True)
+    conf.pop("plugins")  # it makes asv's writes atomic; publishing writes no result
+    conf |= {
+        "repo": str(ROOT),
+        "results_dir": str(ROOT / "results"),
+        "html_dir": str(tmp / "html"),
+        "branches": ["HEAD"],
+    }
+    (tmp / "asv.conf.json").write_text(json.dumps(conf))
+    return publish_dashboard(tmp / "asv.conf.json"), write_summary(
+        ROOT / "results", tmp / "summary"
+    )
+
+
+@pytest.fixture(scope="module")
+def committed_url(committed):
+    server, address = serve(committed[0])
+    yield address
+    server.shutdown()
+    server.server_close()
+
+
+def newest_machine() -> str:
+    df = load_results(ROOT / "results")
+    return df.loc[df["date"].idxmax(), "machine"]
+
+
+def summary_headline(summary: Path, machine: str) -> dict[str, dict[str, str]]:
+    """The summary's headline rows of ``QWEN`` on ``machine``: strategy -> header -> cell."""
+    text = summary.read_text()
+    start = text.index(f"### `{machine}` at ", text.index("## Whole-rank load ("))
+    lines = text[start:].split("\n\n")[1].splitlines()  # the heading, then the table
+    headers = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = [
+        dict(zip(headers, (c.strip() for c in line.strip("|").split("|")), strict=True))
+        for line in lines
+    ]
+    return {row["strategy"]: row for row in rows if row.get("shape") == QWEN}
+
+
+@requires_chromium
+def test_front_page_first_screen_answers_as_the_summary(browser, committed, committed_url):
+    html_dir, summary = committed
+    machine = newest_machine()
+    seen = visit(
+        browser,
+        committed_url,
+        "",
+        "front-page.png",
+        ready="table.figures",
+        viewport=FIRST_SCREEN,
+        full_page=False,
+    )
+    expected = summary_headline(summary, machine)
+    assert set(expected) >= {"legacy", "preallocated"}
+    # The first heading of a run is the newest machine's, its table the first on the page.
+    assert f"{machine} at " in seen.page.locator("h3").first.inner_text()
+    cells = seen.page.evaluate(CELLS)
+    headline = [c for c in cells if c["table"] == 0]
+    for strategy in ("legacy", "preallocated"):
+        (row,) = {
+            c["row"]
+            for c in headline
+            if c["header"] == "strategy"
+            and c["text"] == strategy
+            and any(o["row"] == c["row"] and o["text"] == QWEN for o in headline)
+        }
+        shown = {c["header"]: c for c in headline if c["row"] == row}
+        for header in DRIVER_CALLS_AND_PEAKS:
+            assert shown[header]["text"] == expected[strategy][header], (strategy, header)
+            assert shown[header]["bottom"] <= FIRST_SCREEN[1], "below the first screen"
+            assert shown[header]["href"].startswith("explore/#view=explore&bench=")
+    # Every replayed figure of the headline links to its graph (a load time only where measured).
+    assert all(c["href"] for c in headline if c["header"] not in ("shape", "strategy", "load time"))
+    assert "—" not in seen.page.locator("body").inner_text()  # no empty card, no missing figure
+    assert seen.problems == []
+    seen.page.close()
+
+
+@requires_chromium
+def test_every_link_and_plot_of_the_front_page_resolves(browser, committed, committed_url):
+    html_dir, _ = committed
+    seen = visit(browser, committed_url, "", "front-page-full.png", ready="table.figures")
+    hrefs = set(seen.page.eval_on_selector_all("a[href]", "as => as.map(a => a.href)"))
+    sources = seen.page.eval_on_selector_all("img", "is => is.map(i => [i.src, i.naturalWidth])")
+    assert sources and all(width > 0 for _, width in sources)  # every plot drawn
+    for url in {href.split("#")[0] for href in hrefs} | {src for src, _ in sources}:
+        assert seen.page.request.get(url).status == 200, url
+    graphs = 0
+    for href in hrefs:
+        fragment = urlsplit(href).fragment
+        if not fragment:
+            continue
+        query = dict(parse_qsl(fragment, keep_blank_values=True))
+        params = {key[2:]: value for key, value in query.items() if key.startswith("f-")}
+        graph = html_dir / "explore" / f"{Graph.get_file_path(params, query['bench'])}.json"
+        assert graph.is_file(), href  # the graph the explorer fetches for the link
+        graphs += 1
+    assert graphs >= len(DRIVER_CALLS_AND_PEAKS)  # distinct graphs, each linked from many cells
+    assert seen.problems == []
+    seen.page.close()
+
+
+@requires_chromium
+def test_the_explorer_opens_on_the_newest_machine(browser, committed_url):
+    machine = newest_machine()
+    seen = visit(browser, committed_url, "explore/", "explorer.png", ready=".tile")
+    selected = dict(parse_qsl(urlsplit(seen.page.url).fragment))
+    assert selected["machine"] == machine
+    assert seen.problems == []
+    seen.page.close()
+    # A figure's link opens its graph on its machine, drawn.
+    seen = visit(
+        browser, committed_url, "", "front-page-link.png", ready="table.figures a", full_page=False
+    )
+    seen.page.locator("table.figures a").first.click()
+    seen.page.wait_for_selector(".uplot canvas")
+    seen.page.wait_for_load_state("networkidle")
+    assert dict(parse_qsl(urlsplit(seen.page.url).fragment))["machine"] == machine
+    assert seen.page.evaluate(COLOURED_PIXELS) > 500
+    assert seen.problems == []
+    seen.page.close()
+
+
+@requires_chromium
+def test_the_front_page_works_as_a_file(browser, committed):
+    html_dir, _ = committed
+    page = browser.new_page(viewport={"width": FIRST_SCREEN[0], "height": FIRST_SCREEN[1]})
+    problems = []
+    page.on("pageerror", lambda error: problems.append(f"JavaScript error: {error}"))
+    page.on("requestfailed", lambda r: problems.append(f"failed: {r.url} ({r.failure})"))
+    page.goto((html_dir / "index.html").as_uri(), wait_until="load")
+    assert page.get_by_text(QWEN).first.is_visible()
+    widths = page.eval_on_selector_all("img", "is => is.map(i => i.naturalWidth)")
+    assert widths and all(widths)
+    # The one thing a file cannot do, said where it applies: the explorer needs a server.
+    assert page.locator("#served").is_visible()
+    assert problems == []
+    page.close()
+
+
+def test_figures_link_only_to_a_machine_with_data(committed):
+    """A machine that never ran a benchmark (the older one predates the rank load) is not
+    linked to for it; the newest machine is, with every parameter of its newest run."""
+    link = explorer_link(committed[0] / "explore")
+    replayed = "bench_allocator.RankLoadReplay.track_num_device_alloc"
+    df = load_results(ROOT / "results")
+    ran = set(df.loc[(df["benchmark"] == replayed) & df["value"].notna(), "machine"])
+    without = set(df["machine"]) - ran
+    assert without, "the committed results have a machine without the rank load"
+    assert all(link(replayed, machine) is None for machine in without)
+    href = link(replayed, newest_machine())
+    assert href.startswith(f"explore/#view=explore&bench={replayed}&")
+    assert f"f-machine={newest_machine()}" in href
+    assert link("bench_misc.Widgets.track_widgets", newest_machine()) is None

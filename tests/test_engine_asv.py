@@ -138,7 +138,7 @@ def test_the_engine_suite_measures_every_bf16_adapter():
         import bench_engine
     finally:
         sys.path.pop(0)
-    from moe_convert.engines import ENGINES
+    from moe_convert.formats.bf16.engines import ENGINES
 
     assert {e.strategy for e in ENGINES} | {"flashinfer"} == set(bench_engine.ENGINE_STRATEGIES)
     assert bench_engine.REFERENCE_STRATEGIES == ("legacy", "preallocated", "inplace")

@@ -1,4 +1,5 @@
-"""The installed engines' adapters (``moe_convert.engines``) and ``python -m moe_convert engines``.
+"""The installed engines' adapters (``moe_convert.formats.bf16.engines``) and
+``python -m moe_convert engines``.
 
 Where vLLM (or SGLang) is installed, its adapter is also covered by every per-strategy test in
 test_strategies.py and test_memory.py (they read ``STRATEGIES``); here: registration follows the
@@ -19,8 +20,9 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import STRATEGIES, cli, convert, register
-from moe_convert.engines import (
+from moe_convert import STRATEGIES, convert, register
+from moe_convert.cli import commands as cli
+from moe_convert.formats.bf16.engines import (
     ENGINES,
     SGLANG,
     UNCALLABLE,
@@ -31,11 +33,13 @@ from moe_convert.engines import (
     register_vllm,
     registered_form,
 )
-from moe_convert.engines_quant import QUANT_ENGINES, register_quant_engines
-from moe_convert.inputs import random_weights
-from moe_convert.quant_registry import QUANT_STRATEGIES
-from moe_convert.reference import flashinfer_reference
-from moe_convert.registry import UNAVAILABLE
+from moe_convert.formats.bf16.inputs import random_weights
+from moe_convert.formats.bf16.reference import flashinfer_reference
+from moe_convert.formats.bf16.registry import UNAVAILABLE
+from moe_convert.formats.quant.engines import QUANT_ENGINES, register_quant_engines
+from moe_convert.formats.quant.formats import QuantLayerShape
+from moe_convert.formats.quant.layer import quant_layer_tensors
+from moe_convert.formats.quant.registry import QUANT_STRATEGIES, convert_quant
 
 
 def requires_engine(engine: Engine) -> pytest.MarkDecorator:
@@ -98,7 +102,11 @@ def fake_engines(monkeypatch):
 
     register("_wrong", inplace=True, origin="test probe")(wrong)
     right = Engine(
-        "strided_inplace", "torch", "moe_convert.strategies", "strided_inplace", "inplace"
+        "strided_inplace",
+        "torch",
+        "moe_convert.formats.bf16.strategies",
+        "strided_inplace",
+        "inplace",
     )
     bad = Engine("_wrong", "torch", "tests", "wrong", "inplace")
     monkeypatch.setattr(cli, "ENGINES", (right,))
@@ -162,8 +170,8 @@ def test_vllm_asv_configuration_has_a_release_matrix_apart_from_the_nightly():
 # on import and per call, as vLLM 0.24.0 to 0.30.0 log.
 _FAKE_HEADER = """
 import torch
-from moe_convert.layout import block_layout_view, swap_w13_to_w31
-from moe_convert.strategies import legacy, preallocated
+from moe_convert.formats.layout import block_layout_view, swap_w13_to_w31
+from moe_convert.formats.bf16.strategies import legacy, preallocated
 
 print("INFO fake vllm logs to stdout on import")
 """
@@ -199,8 +207,10 @@ ABSENT = "\ndef some_other_helper():\n    pass\n"
 @pytest.fixture
 def fake_vllm(tmp_path):
     """``install(version, source)``: a fake vLLM on ``sys.path``, the adapter registered again
-    for it; afterwards the real state (vLLM installed here or not) is registered again."""
+    for it; afterwards the real state (vLLM installed here or not) is registered again, with the
+    real vLLM's modules put back where it was imported (vLLM does not import twice in a process)."""
     paths = []
+    real = {name: module for name, module in sys.modules.items() if _is_vllm(name)}
 
     def install(version: str, source: str):
         root = tmp_path / version
@@ -225,12 +235,17 @@ def fake_vllm(tmp_path):
     for path in paths:
         sys.path.remove(path)
     _forget_vllm()
+    sys.modules.update(real)
     register_vllm()
     register_quant_engines()
 
 
+def _is_vllm(name: str) -> bool:
+    return name == "vllm" or name.startswith("vllm.")
+
+
 def _forget_vllm():
-    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+    for name in [n for n in sys.modules if _is_vllm(n)]:
         del sys.modules[name]
     importlib.invalidate_caches()
 
@@ -249,6 +264,8 @@ def test_vllm_form_is_read_from_its_code(fake_vllm, version, source, form, capsy
     assert found is not None and found.name == form and registered_form(VLLM) is found
     record = STRATEGIES[VLLM.strategy]
     assert record.inplace == found.inplace and form in record.origin
+    doc = " ".join(record.function.__doc__.split())  # the form's contract, as registered
+    assert ("In place" in doc, "Out of place" in doc) == (found.inplace, not found.inplace)
     transcription = STRATEGIES[found.transcription]
     if found.figures is None:  # the form's figures are its transcription's
         assert (record.peak, record.traffic, record.launches) == (
@@ -336,19 +353,17 @@ def test_measure_json_stays_json_lines_whatever_vllm_prints(fake_vllm, capsys):
 
 def test_vllm_forms_are_oldest_first_and_exclusive():
     """Each fake's code matches exactly one form (the first match is the installed one)."""
-    from moe_convert.engines import FunctionCode
+    from moe_convert.formats.bf16.engines import FunctionCode
 
     codes = {
-        "per-expert": FunctionCode(
-            ("cache_permute_indices", "w13_weight", "w2_weight"), frozenset()
-        ),
+        "per-expert": FunctionCode(("cache_permute_indices", "w13_weight", "w2_weight"), {}),
         "preallocated (#45589)": FunctionCode(
             ("cache_permute_indices", "w13_weight", "w2_weight", "is_gated_act_gemm"),
-            frozenset({"empty", "index_select"}),
+            {"empty": 3, "index_select": 4},
         ),
         "in place (#54699)": FunctionCode(
             ("cache_permute_indices", "w13_weight", "w2_weight", "is_gated_act_gemm"),
-            frozenset({"empty", "index_select", "copy_"}),
+            {"empty": 3, "index_select": 4, "copy_": 1},
         ),
     }
     for name, code in codes.items():
@@ -360,8 +375,8 @@ def test_vllm_forms_are_oldest_first_and_exclusive():
 PREPARE_FP8 = (
     IN_PLACE
     + """
-from moe_convert.quant_layer import QuantLayer
-from moe_convert.quant_registry import QUANT_STRATEGIES
+from moe_convert.formats.quant.layer import QuantLayer
+from moe_convert.formats.quant.registry import QUANT_STRATEGIES
 
 _FORMAT = {None: "fp8", (128, 128): "fp8block", (1, 32): "mxfp8"}
 
@@ -373,7 +388,7 @@ def prepare_fp8_moe_layer_for_fi(
     block = layer.weight_block_size
     fmt = _FORMAT[tuple(block) if block else None]
     if not is_trtllm:  # the branches' names, as vLLM's body calls them
-        rotate_weights_for_fi_trtllm_fp8_per_tensor_moe()
+        rotate_weights_for_fi_trtllm_fp8_per_tensor_moe(w13, w2, True)
         _shuffle_deepseek_fp8_moe_weights()
         _shuffle_mxfp8_moe_weights()
     given = QuantLayer(w13, w2) if fmt == "fp8" else QuantLayer(w13, w2, w13_scale, w2_scale)
@@ -396,7 +411,8 @@ def test_quantized_adapters_share_the_mechanism(fake_vllm, capsys):
         assert "gated=False: w13 ok, w2 ok" in check.detail and f"{fmt}-legacy" in check.detail
     if not torch.cuda.is_available():
         assert "needs CUDA" in UNCALLABLE["mxfp8-vllm"] and "mxfp8-vllm" not in QUANT_STRATEGIES
-    assert "nvfp4-vllm" not in QUANT_STRATEGIES and "flashinfer_fp4_moe" in UNCALLABLE["nvfp4-vllm"]
+    for fmt, module in (("nvfp4", "flashinfer_fp4_moe"), ("mxint4", "flashinfer_mxint4_moe")):
+        assert f"{fmt}-vllm" not in QUANT_STRATEGIES and module in UNCALLABLE[f"{fmt}-vllm"]
     assert "fake vllm logs" not in capsys.readouterr().out
     assert cli.main(["engines"]) == 0
     out = capsys.readouterr().out
@@ -404,9 +420,26 @@ def test_quantized_adapters_share_the_mechanism(fake_vllm, capsys):
         "fp8block-vllm     vllm 0.33.0" in out and "prepare_fp8_moe_layer_for_fi, _shuffle" in out
     )
     assert f"n/a: {UNCALLABLE['nvfp4-vllm']}" in out
+    args = ["measure", "--model", "kimi-k2-nvfp4", "--tp", "8", "--device", "meta"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*args, "--strategy", "nvfp4-vllm"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1
+    assert f"strategy 'nvfp4-vllm' cannot run here: {UNCALLABLE['nvfp4-vllm']}" in err
 
 
 def test_quantized_adapter_of_a_branch_vllm_lacks_is_not_registered(fake_vllm):
     fake_vllm("0.20.0", PREPARE_FP8.replace("_shuffle_deepseek_fp8_moe_weights()", "pass"))
     assert "fp8-vllm" in QUANT_STRATEGIES and "fp8block-vllm" not in QUANT_STRATEGIES
     assert "no form the adapter knows" in UNCALLABLE["fp8block-vllm"]
+
+
+def test_fp8_adapter_of_vllm_0_16_converts_gated_layers_only(fake_vllm):
+    """vLLM 0.16.0 called its rotation without is_gated_activation: told by the call's arguments."""
+    fake_vllm("0.16.0", PREPARE_FP8.replace("(w13, w2, True)", "(w13, w2)"))
+    fp8 = next(engine for engine in QUANT_ENGINES if engine.format == "fp8")
+    assert registered_form(fp8).releases == "0.16.0" and registered_form(fp8).gated_only
+    shape = QuantLayerShape("small", 1, "fp8", 2, 64, 128, 1, gated=False)
+    layer = quant_layer_tensors(shape, "cpu")
+    with pytest.raises(NotImplementedError, match="converts gated layers only"):
+        convert_quant(layer, strategy="fp8-vllm", gated=False)

@@ -12,7 +12,7 @@ import pytest
 
 from moe_bench import cli
 from moe_bench.export import HUD_METRICS, metric_name
-from moe_bench.metrics import METRICS, PAIRED_TIME, PEAK_BYTES, RANK_LOAD_TIME
+from moe_bench.metrics import FORMAT_FIGURES, METRICS, PAIRED_TIME, PEAK_BYTES, RANK_LOAD_TIME
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE, STRATEGIES = "qwen3-235b-a22b/tp4", ["legacy", "strided_copy"]
@@ -24,12 +24,19 @@ QUANT_SHAPES = {
     "bench_fp8": "llama-4-maverick-fp8/tp8",
     "bench_fp8block": "deepseek-r1-fp8block/tp8",
     "bench_mxfp8": "minimax-m3-mxfp8/tp4",
+    "bench_mxint4": "kimi-k2-thinking-mxint4/tp8",
 }
 KINDS = ["legacy", "fast"]
 COMMIT = "c" * 40
-#: Every figure of the metrics table (not the paired run's: no asv benchmark; not an engine
-#: history's, bench_engine, which has results of its own: tests/test_engine_asv.py)
-SUITE = [n for n in METRICS if n != PAIRED_TIME and not n.startswith("bench_engine.")]
+#: Every figure of the metrics table (not the paired run's: no asv benchmark), each format's
+#: (named by its module, ``metrics.FORMAT_FIGURES``) included; not an engine history's
+#: (bench_engine), which has results of its own: tests/test_engine_asv.py
+SUITE = [n for n in METRICS if n != PAIRED_TIME and not n.startswith("bench_engine.")] + [
+    f"{module}.{figure}"
+    for module in QUANT_SHAPES
+    if module != "bench_quant"
+    for figure in FORMAT_FIGURES
+]
 #: A time_ benchmark whose raw samples asv kept (--record-samples)
 SAMPLED = "bench_convert.TimeConvert.time_convert"
 SAMPLES = [0.031, 0.029, 0.030]
@@ -247,7 +254,7 @@ def test_a_quantized_figure_says_its_format_model_and_tensors(results, capsys):
         )
         and r["benchmark"]["extra_info"]["strategy"] == "fast"
     }
-    assert peaks.keys() == {"nvfp4", "mxfp4", "fp8", "fp8block", "mxfp8"}
+    assert peaks.keys() == {"nvfp4", "mxfp4", "fp8", "fp8block", "mxfp8", "mxint4"}
     mxfp4 = peaks["mxfp4"]
     assert mxfp4["model"]["name"] == "openai/gpt-oss-120b"
     assert mxfp4["benchmark"]["extra_info"]["asv_benchmark"].startswith("bench_mxfp4.")
@@ -281,6 +288,15 @@ def test_a_quantized_figure_says_its_format_model_and_tensors(results, capsys):
         "w2": ("float8_e4m3fn", "[128, 6144, 768]"),
         "w13_scale": ("uint8", "[128, 1536, 192]"),
         "w2_scale": ("uint8", "[128, 6144, 24]"),
+    }
+    k2t = peaks["mxint4"]
+    assert k2t["model"]["name"] == "moonshotai/Kimi-K2-Thinking"
+    assert stored(k2t) == {
+        # TP8: E 384, H 7168, I 2048 / 8 = 256; eight int4 per int32, a bf16 scale per 32
+        "w13": ("int32", "[384, 512, 896]"),
+        "w2": ("int32", "[384, 7168, 32]"),
+        "w13_scale": ("bfloat16", "[384, 512, 224]"),
+        "w2_scale": ("bfloat16", "[384, 7168, 8]"),
     }
 
 

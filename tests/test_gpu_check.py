@@ -16,8 +16,8 @@ import torch
 from moe_bench.gpucheck import exact, load, memory, plan, report, timing
 from moe_bench.gpucheck.__main__ import main, plan_lines
 from moe_convert import FORMATS, QUANT_STRATEGIES, STRATEGIES, QuantLayerShape
-from moe_convert.quant_replay import quant_rank_load
-from moe_convert.wholemodel import DEVICE_141GB_BYTES, PR45589_SHAPE, VLLM_LOAD_MAX_SPLIT_MB
+from moe_convert.load.replay import rank_load
+from moe_convert.load.wholemodel import DEVICE_141GB_BYTES, PR45589_SHAPE, VLLM_LOAD_MAX_SPLIT_MB
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +48,7 @@ def test_dry_run_memory_gives_formula_and_model_for_every_strategy(small):
     rows = memory.step_memory(dry_run=True)["rows"]
     quantized = {
         (label, name)
-        for label in plan.QUANT_CHECK_SHAPES
+        for label in plan.quant_check_shapes()
         for name, record in QUANT_STRATEGIES.items()
         if record.format == plan.shape(label).format
     }
@@ -81,9 +81,9 @@ def test_the_load_step_loads_vllm_45589s_rank():
 
 
 def test_the_quantized_shapes_cover_every_format_once():
-    formats = [plan.shape(label).format for label in plan.QUANT_CHECK_SHAPES]
-    assert sorted(formats) == sorted(FORMATS)
-    assert all(isinstance(plan.shape(label), QuantLayerShape) for label in plan.QUANT_CHECK_SHAPES)
+    labels = plan.quant_check_shapes()
+    assert sorted(plan.shape(label).format for label in labels) == sorted(FORMATS)
+    assert all(isinstance(plan.shape(label), QuantLayerShape) for label in labels)
     assert set(plan.strategies(plan.shape("kimi-k2-nvfp4/tp8"))) == {
         "nvfp4-legacy",
         "nvfp4-preallocated",
@@ -95,17 +95,17 @@ def test_the_quantized_shapes_cover_every_format_once():
 
 def test_the_quantized_budgets_are_sized_from_the_records():
     """plan.py's sizing of steps 2 and 5 (a round of every quantized strategy on
-    QUANT_CHECK_SHAPES: 17,423 launches, 118 GB moved): a strategy that changes either changes
+    quant_check_shapes(): 26,413 launches, 263 GB moved): a strategy that changes either changes
     this, and the budgets are to be sized again."""
     cells = [
         (plan.shape(label), name)
-        for label in plan.QUANT_CHECK_SHAPES
+        for label in plan.quant_check_shapes()
         for name in plan.strategies(plan.shape(label))
     ]
-    assert len(cells) == 20
-    assert sum(QUANT_STRATEGIES[name].launches.evaluate(shape) for shape, name in cells) == 17_423
+    assert len(cells) == 24
+    assert sum(QUANT_STRATEGIES[name].launches.evaluate(shape) for shape, name in cells) == 26_413
     moved = sum(QUANT_STRATEGIES[name].traffic.evaluate(shape) for shape, name in cells)
-    assert round(moved / 1e9) == 118
+    assert round(moved / 1e9) == 263
 
 
 @pytest.mark.slow
@@ -114,9 +114,7 @@ def test_the_quantized_load_is_the_one_whose_upstream_path_the_replay_finds_in_t
     # fits only through 1,797 refused cudaMalloc calls; -fast, the control, makes none
     shape = plan.shape(plan.QUANT_LOAD_SHAPE)
     assert plan.QUANT_LOAD_STRATEGIES == (f"{shape.format}-legacy", f"{shape.format}-fast")
-    legacy, fast = (
-        quant_rank_load(shape, n, DEVICE_141GB_BYTES) for n in plan.QUANT_LOAD_STRATEGIES
-    )
+    legacy, fast = (rank_load(shape, n, DEVICE_141GB_BYTES) for n in plan.QUANT_LOAD_STRATEGIES)
     assert (legacy.num_device_alloc_failed, legacy.num_device_free) == (1797, 1797)
     assert (fast.num_device_alloc_failed, fast.num_device_free, fast.oom_layer) == (0, 0, None)
 
@@ -138,8 +136,8 @@ def test_dry_run_load_replays_every_configuration(monkeypatch):
         assert "run" not in row and "predicted_seconds" not in row
         assert row["replayed"]["oom_layer"] is None
         assert row["replayed"]["device_bytes"] == DEVICE_141GB_BYTES
-    # the quantized load is vLLM's as quant_rank_load replays it: 58 layers, no ballast
-    quantized = quant_rank_load(plan.shape(plan.QUANT_LOAD_SHAPE), "nvfp4-fast", DEVICE_141GB_BYTES)
+    # the quantized load is vLLM's as rank_load replays it: 58 layers, no ballast
+    quantized = rank_load(plan.shape(plan.QUANT_LOAD_SHAPE), "nvfp4-fast", DEVICE_141GB_BYTES)
     assert rows[0]["replayed"] == dataclasses.asdict(quantized)
     assert rows[0]["replayed"]["layers"] == 58
     assert rows[1]["replayed"]["layers"] == 94

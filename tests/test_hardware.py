@@ -19,6 +19,7 @@ import pytest
 
 from moe_bench import hardware
 from moe_bench.compare import compare_commits
+from moe_bench.document import to_markdown
 from moe_bench.metrics import (
     COPY_RATIO,
     HARDWARE_BAND,
@@ -29,7 +30,7 @@ from moe_bench.metrics import (
     WHOLE_MODEL,
     steady,
 )
-from moe_bench.report import render_markdown, summary_table
+from moe_bench.report import format_blocks, summary_table
 from moe_bench.results import load_results
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -115,7 +116,7 @@ def test_unchanged_code_on_another_host_is_not_marked(tmp_path, host):
     assert host < 1 or (timed["time_change"] > NOISE_FACTOR).all()
     assert timed["copy_scale"].to_numpy() == pytest.approx(host)
     assert marks(tmp_path) == {}
-    text = render_markdown(table, title="t")
+    text = to_markdown(format_blocks(table))
     assert "⚠" not in text.split("\n", 3)[3]  # the legend aside
     assert "**Other hardware:** compared with `d65cf1b4`" in text
     assert f"copies took {host:.2f}x as long as its (beyond {HARDWARE_BAND:g}x)" in text
@@ -163,7 +164,7 @@ def test_an_unsteady_run_leaves_small_steps_to_the_paired_run(tmp_path):
     table = summary_table(load_results(tmp_path))
     assert (table.dropna(subset=["time"])["copy_spread"] > STEADY_SPREAD).all()
     assert marks(tmp_path) == {}
-    assert "**Not both steady**" in render_markdown(table, title="t")
+    assert "**Not both steady**" in to_markdown(format_blocks(table))
 
 
 @pytest.mark.parametrize("run", ["1", "2", "3"])
@@ -192,7 +193,7 @@ def test_the_two_real_hosts_of_the_committed_history_mark_nothing(tmp_path):
     moved = hardware.strategy_changes(df, COPY_RATIO, second, first, copies)
     assert len(moved) == 9 and moved.between(1 / STRATEGY_FACTOR, STRATEGY_FACTOR).all()
     assert marks(tmp_path) == {}
-    text = render_markdown(table, title="t")
+    text = to_markdown(format_blocks(table))
     assert "⚠" not in text.split("\n", 3)[3] and "Both runs steady" in text
 
 

@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from conftest import requires_cuda, requires_flashinfer, requires_sm100
 
 from moe_convert import STRATEGIES, convert
-from moe_convert.inputs import random_weights
-from moe_convert.layout import to_block_layout
-from moe_convert.reference import flashinfer_reference
+from moe_convert.formats.bf16.inputs import random_weights
+from moe_convert.formats.bf16.reference import flashinfer_reference
+from moe_convert.formats.layout import to_block_layout
 
 TOKENS, EXPERTS, HIDDEN, INTER, TOP_K = 64, 8, 1024, 512, 2
 # Small weights keep activations O(1): |w13 x| ~ 0.02 sqrt(H) ~ 0.6.

@@ -8,8 +8,8 @@ import torch
 from conftest import requires_flashinfer
 
 from moe_convert import STRATEGIES, convert, unconvert
-from moe_convert.inputs import random_weights
-from moe_convert.layout import (
+from moe_convert.formats.bf16.inputs import random_weights
+from moe_convert.formats.layout import (
     block_layout_copies,
     block_layout_shape,
     block_layout_view,

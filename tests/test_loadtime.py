@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from moe_convert import layer_shape
-from moe_convert.loadtime import (
+from moe_convert.load.loadtime import (
     DeviceCosts,
     EventCosts,
     append_costs,
@@ -17,7 +17,7 @@ from moe_convert.loadtime import (
     predict_replayed,
     read_costs,
 )
-from moe_convert.replay import replay_load
+from moe_convert.load.replay import replay_load
 
 GiB = 2**30
 QWEN = layer_shape("qwen3-235b-a22b", 4)

@@ -12,7 +12,7 @@ import torch
 from conftest import FULL_SIZE, requires_cuda
 
 from moe_convert import STRATEGIES, LayerShape, layer_shape
-from moe_convert.memory import (
+from moe_convert.measuring.memory import (
     AllocationTracker,
     cuda_memory,
     measure_memory,

@@ -11,9 +11,9 @@ from conftest import requires_cuda
 
 from moe_bench.gpucheck.__main__ import main as gpu_check_main
 from moe_convert import STRATEGIES, convert, layer_shape
-from moe_convert.inputs import layer_weights
+from moe_convert.formats.bf16.inputs import layer_weights
+from moe_convert.formats.bf16.registry import range_name
 from moe_convert.nvtx import nvtx_range
-from moe_convert.registry import range_name
 
 SMALL = layer_shape("qwen3-30b-a3b", 4).with_experts(2)  # w13 [2, 384, 2048], w2 [2, 2048, 192]
 

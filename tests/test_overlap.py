@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from moe_convert import STRATEGIES, convert
-from moe_convert.inputs import random_weights
+from moe_convert.formats.bf16.inputs import random_weights
 
 IN_PLACE = sorted(name for name, record in STRATEGIES.items() if record.inplace)
 OUT_OF_PLACE = sorted(name for name, record in STRATEGIES.items() if not record.inplace)

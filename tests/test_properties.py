@@ -14,9 +14,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moe_convert import STRATEGIES, convert, inputs, reference
+from moe_convert import STRATEGIES, convert
 
 # Sizes around the rules' edges: multiples of 32 and 64 and a few that break them.
+from moe_convert.formats.bf16 import inputs, reference
+
 SIZES = st.sampled_from([0, 1, 32, 64, 96, 128, 160, 192, 256, 384])
 DTYPES = st.sampled_from(
     [torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.float16, torch.float32]

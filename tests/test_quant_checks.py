@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 import torch
 
-from moe_convert import QUANT_STRATEGIES, QuantLayer, QuantLayerShape, convert_quant
-from moe_convert.quant_catalog import quant_catalog_shapes, quant_layer_shape
-from moe_convert.quant_layer import quant_layer_tensors
+from moe_convert import FORMATS, QUANT_STRATEGIES, QuantLayer, QuantLayerShape, convert_quant
+from moe_convert.formats.quant.catalog import quant_catalog_shapes, quant_layer_shape
+from moe_convert.formats.quant.layer import quant_layer_tensors
 
 NVFP4 = QuantLayerShape("bad", 1, "nvfp4", 2, 256, 128, 1)  # w13 [2, 256, 128], w2 [2, 256, 64]
 MXFP4 = QuantLayerShape("bad", 1, "mxfp4", 2, 256, 128, 1)
@@ -19,6 +19,8 @@ FP8 = QuantLayerShape("bad", 1, "fp8", 2, 64, 32, 1)
 FP8BLOCK = QuantLayerShape("bad", 1, "fp8block", 2, 256, 256, 1)
 # w13 [2, 256, 256], w2 [2, 256, 128]; e8m0 scales uint8 [2, 256, 8], [2, 256, 4]
 MXFP8 = QuantLayerShape("bad", 1, "mxfp8", 2, 256, 128, 1)
+# w13 int32 [2, 512, 32], w2 int32 [2, 256, 32]; bf16 scales [2, 512, 8], [2, 256, 8]
+MXINT4 = QuantLayerShape("bad", 1, "mxint4", 2, 256, 256, 1)
 
 
 def nvfp4(**changes: torch.Tensor | None) -> QuantLayer:
@@ -31,6 +33,10 @@ def fp8block(**changes: torch.Tensor | None) -> QuantLayer:
 
 def mxfp8(**changes: torch.Tensor | None) -> QuantLayer:
     return dataclasses.replace(quant_layer_tensors(MXFP8, "cpu"), **changes)
+
+
+def mxint4(**changes: torch.Tensor | None) -> QuantLayer:
+    return dataclasses.replace(quant_layer_tensors(MXINT4, "cpu"), **changes)
 
 
 def f32(*shape: int) -> torch.Tensor:
@@ -181,6 +187,41 @@ BAD = {
         ValueError,
         ["w2_scale", "(2, 256, 6)", "multiple of 4"],
     ),
+    "nvfp4-nongated-intermediate-64": (
+        "nvfp4",
+        # I 64 pads to 128 in vLLM when not gated (64 is the gated alignment: 2I rows)
+        lambda: QuantLayer(u8(2, 64, 128), u8(2, 256, 32), e4m3(2, 64, 16), e4m3(2, 256, 4)),
+        False,
+        ValueError,
+        ["w13", "(2, 64, 128)", "multiple of 128", "intermediate to one of 128"],
+    ),
+    "mxint4-weights-repacked-as-bytes": (
+        "mxint4",
+        lambda: mxint4(w2=u8(2, 256, 128)),
+        True,
+        TypeError,
+        ["w2", "(2, 256, 128)", "torch.uint8", "torch.int32"],
+    ),
+    "mxint4-rows-not-whole-128-byte-blocks": (
+        "mxint4",
+        # I 128 (Kimi-K2-Thinking at TP16): w2's rows are 64 bytes
+        lambda: QuantLayer(
+            torch.zeros(2, 256, 32, dtype=torch.int32),
+            torch.zeros(2, 256, 16, dtype=torch.int32),
+            torch.zeros(2, 256, 8, dtype=torch.bfloat16),
+            torch.zeros(2, 256, 4, dtype=torch.bfloat16),
+        ),
+        True,
+        ValueError,
+        ["w2", "(2, 256, 16)", "64 bytes per row", "BlockMajorK", "multiple of 256"],
+    ),
+    "mxint4-not-gated": (
+        "mxint4",
+        lambda: mxint4(),
+        False,
+        ValueError,
+        ["mxint4", "gated"],
+    ),
 }
 
 
@@ -200,6 +241,31 @@ def test_bad_input_is_one_line_before_any_byte_is_written(case):
             assert fragment in message, (fragment, message)
         for key, tensor in layer.tensors().items():
             assert torch.equal(tensor.view(torch.uint8), before[key].view(torch.uint8)), key
+
+
+# vLLM 0.33.0's padding of I per rank, (gated, not gated): flashinfer_fp4_moe.py (NVFP4: "64 if
+# is_gated else 128"), flashinfer_utils.py (FP8 per-tensor: "16 if is_gated else 128"; MXFP8:
+# 128), oracle/fp8.py (block-FP8: whole 128-row blocks); MXFP4 and MXINT4 exist only gated
+# (MXINT4's 256 is FlashInfer's: vLLM pads nothing there).
+VLLM_INTERMEDIATE_ALIGN = {
+    "nvfp4": (64, 128),
+    "fp8": (16, 128),
+    "mxfp8": (128, 128),
+    "fp8block": (128, 128),
+    "mxfp4": (128, None),
+    "mxint4": (256, None),
+}
+
+
+def test_intermediate_alignment_is_vllms_gated_and_not():
+    assert VLLM_INTERMEDIATE_ALIGN.keys() == FORMATS.keys()
+    for name, (gated, not_gated) in VLLM_INTERMEDIATE_ALIGN.items():
+        fmt = FORMATS[name]
+        assert fmt.intermediate_alignment(True) == gated, name
+        if not_gated is None:
+            assert fmt.gated_only, name
+        else:
+            assert fmt.intermediate_alignment(False) == not_gated, name
 
 
 def test_unknown_strategy_names_the_valid_ones():
@@ -224,6 +290,12 @@ def test_catalog_shapes_are_vllms_padded_ones():
     assert m3.w13_shape == (128, 1536, 6144) and m3.w13_scale_shape == (128, 1536, 192)
     assert m3.w2_shape == (128, 6144, 768) and m3.w2_scale_shape == (128, 6144, 24)
     assert m3.fmt.scale_dtype == torch.uint8 and m3.w13_bytes == 1207959552
+    k2t = quant_layer_shape("kimi-k2-thinking-mxint4", 8)  # eight int4 per int32 word
+    assert k2t.w13_shape == (384, 512, 896) and k2t.w13_scale_shape == (384, 512, 224)
+    assert k2t.w2_shape == (384, 7168, 32) and k2t.w2_scale_shape == (384, 7168, 8)
+    assert (k2t.w13_bytes, k2t.w13_expert_bytes, k2t.w13_scale_bytes) == (
+        704643072, 1835008, 88080384
+    )  # fmt: skip
     with pytest.raises(ValueError, match="kimi-k2-nvfp4"):
         quant_layer_shape("kimi-k2", 8)
     for shape in quant_catalog_shapes():  # every catalog shape converts (on meta: no memory)

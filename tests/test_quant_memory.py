@@ -1,16 +1,17 @@
 """Every quantized strategy's registered figures are the measured ones: the peak
 (``QUANT_STRATEGIES[name].peak``) at full size on ``meta`` for every catalog model and on CPU,
-traffic and launches (``moe_convert.traffic``'s rule) on ``meta`` at full size and small."""
+traffic and launches (``moe_convert.measuring.traffic``'s rule) on ``meta`` at full size and
+small."""
 
 from __future__ import annotations
 
 import pytest
 
 from moe_convert import QUANT_STRATEGIES, QuantLayerShape
-from moe_convert.memory import measure_memory
-from moe_convert.quant_catalog import quant_catalog_shapes
-from moe_convert.quant_registry import quant_strategy_call
-from moe_convert.traffic import measure_traffic
+from moe_convert.formats.quant.catalog import quant_catalog_shapes
+from moe_convert.formats.table import layer_call
+from moe_convert.measuring.memory import measure_memory
+from moe_convert.measuring.traffic import measure_traffic
 
 # Every strategy that states its figures (an installed engine's adapter may not: measured only).
 CATALOG_CASES = [
@@ -29,6 +30,8 @@ SMALL = [
     QuantLayerShape("small", 1, "fp8block", 2, 256, 384, 1, gated=False),
     QuantLayerShape("small", 1, "mxfp8", 3, 384, 256, 1),
     QuantLayerShape("small", 1, "mxfp8", 2, 256, 384, 1, gated=False),
+    QuantLayerShape("small", 1, "mxint4", 1, 256, 256, 1),  # one 128-byte block per row
+    QuantLayerShape("small", 1, "mxint4", 3, 512, 768, 1),
 ]
 SMALL_CASES = [
     (name, shape)
@@ -47,7 +50,7 @@ def case_id(case: tuple[str, QuantLayerShape]) -> str:
 @pytest.mark.parametrize("case", CATALOG_CASES, ids=case_id)
 def test_peak_is_the_registered_formula_on_meta_at_full_size(case):
     name, shape = case
-    measured = measure_memory(quant_strategy_call(shape, name, "meta"))
+    measured = measure_memory(layer_call(shape, name, "meta"))
     assert measured.peak_bytes == QUANT_STRATEGIES[name].peak.evaluate(shape)
     assert measured.end_bytes == 0
 
@@ -55,7 +58,7 @@ def test_peak_is_the_registered_formula_on_meta_at_full_size(case):
 @pytest.mark.parametrize("case", SMALL_CASES, ids=case_id)
 def test_peak_is_the_registered_formula_on_cpu(case):
     name, shape = case
-    measured = measure_memory(quant_strategy_call(shape, name, "cpu"))
+    measured = measure_memory(layer_call(shape, name, "cpu"))
     assert measured.peak_bytes == QUANT_STRATEGIES[name].peak.evaluate(shape)
 
 
@@ -63,6 +66,6 @@ def test_peak_is_the_registered_formula_on_cpu(case):
 def test_traffic_and_launches_are_the_registered_formulas_on_meta(case):
     name, shape = case
     record = QUANT_STRATEGIES[name]
-    measured = measure_traffic(quant_strategy_call(shape, name, "meta"))
+    measured = measure_traffic(layer_call(shape, name, "meta"))
     assert measured.traffic_bytes == record.traffic.evaluate(shape)
     assert measured.launches == record.launches.evaluate(shape)

@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 
 from moe_bench import rankload
-from moe_bench.metrics import RANK_LOAD_REPLAY, RANK_LOAD_TIME
+from moe_bench.document import to_markdown
+from moe_bench.metrics import RANK_LOAD_REPLAY, RANK_LOAD_TIME, TIME
 from moe_bench.plots import write_rank_load_plot
 from moe_bench.results import COLUMNS
-from moe_convert.loadtime import DeviceCosts, EventCosts, predict_load_seconds
-from moe_convert.replay import pr45589_replay
+from moe_convert.load.loadtime import DeviceCosts, EventCosts, predict_load_seconds
+from moe_convert.load.replay import pr45589_replay
 
 SHAPE = "qwen3-235b-a22b/tp4"
 DATE = pd.Timestamp("2026-12-01 12:00")
@@ -90,8 +91,8 @@ def test_without_costs_only_measured_seconds_remain():
         "preallocated": "measured",
         "inplace": "n/a",
     }
-    text = rankload.render_rank_load(table, None)
-    assert "no device's costs recorded yet" in text
+    assert "no device's costs recorded yet" in to_markdown(rankload.rank_load_blocks(table, None))
+    text = to_markdown(rankload.every_strategy_blocks(table))
     cells = {
         line.split("|")[2].strip(): line.split("|")[3].strip()
         for line in text.splitlines()
@@ -100,8 +101,24 @@ def test_without_costs_only_measured_seconds_remain():
     assert cells == {"legacy": "n/a", "preallocated": "2.50 s (measured)", "inplace": "n/a"}
 
 
+def test_the_best_strategy_is_the_fastest_that_loses_no_layer():
+    rows = _rows("preallocated", _replayed(3) | {TIME: 0.02})
+    rows += _rows("inplace", _replayed(94) | {TIME: 0.01})
+    rows += _rows("legacy", _replayed(6113, 4676, lost=2) | {TIME: 0.001})  # fastest, an OOM
+    table = rankload.rank_load_table(pd.DataFrame(rows), None)
+    # no load timed: one layer's time decides
+    assert rankload.best_strategies(table) == {("box", SHAPE): "inplace"}
+    text = to_markdown(rankload.rank_load_blocks(table, None))
+    shown = [line.split("|")[2].strip() for line in text.splitlines() if f"| {SHAPE}" in line]
+    assert shown == ["legacy", "preallocated", f"inplace ({rankload.BEST})"]
+    # every load that fits timed: its seconds decide
+    rows += _rows("preallocated", {RANK_LOAD_TIME: 2.5}) + _rows("inplace", {RANK_LOAD_TIME: 9.0})
+    table = rankload.rank_load_table(pd.DataFrame(rows), None)
+    assert rankload.best_strategies(table) == {("box", SHAPE): "preallocated"}
+
+
 def test_the_headline_names_the_device_and_the_ratio_against_vllm_45589():
-    text = rankload.render_rank_load(rankload.rank_load_table(frame(), COSTS), COSTS)
+    text = to_markdown(rankload.rank_load_blocks(rankload.rank_load_table(frame(), COSTS), COSTS))
     assert text.startswith("## Whole-rank load")
     assert "predicted for NVIDIA H200 from the costs recorded at commit abcdef01" in text
     legacy = 94 * 0.01 + 6113 * 1e-4 + 4676 * 1e-3 + 4676 * 1e-5
@@ -112,17 +129,14 @@ def test_the_headline_names_the_device_and_the_ratio_against_vllm_45589():
         for line in text.splitlines()
         if line.startswith(f"| {SHAPE}")
     }
-    assert sleep == {
-        "legacy": "OOM (peak 225 GiB)",
-        "preallocated": "fits (peak 107 GiB)",
-        "inplace": "n/a",
-    }
+    assert sleep == {"legacy": "OOM (peak 225 GiB)", "preallocated": "fits (peak 107 GiB)"}
 
 
 def test_no_rank_load_results_no_headline():
     other = frame().assign(benchmark="bench_convert.LayerTime.track_layer_seconds")
     table = rankload.rank_load_table(other, COSTS)
-    assert table.empty and rankload.render_rank_load(table, COSTS) == ""
+    assert table.empty and rankload.rank_load_blocks(table, COSTS) == []
+    assert rankload.every_strategy_blocks(table) == []
 
 
 def test_recorded_runs_come_from_the_latest_gpu_check_that_ran_the_load(tmp_path):

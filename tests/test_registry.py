@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from moe_convert import STRATEGIES, Formula, LayerShape, cli, layer_shape
-from moe_convert.formulas import LEGEND, sizes
-from moe_convert.registry import (
+from moe_convert import STRATEGIES, Formula, LayerShape, layer_shape
+from moe_convert.cli import commands as cli
+from moe_convert.formats.bf16.registry import (
     MARKDOWN_BEGIN,
     MARKDOWN_END,
     UNAVAILABLE,
     strategies_markdown,
     update_markdown,
 )
+from moe_convert.formulas import LEGEND, sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY_DOC = ROOT / "docs" / "library.md"

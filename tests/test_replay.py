@@ -14,11 +14,11 @@ import json
 import pytest
 
 from moe_convert import STRATEGIES, LayerShape, layer_shape
-from moe_convert.allocator import Allocator, MiB
-from moe_convert.cli import main
-from moe_convert.memory import MemoryEvent
-from moe_convert.replay import LayerTrace, _replay_trace, layer_trace, replay_load
-from moe_convert.wholemodel import RankLoad
+from moe_convert.cli.commands import main
+from moe_convert.load.allocator import Allocator, MiB
+from moe_convert.load.replay import LayerTrace, _replay_trace, layer_trace, replay_load
+from moe_convert.load.wholemodel import RankLoad
+from moe_convert.measuring.memory import MemoryEvent
 
 GiB = 2**30
 QWEN = layer_shape("qwen3-235b-a22b", 4)

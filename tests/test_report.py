@@ -17,8 +17,9 @@ import pytest
 
 from moe_bench import cli
 from moe_bench.compare import compare_commits
+from moe_bench.document import to_markdown
 from moe_bench.metrics import METRICS, NOISE_FACTOR, quant_sibling
-from moe_bench.report import changes_markdown, comment_markdown, render_markdown, summary_table
+from moe_bench.report import changes_block, comment_markdown, format_blocks, summary_table
 from moe_bench.results import load_results
 from moe_bench.units import human
 
@@ -153,9 +154,8 @@ def test_summary_needs_the_suite_benchmarks(results):
 
 
 def test_markdown_in_human_units_with_marks(results):
-    text = render_markdown(summary_table(results), title="nightly")
-    assert text.startswith("# nightly\n")
-    assert f"## `fixture-box`: commit `{LATEST}` (2026-11-04 12:00 UTC" in text
+    text = to_markdown(format_blocks(summary_table(results)))
+    assert f"\n### `fixture-box`: commit `{LATEST}` (2026-11-04 12:00 UTC" in text
     lines = {
         line.split("|")[2].strip() + "@" + line.split("|")[1].strip(): line
         for line in text.splitlines()
@@ -174,8 +174,8 @@ def test_markdown_in_human_units_with_marks(results):
 def with_quantized(results: pd.DataFrame) -> pd.DataFrame:
     """``results`` plus, for every BF16 point of qwen3 that has a quantized sibling figure
     (``metrics.quant_sibling``), the same values as an NVFP4 and an FP8 shape's under their
-    format's name, each strategy standing for the kind of the same name (``legacy``) or for
-    ``fast``."""
+    format's name (and an MXINT4 one's), each strategy standing for the kind of the same name
+    (``legacy``) or for ``fast``."""
     kinds = {"legacy": "legacy", "strided_copy": "fast"}
     rows = results[(results["shape"] == QWEN) & results["strategy"].isin(kinds)]
     quantized = [
@@ -183,10 +183,11 @@ def with_quantized(results: pd.DataFrame) -> pd.DataFrame:
             benchmark=rows["benchmark"].map({n: quant_sibling(n, fmt) for n in rows["benchmark"]}),
             shape=shape,
             strategy=rows["strategy"].map(kinds),
-        ).pipe(lambda frame: frame[frame["benchmark"].isin(METRICS)])
+        ).pipe(lambda frame: frame[[name in METRICS for name in frame["benchmark"]]])
         for fmt, shape in (
             ("fp8", "llama-4-maverick-fp8/tp8"),
             ("nvfp4", "qwen3-235b-a22b-nvfp4/tp4"),
+            ("mxint4", "kimi-k2-thinking-mxint4/tp8"),
         )
     ]
     return pd.concat([results, *quantized], ignore_index=True)
@@ -194,29 +195,38 @@ def with_quantized(results: pd.DataFrame) -> pd.DataFrame:
 
 def test_the_summary_has_a_table_per_format_bf16_first(results):
     table = summary_table(with_quantized(results))
-    assert set(table["format"]) == {"bf16", "nvfp4", "fp8"}
+    assert set(table["format"]) == {"bf16", "nvfp4", "fp8", "mxint4"}
     assert (table.loc[table["shape"] == QWEN, "format"] == "bf16").all()
     fast = row(table, "qwen3-235b-a22b-nvfp4/tp4", "fast")
     assert fast["format"] == "nvfp4" and fast["speedup"] == pytest.approx(0.120 / 0.048)
     # the quantized peak rose 1.5x like its BF16 source: exact, so marked by the gate's rule
     assert fast["regressions"] == ("peak_bytes",)
-    text = render_markdown(table, title="nightly")
-    headers = [line for line in text.splitlines() if line.startswith("### ")]
+    text = to_markdown(format_blocks(table))
+    headers = [line for line in text.splitlines() if line.startswith("#### ")]
     # SHAPE_FORMATS' order, not the run's; each format's title
-    assert headers == ["### BF16", "### NVFP4", "### FP8 per-tensor"]
-    nvfp4 = text[text.index("### NVFP4") : text.index("### FP8")]
+    assert headers == ["#### BF16", "#### NVFP4", "#### FP8 per-tensor", "#### MXINT4"]
+    nvfp4 = text[text.index("#### NVFP4") : text.index("#### FP8")]
     assert "qwen3-235b-a22b-nvfp4/tp4 | fast" in nvfp4 and "**1.69 GiB** ⚠ +50%" in nvfp4
     assert QWEN + " " not in nvfp4 and "llama-4" not in nvfp4
-    assert "3 regressed figure(s)" in text
+    assert "kimi-k2-thinking-mxint4/tp8 | fast" in text[text.index("#### MXINT4") :]
+    assert "4 regressed figure(s)" in text
     assert "Speed-up: `legacy` time / time." in text  # the legend names the baseline
 
 
-def test_the_first_answer_is_what_changed_since_the_previous_results(results):
-    text = changes_markdown(summary_table(results))
+def test_what_changed_lists_each_figure_the_gate_marks(results):
+    text = to_markdown([changes_block(summary_table(results))])
     assert text.startswith("## What changed since the previous results\n")
-    assert (
-        f"- `fixture-box` at `{LATEST}`: worse: {QWEN} `strided_copy` peak transient +50%" in text
-    )
+    (worse,) = [line for line in text.splitlines() if line.startswith("| fixture-box")]
+    cells = [cell.strip() for cell in worse.strip("|").split("|")]
+    assert cells == [
+        "fixture-box",
+        LATEST,
+        QWEN,
+        "strided_copy",
+        "peak transient",
+        "1.69 GiB",
+        "⚠ +50%",
+    ]
 
 
 def test_write_summary_writes_markdown_and_plots(tmp_path, capsys):

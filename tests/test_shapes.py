@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from moe_convert import CATALOG, check_weights, layer_shape, shape_from_hf_config
-from moe_convert.shapes import TP_SIZES, catalog_shapes, shape_from_label, spec_from_hf_config
+from moe_convert.formats.bf16.shapes import (
+    TP_SIZES,
+    catalog_shapes,
+    shape_from_label,
+    spec_from_hf_config,
+)
 
 MiB, GiB = 2**20, 2**30
 

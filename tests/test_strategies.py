@@ -14,9 +14,9 @@ import torch
 from conftest import requires_flashinfer
 
 from moe_convert import STRATEGIES, convert, register
-from moe_convert.inputs import random_weights
-from moe_convert.reference import AVAILABLE as FLASHINFER_AVAILABLE
-from moe_convert.reference import flashinfer_reference
+from moe_convert.formats.bf16.inputs import random_weights
+from moe_convert.formats.bf16.reference import AVAILABLE as FLASHINFER_AVAILABLE
+from moe_convert.formats.bf16.reference import flashinfer_reference
 
 # name -> (E experts, I intermediate per rank, H hidden, gated); w13 [E, 2I or I, H], w2 [E, H, I]
 CASES = {

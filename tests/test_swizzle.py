@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import requires_flashinfer
 
-from moe_convert.swizzle import block_scale_interleave, swizzle_offset, swizzled_size, unswizzle
+from moe_convert.formats.swizzle import (
+    block_scale_interleave,
+    swizzle_offset,
+    swizzled_size,
+    unswizzle,
+)
 
 
 def random_scales(*shape: int) -> torch.Tensor:
@@ -47,8 +53,28 @@ def test_every_element_lands_at_its_offset_and_the_padding_is_zero(shape):
 
 
 def test_aligned_input_is_one_allocation_the_output():
-    from moe_convert.memory import measure_memory
+    from moe_convert.measuring.memory import measure_memory
 
     sf = torch.empty(256, 64, dtype=torch.uint8, device="meta")
     measured = measure_memory(block_scale_interleave, sf)
     assert (measured.allocations, measured.peak_bytes) == (1, 256 * 64)
+
+
+# MXINT4's scales are bf16: FlashInfer's CUDA kernel (block_scale_interleave_kernel<T>, uint8 and
+# __nv_bfloat16 instances) moves whole elements to the same offsets, as its own torch reference
+# for the b12x MoE does, which accepts bf16; ours must agree element for element.
+@requires_flashinfer
+@pytest.mark.parametrize("shape", [(128, 64), (120, 64), (200, 256), (2048, 224), (3, 512, 224)])
+def test_bf16_scales_swizzle_as_flashinfers_torch_reference(shape):
+    from flashinfer.experimental.b12x.moe._shared.kernels.reference_flashinfer import (
+        _block_scale_interleave_128x4_torch,
+    )
+
+    gen = torch.Generator().manual_seed(sum(shape))
+    bf16 = torch.randint(-(2**15), 2**15, shape, dtype=torch.int16, generator=gen)
+    scales = bf16.view(torch.bfloat16)
+    got = block_scale_interleave(scales)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(
+        got.view(torch.int16), _block_scale_interleave_128x4_torch(scales).view(torch.int16)
+    )

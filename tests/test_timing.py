@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from moe_convert import STRATEGIES, LayerShape, layer_shape
-from moe_convert.timing import (
+from moe_convert.measuring.timing import (
     CALIBRATION_BYTES,
     LayerTiming,
     Timing,
@@ -129,19 +129,19 @@ def test_time_layer_on_a_tiny_shape(name):
 
 def test_time_layer_restores_inplace_input_before_each_call(monkeypatch):
     # An in-place strategy must see checkpoint-layout bytes on every call, not its own output.
-    import moe_convert.timing as timing
+    import moe_convert.measuring.timing as timing
 
     seen = []
-    real_convert = timing.convert
+    real_convert = timing.convert_layer
 
-    def spy(w13, w2, **kwargs):
-        seen.append(w13.clone())
-        return real_convert(w13, w2, **kwargs)
+    def spy(shape, layer, strategy):
+        seen.append(layer["w13"].clone())
+        return real_convert(shape, layer, strategy)
 
-    monkeypatch.setattr(timing, "convert", spy)
+    monkeypatch.setattr(timing, "convert_layer", spy)
     assert STRATEGIES["strided_inplace"].inplace
     time_layer(TINY, "strided_inplace", repeats=2)
-    assert len(seen) == 3  # 1 warm-up round + 2 timed (the cache warm-up is inputs.py's call)
+    assert len(seen) == 3  # 1 warm-up round + 2 timed (the cache warm-up is formats' own call)
     assert all(torch.equal(s.view(torch.int16), seen[0].view(torch.int16)) for s in seen)
 
 

@@ -2,7 +2,7 @@
 rule itself.
 
 The formulas are the strategies' records (``STRATEGIES[name].traffic``, ``.launches``), in the
-legend of ``moe_convert.formulas``; the rule is ``moe_convert.traffic``'s docstring.
+legend of ``moe_convert.formulas``; the rule is ``moe_convert.measuring.traffic``'s docstring.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from conftest import FULL_SIZE
 
 from moe_convert import STRATEGIES, LayerShape
-from moe_convert.traffic import measure_traffic, strategy_traffic
+from moe_convert.measuring.traffic import measure_traffic, strategy_traffic
 
 
 @pytest.mark.parametrize("shape", FULL_SIZE, ids=lambda s: f"{s.label}-g{int(s.gated)}")

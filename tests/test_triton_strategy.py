@@ -15,8 +15,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from moe_convert import LayerShape, convert, cycles, layer_shape, triton_strategy
-from moe_convert.inputs import layer_weights
+from moe_convert import LayerShape, convert, layer_shape
+from moe_convert.formats.bf16 import cycles, triton_strategy
+from moe_convert.formats.bf16.inputs import layer_weights
 
 pytestmark = pytest.mark.skipif(
     not triton_strategy.AVAILABLE,

@@ -6,10 +6,10 @@ import pytest
 import torch
 from conftest import requires_cuda
 
-from moe_convert import STRATEGIES, LayerShape, QuantLayer, layer_shape, quant_layer_shape
-from moe_convert.quant_catalog import quant_catalog_shapes
-from moe_convert.quant_replay import _tensor_bytes
-from moe_convert.wholemodel import RUN_POOLS, _loaded_layer, run_load, whole_model_seconds
+from moe_convert import STRATEGIES, LayerShape, layer_shape, quant_layer_shape
+from moe_convert.formats.quant.catalog import quant_catalog_shapes
+from moe_convert.load.replay import _tensor_bytes
+from moe_convert.load.wholemodel import RUN_POOLS, _loaded_layer, run_load, whole_model_seconds
 
 SMALL = LayerShape("small", 1, 8, 1024, 512, 4)
 SMALL_NVFP4 = quant_layer_shape("qwen3-235b-a22b-nvfp4", 4).with_experts(2)
@@ -42,15 +42,12 @@ def test_run_load_without_cuda_says_why(shape, name):
 @pytest.mark.parametrize("shape", [SMALL, *quant_catalog_shapes()], ids=lambda s: s.label)
 def test_a_run_loads_each_layer_as_its_replay_does(shape):
     """What ``run_load`` allocates per layer: every tensor its replay loads, each its own
-    allocation, in the same order and sizes (``replay_load``: w13, w2; ``replay_quant_load``:
-    ``_tensor_bytes``), the layer's bytes in all."""
+    allocation, in the same order and sizes (``replay_load``'s ``_tensor_bytes``: BF16's w13,
+    w2; a quantized format's weights, scales and biases), the layer's bytes in all."""
     layer = _loaded_layer(shape, torch.device("meta"))
-    if isinstance(layer, QuantLayer):
-        sizes = {name: t.nbytes for name, t in layer.tensors().items()}
-        assert sizes == _tensor_bytes(shape) and list(sizes) == list(_tensor_bytes(shape))
-    else:
-        sizes = {"w13": layer[0].nbytes, "w2": layer[1].nbytes}
-        assert sizes == {"w13": shape.w13_bytes, "w2": shape.w2_bytes}
+    sizes = {name: t.nbytes for name, t in layer.items()}
+    assert sizes == _tensor_bytes(shape) and list(sizes) == list(_tensor_bytes(shape))
+    assert sizes["w13"] == shape.w13_bytes and sizes["w2"] == shape.w2_bytes
     assert sum(sizes.values()) == shape.layer_bytes
 
 

@@ -15,7 +15,7 @@ def step_exact(dry_run: bool) -> dict:
     import torch
 
     from moe_convert import STRATEGIES, convert
-    from moe_convert.inputs import random_weights
+    from moe_convert.formats.bf16.inputs import random_weights
 
     torch.set_num_threads(os.cpu_count() or 1)
     rows = []
@@ -96,13 +96,13 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
     """The quantized formats' part of step 1 (issue 18): ``swizzle.block_scale_interleave``
     against FlashInfer's CUDA ``block_scale_interleave`` on FlashInfer's own test shapes, then
     every quantized strategy on CUDA against its format's ``-legacy`` on CPU, for
-    ``plan.QUANT_CHECK_EXPERTS`` experts of each ``plan.QUANT_CHECK_SHAPES``. A row says where
+    ``plan.QUANT_CHECK_EXPERTS`` experts of each ``plan.quant_check_shapes()``. A row says where
     FlashInfer is absent; the dry run computes nothing (the CPU tests check the same on CPU)."""
     import torch
 
     from moe_convert import convert_quant
-    from moe_convert.quant_layer import quant_layer_tensors
-    from moe_convert.swizzle import block_scale_interleave
+    from moe_convert.formats.quant.layer import quant_layer_tensors
+    from moe_convert.formats.swizzle import block_scale_interleave
 
     if dry_run:
         return []
@@ -120,15 +120,23 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
             }
         )
         flashinfer_interleave = None
-    for dims in plan.SWIZZLE_CHECK_SHAPES if flashinfer_interleave else ():
-        sf = torch.randint(0, 256, dims, dtype=torch.uint8, device=device)
+    cells = [(dims, dtype) for dims in plan.SWIZZLE_CHECK_SHAPES for dtype in ("uint8", "bfloat16")]
+    for dims, dtype in cells if flashinfer_interleave else ():
+        # uint8: NVFP4's, MXFP4's, MXFP8's scales; bfloat16: MXINT4's (random bytes, compared as
+        # bytes: a NaN is a NaN's bytes)
+        item = getattr(torch, dtype).itemsize
+        raw = torch.randint(0, 256, (*dims[:-1], dims[-1] * item), dtype=torch.uint8, device=device)
+        sf = raw.view(getattr(torch, dtype))
         try:
-            bad = int((block_scale_interleave(sf) != flashinfer_interleave(sf)).sum())
+            ours, theirs = block_scale_interleave(sf), flashinfer_interleave(sf)
+            bad = int((ours.view(torch.uint8) != theirs.view(torch.uint8)).sum())
             row = {"exact": bad == 0, "bytes_differing": bad}
         except Exception as error:  # a wrong output size, an unsupported GPU
             row = {"exact": False, "error": f"{type(error).__name__}: {error}"}
-        rows.append({"shape": f"scales {dims}", "strategy": "block_scale_interleave", **row})
-    for label in plan.QUANT_CHECK_SHAPES:
+        rows.append(
+            {"shape": f"{dtype} scales {dims}", "strategy": "block_scale_interleave", **row}
+        )
+    for label in plan.quant_check_shapes():
         shape = plan.shape(label).with_experts(plan.QUANT_CHECK_EXPERTS)
         layer = quant_layer_tensors(shape, "cpu")
 

@@ -12,50 +12,32 @@ from . import plan
 from .timing import time_strategy
 
 
-def _loads(names: list[str]) -> list[tuple[object, str, int | None, str]]:
-    """(shape, strategy, max_split_size_mb, pool) of every load, in the order they run: the
-    quantized ones (vLLM's setting, the default pool), then the BF16 rank's ``names`` per
-    configuration of ``plan.LOAD_CONFIGS``."""
+def _loads(names: list[str]) -> list[tuple[object, str, int | None, str, int]]:
+    """(shape, strategy, max_split_size_mb, pool, ballast bytes) of every load, in the order they
+    run: the quantized rank's (vLLM's setting, the default pool, its MoE weights alone), then
+    vLLM #45589's BF16 rank's ``names`` per configuration of ``plan.LOAD_CONFIGS``, after the
+    ballast that brings that rank to its 109.61 GiB (``PR45589_BALLAST_BYTES``)."""
+    from moe_convert.load.wholemodel import PR45589_BALLAST_BYTES
+
     quantized = plan.shape(plan.QUANT_LOAD_SHAPE)
     bf16 = plan.shape(plan.LOAD_SHAPE)
     return [
-        (quantized, name, plan.MAX_SPLIT_MB, "default") for name in plan.QUANT_LOAD_STRATEGIES
-    ] + [(bf16, name, max_split, pool) for max_split, pool in plan.LOAD_CONFIGS for name in names]
-
-
-def _replayed(shape, name: str, max_split: int | None, pool: str, device_bytes: int):
-    """The load replayed for a device lending ``device_bytes``: vLLM #45589's rank with its
-    ballast (``pr45589_replay``, full size), or a quantized rank without one
-    (``replay_quant_load``), as ``_run`` loads them."""
-    from moe_convert import QuantLayerShape
-    from moe_convert.quant_replay import replay_quant_load
-    from moe_convert.replay import pr45589_replay
-
-    if isinstance(shape, QuantLayerShape):
-        return replay_quant_load(
-            shape, name, max_split_size_mb=max_split, pool=pool, device_bytes=device_bytes
-        )
-    return pr45589_replay(name, max_split_size_mb=max_split, pool=pool, device_bytes=device_bytes)
-
-
-def _run(shape, name: str, max_split: int | None, pool: str):
-    """The load run on CUDA (``run_load``), with the ballast its replay loads."""
-    from moe_convert import QuantLayerShape
-    from moe_convert.wholemodel import PR45589_BALLAST_BYTES, run_load
-
-    ballast = 0 if isinstance(shape, QuantLayerShape) else PR45589_BALLAST_BYTES
-    return run_load(
-        shape, name, max_split_size_mb=max_split, pool=pool, other_weights_bytes=ballast
-    )
+        (quantized, name, plan.MAX_SPLIT_MB, "default", 0) for name in plan.QUANT_LOAD_STRATEGIES
+    ] + [
+        (bf16, name, max_split, pool, PR45589_BALLAST_BYTES)
+        for max_split, pool in plan.LOAD_CONFIGS
+        for name in names
+    ]
 
 
 def step_load(dry_run: bool) -> dict:
     """Every load of ``_loads`` run (``run_load``) and replayed for the device it found
-    (``_replayed``; the dry run replays for ``DEVICE_141GB_BYTES``); the event costs measured
-    and each load predicted from them (``moe_convert.loadtime``)."""
+    (``replay_load``; the dry run replays for ``DEVICE_141GB_BYTES``); the event costs measured
+    and each load predicted from them (``moe_convert.load.loadtime``)."""
     from moe_convert import STRATEGIES
-    from moe_convert.loadtime import measure_event_costs, predict_replayed
-    from moe_convert.wholemodel import DEVICE_141GB_BYTES, PR45589_BALLAST_BYTES
+    from moe_convert.load.loadtime import measure_event_costs, predict_replayed
+    from moe_convert.load.replay import replay_load
+    from moe_convert.load.wholemodel import DEVICE_141GB_BYTES, PR45589_BALLAST_BYTES, run_load
 
     loads = _loads([name for name in plan.LOAD_STRATEGIES if name in STRATEGIES])
     events, layer_seconds = None, {}
@@ -65,20 +47,37 @@ def step_load(dry_run: bool) -> dict:
         device = plan.cuda_device()
         events = measure_event_costs()
         print(f"[load] event costs: {events}", flush=True)
-        for shape, name, _, _ in loads:  # one layer's steady-state conversion, to predict
+        for shape, name, *_ in loads:  # one layer's steady-state conversion, to predict
             seconds = layer_seconds.setdefault(shape.label, {})
             if name not in seconds:
                 seconds[name] = time_strategy(shape, name, device)["seconds"]
                 torch.cuda.empty_cache()
     rows = []
-    for shape, name, max_split, pool in loads:
+    for shape, name, max_split, pool, ballast in loads:
         row = {"shape": shape.label, "strategy": name, "max_split_mb": max_split, "pool": pool}
         try:
-            ran = None if dry_run else _run(shape, name, max_split, pool)
+            ran = (
+                None
+                if dry_run
+                else run_load(
+                    shape,
+                    name,
+                    max_split_size_mb=max_split,
+                    pool=pool,
+                    other_weights_bytes=ballast,
+                )
+            )
             if ran is not None:
                 row["run"] = dataclasses.asdict(ran)
-            device_bytes = DEVICE_141GB_BYTES if ran is None else ran.device_bytes
-            replayed = _replayed(shape, name, max_split, pool, device_bytes)
+            # the load replayed for the device the run found (the dry run: a 141 GB device)
+            replayed = replay_load(
+                shape,
+                name,
+                max_split_size_mb=max_split,
+                pool=pool,
+                device_bytes=DEVICE_141GB_BYTES if ran is None else ran.device_bytes,
+                other_weights_bytes=ballast,
+            )
             row["replayed"] = dataclasses.asdict(replayed)
             if ran is not None:  # every field both sides know: {field: [replayed, run]}
                 row["differences"] = {

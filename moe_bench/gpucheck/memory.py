@@ -13,13 +13,10 @@ from . import plan
 
 def _model_transient_reserved(shape, strategy: str, max_split_size_mb: int | None) -> int:
     """Peak reserved above the loaded layer for one conversion, per the allocator model: a
-    one-layer load replayed (``replay_load``, or ``replay_quant_load`` for a quantized shape)."""
-    from moe_convert import QuantLayerShape
-    from moe_convert.quant_replay import replay_quant_load
-    from moe_convert.replay import replay_load
+    one-layer load replayed (``replay_load``, any format's)."""
+    from moe_convert.load.replay import replay_load
 
-    replay = replay_quant_load if isinstance(shape, QuantLayerShape) else replay_load
-    return replay(
+    return replay_load(
         dataclasses.replace(shape, moe_layers=1),
         strategy,
         max_split_size_mb=max_split_size_mb,
@@ -29,24 +26,21 @@ def _model_transient_reserved(shape, strategy: str, max_split_size_mb: int | Non
 
 
 def _conversion(shape, strategy: str, device):
-    """One conversion of a fresh ``shape`` layer on ``device``, caches warmed."""
-    from moe_convert import QuantLayerShape
-    from moe_convert.inputs import strategy_call
-    from moe_convert.quant_registry import quant_strategy_call
+    """One conversion of a fresh ``shape`` layer (any format's) on ``device``, caches warmed."""
+    from moe_convert.formats.table import layer_call
 
-    call = quant_strategy_call if isinstance(shape, QuantLayerShape) else strategy_call
-    return call(shape, strategy, device)
+    return layer_call(shape, strategy, device)
 
 
 def step_memory(dry_run: bool) -> dict:
     """Every strategy on ``plan.CHECK_SHAPES`` and every quantized strategy on
-    ``plan.QUANT_CHECK_SHAPES``, full size: the CUDA caching allocator's figures of one
+    ``plan.quant_check_shapes()``, full size: the CUDA caching allocator's figures of one
     conversion (``cuda_memory``) against the dispatch-level peak and the allocator model's
     peak reserved; the dry run computes the latter two."""
-    from moe_convert.memory import cuda_memory
+    from moe_convert.measuring.memory import cuda_memory
 
     rows = []
-    for label in (*plan.CHECK_SHAPES, *plan.QUANT_CHECK_SHAPES):
+    for label in (*plan.CHECK_SHAPES, *plan.quant_check_shapes()):
         shape = plan.shape(label)
         for name in plan.strategies(shape):
             row = {
@@ -75,8 +69,8 @@ def step_memory(dry_run: bool) -> dict:
 
 def step_allocator(dry_run: bool) -> dict:
     from moe_convert import STRATEGIES
-    from moe_convert.allocator import Allocator, MiB
-    from moe_convert.replay import load_steps
+    from moe_convert.load.allocator import Allocator, MiB
+    from moe_convert.load.replay import load_steps
 
     shape = dataclasses.replace(plan.shape(plan.LOAD_SHAPE), moe_layers=plan.ALLOCATOR_LAYERS)
     if not dry_run:

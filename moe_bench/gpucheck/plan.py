@@ -21,7 +21,7 @@ CHECK_SHAPES = ("qwen3-235b-a22b/tp4", "deepseek-v3/tp8")
 #: (``wholemodel.PR45589_SHAPE``: a literal, as the library is imported only inside the steps).
 LOAD_SHAPE = "qwen3-235b-a22b/tp4"
 ALLOCATOR_LAYERS = 24
-#: vLLM's max_split_size_mb while loading (moe_convert.wholemodel.VLLM_LOAD_MAX_SPLIT_MB): a
+#: vLLM's max_split_size_mb while loading (moe_convert.load.wholemodel.VLLM_LOAD_MAX_SPLIT_MB): a
 #: literal: this module imports the library (and torch) only inside its steps.
 MAX_SPLIT_MB = 20
 #: Step 4: the whole rank's load of these strategies (vLLM's legacy, preallocated and in place,
@@ -58,17 +58,15 @@ CPU_REFERENCE = "strided_copy"
 #: Steps 2 and 5 take every quantized strategy on the same shapes at full size (the budgets
 #: below say what that costs).
 SWIZZLE_CHECK_SHAPES = ((128, 64), (256, 128), (120, 64), (200, 256), (2048, 2048))
-QUANT_CHECK_SHAPES = (
-    "kimi-k2-nvfp4/tp8",
-    "gpt-oss-120b-mxfp4/tp1",
-    "llama-4-maverick-fp8/tp8",
-    "deepseek-r1-fp8block/tp8",
-    "minimax-m3-mxfp8/tp4",
-)
+#: The quantized shapes are one per quantized format of the library's table
+#: (``quant_check_shapes``): its first catalog shape, or the one named here (MXINT4's tp8, the
+#: smaller of its two layers, chosen when the format arrived and sized below), so a new format
+#: is checked with no edit here.
+QUANT_CHECK_CHOICES = {"mxint4": "kimi-k2-thinking-mxint4/tp8"}
 QUANT_CHECK_EXPERTS = 8
 #: Step 5's experiments, to choose the Triton strategies' constants: (shape, strategy, settings
-#: of ``moe_convert.triton_strategy`` constants), each timed like a strategy, the constants
-#: restored after.
+#: of ``moe_convert.formats.bf16.triton_strategy`` constants), each timed like a strategy, the
+#: constants restored after.
 TRITON_SWEEPS = [
     (LOAD_SHAPE, "triton_inplace", {"_SCRATCH_BYTES": mib * 2**20}) for mib in (16, 32, 64, 128)
 ] + [
@@ -94,12 +92,14 @@ class Step:
 #: allocator, timing and asv; the whole-rank load (18 BF16 loads of 110 GiB and the 2
 #: quantized ones, each timed and replayed) gets the most, and the total stays within the wall
 #: budget. The quantized formats' full-size part of steps 2 and 5 (every strategy on
-#: ``QUANT_CHECK_SHAPES``) is sized from their records' launch and traffic formulas
-#: (tests/test_gpu_check.py holds these figures): one round of the 20 strategies is 17,423
+#: ``quant_check_shapes()``) is sized from their records' launch and traffic formulas
+#: (tests/test_gpu_check.py holds these figures): one round of the 24 strategies is 26,413
 #: launches (kimi-k2-nvfp4/tp8 8,528, gpt-oss-120b-mxfp4/tp1 3,611, llama-4-maverick-fp8/tp8
-#: 1,158, deepseek-r1-fp8block/tp8 2,064, minimax-m3-mxfp8/tp4 2,062) and 118 GB moved. Step 5
-#: times 11 rounds (warm-up included) with their copies: 3.8 s of launches at about 20 us each
-#: and 0.6 s of bytes at 4 TB/s, beside the 19 s it took and
+#: 1,158, deepseek-r1-fp8block/tp8 2,064, minimax-m3-mxfp8/tp4 2,062,
+#: kimi-k2-thinking-mxint4/tp8 8,990) and 263 GB moved (145 GB of it MXINT4's, 136 GB
+#: mxint4-legacy's sign step and lists). Step 5 times 11 rounds (warm-up included) with their
+#: copies: 5.8 s of launches at about 20 us each and 1.4 s of bytes at 4 TB/s, beside the 19 s
+#: it took and
 #: the BF16 strategies added since (``cycle_inplace``, ``sglang``, ``trtllm``): 45 s. Step 2
 #: converts once each (0.3 s of launches) and replays each layer in the allocator model on the
 #: CPU (4.1 s on this project's 2-core CPU), paid for by taking every dispatch-level peak from
@@ -133,24 +133,32 @@ def record(rows: list[dict], row: dict) -> None:
         )
 
 
-def shape(label: str):
-    """The full-size per-rank shape of ``label`` (``model/tpN``): a ``QuantLayerShape`` for a
-    model of the quantized catalog, else a BF16 ``LayerShape``."""
-    from moe_convert.quant_catalog import quant_shape_from_label, shape_format
-    from moe_convert.shapes import shape_from_label
+def quant_check_shapes() -> tuple[str, ...]:
+    """Steps 1, 2 and 5's quantized shapes, ``model/tpN``: per quantized format of
+    ``moe_convert.formats.table.LAYER_FORMATS`` (its order), ``QUANT_CHECK_CHOICES``' or its
+    first catalog shape. Imports the library: call it in a step."""
+    from moe_convert.formats.table import LAYER_FORMATS
 
-    return (shape_from_label if shape_format(label) == "bf16" else quant_shape_from_label)(label)
+    return tuple(
+        QUANT_CHECK_CHOICES.get(name) or fmt.catalog()[0].label
+        for name, fmt in LAYER_FORMATS.items()
+        if name != "bf16"  # BF16's shapes are CHECK_SHAPES
+    )
+
+
+def shape(label: str):
+    """The full-size per-rank shape of ``label`` (``model/tpN``) of any format's catalog."""
+    from moe_convert.formats.table import any_shape_from_label
+
+    return any_shape_from_label(label)
 
 
 def strategies(shape) -> dict:
-    """Name -> registry record of every strategy a step runs on ``shape``: ``STRATEGIES`` for a
-    BF16 ``LayerShape``, the ``QUANT_STRATEGIES`` of a ``QuantLayerShape``'s format (both
-    records say ``inplace``, ``origin`` and the exact ``peak``)."""
-    from moe_convert import QUANT_STRATEGIES, STRATEGIES, QuantLayerShape
+    """Name -> registry record of every strategy of ``shape``'s format a step runs (each record
+    says ``inplace``, ``origin`` and the exact ``peak``)."""
+    from moe_convert.formats.table import layer_format
 
-    if isinstance(shape, QuantLayerShape):
-        return {name: r for name, r in QUANT_STRATEGIES.items() if r.format == shape.format}
-    return STRATEGIES
+    return layer_format(shape).strategies()
 
 
 def cuda_device():

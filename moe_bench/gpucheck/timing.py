@@ -1,5 +1,5 @@
 """Step 5, ``timing``: every strategy and a same-size device copy with CUDA events, per shape of
-the asv suite, and every quantized strategy on ``plan.QUANT_CHECK_SHAPES``; then
+the asv suite, and every quantized strategy on ``plan.quant_check_shapes()``; then
 ``plan.TRITON_SWEEPS``.
 """
 
@@ -11,17 +11,16 @@ from . import plan
 def time_strategy(shape, name: str, device) -> dict:
     """One timing row: ``timing.time_layer`` (CUDA events, paired with a device copy of every
     tensor of the layer), the asv suite's measurement; every time figure derives from it.
-    ``shape`` a BF16 ``LayerShape`` or a ``QuantLayerShape`` (``format``: ``bf16`` or its
-    format; ``origin``: the strategy record's, which says whether it is upstream's)."""
-    from moe_convert.quant_catalog import shape_format
-    from moe_convert.timing import time_layer
+    ``shape`` of any format (``format``: ``bf16`` or a quantized one; ``origin``: the strategy
+    record's, which says whether it is upstream's)."""
+    from moe_convert.measuring.timing import time_layer
 
     record = plan.strategies(shape)[name]
     timed = time_layer(shape, name, device=device, repeats=plan.TIMING_REPEATS, warmup=1)
     return {
         "shape": shape.label,
         "strategy": name,
-        "format": shape_format(shape.label),
+        "format": shape.format,
         "origin": record.origin,
         "inplace": record.inplace,
         "peak_bytes": plan.dispatch_peak(shape, name),
@@ -39,21 +38,20 @@ def time_strategy(shape, name: str, device) -> dict:
 
 def _cells() -> list[tuple[str, str]]:
     """(shape label, strategy) of every timed cell: the asv suite's shapes x every strategy,
-    then ``plan.QUANT_CHECK_SHAPES`` x their format's strategies."""
+    then ``plan.quant_check_shapes()`` x their format's strategies."""
     from benchmarks.common import SHAPES
 
-    labels = (*SHAPES, *plan.QUANT_CHECK_SHAPES)
+    labels = (*SHAPES, *plan.quant_check_shapes())
     return [(label, name) for label in labels for name in plan.strategies(plan.shape(label))]
 
 
 def _plan_line(label: str, name: str) -> str:
-    """What the dry run says of a cell; a quantized one with its record's bytes moved and
-    launches per call, the figures its share of the step's budget is sized from."""
-    from moe_convert import QuantLayerShape
-
-    shape = plan.shape(label)
-    if not isinstance(shape, QuantLayerShape):
+    """What the dry run says of a cell; one of ``plan.quant_check_shapes()`` with its record's
+    bytes moved and launches per call, the figures its share of the step's budget is sized
+    from."""
+    if label not in plan.quant_check_shapes():
         return f"{label} x {name}"
+    shape = plan.shape(label)
     record = plan.strategies(shape)[name]
     return (
         f"{label} x {name} ({record.traffic.evaluate(shape) / 1e9:.2f} GB moved, "
@@ -91,7 +89,7 @@ def step_timing(dry_run: bool) -> dict:
             flush=True,
         )
     for label, name, settings in plan.TRITON_SWEEPS if "triton" in STRATEGIES else ():
-        from moe_convert import triton_strategy
+        from moe_convert.formats.bf16 import triton_strategy
 
         chosen = {key: getattr(triton_strategy, key) for key in settings}
         try:  # an experiment: module constants set for a moment

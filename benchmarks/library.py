@@ -1,0 +1,29 @@
+"""The measured commit's library modules, by their paths in today's layout.
+
+asv takes ``benchmarks/`` from the working tree and the library from each measured commit
+(docs/benchmarks.md). Issue 28 moved the library's flat modules into subpackages
+(``moe_convert/timing.py`` is ``moe_convert/measuring/timing.py``), so a commit from before it
+has the same module under its flat name: ``module`` imports today's path, else that name. Which
+layout a commit has is asked of its package (it exports ``LAYER_FORMATS`` since the move), not
+by trying a path: an editable install of a newer tree on the path could answer that.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+__all__ = ["module"]
+
+#: Today's path -> the flat name before issue 28, where it is not the path's last part.
+_FLAT_NAMES = {"formats.quant.layer": "quant_layer"}
+
+
+def module(path: str) -> ModuleType:
+    """``moe_convert.<path>`` (``measuring.timing``), or on a commit from before the
+    subpackages ``moe_convert.<flat name>`` (``timing``)."""
+    import moe_convert
+
+    if not hasattr(moe_convert, "LAYER_FORMATS"):
+        path = _FLAT_NAMES.get(path, path.rpartition(".")[2])
+    return importlib.import_module(f"moe_convert.{path}")

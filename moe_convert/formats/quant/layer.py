@@ -1,0 +1,225 @@
+"""A quantized MoE layer (weights, their scale factors, gpt-oss's biases), its checks, its inputs.
+
+Legend as in ``formats.quant.formats``: E experts, H hidden, I intermediate per rank, M13
+rows of w13, epb elements per byte, V elements per scale factor.
+
+``check_quant_layer`` runs before any byte is written: each failure is one line naming the
+tensor, its shape and dtype, what was expected and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from ...checks import _fail as fail
+from ..layout import SHUFFLE_BLOCK
+from ..swizzle import COLS_PER_TILE, ROWS_PER_TILE
+from .formats import QuantFormat, QuantLayerShape
+
+__all__ = ["QuantLayer", "check_quant_layer", "quant_layer_tensors"]
+
+
+@dataclass(frozen=True)
+class QuantLayer:
+    """One layer's tensors as the conversion takes and returns them, in checkpoint row order.
+
+    In: ``w13 [E, M13, H/epb]``, ``w2 [E, H, I/epb]`` (the format's ``weight_dtype``); block
+    scales ``[E, M13/R, H/V]``, ``[E, H/R, I/V]`` (``scale_dtype``) or ``None`` (FP8 per-tensor);
+    biases bf16 ``[E, M13]``, ``[E, H]`` or ``None`` (all but MXFP4). Out (every strategy): the
+    same shapes; weights as uint8 (FP4) or float8_e4m3fn (FP8), scales in the swizzled layout
+    as float8_e4m3fn (MXFP8's as uint8, as vLLM returns them), biases float32. Block-FP8
+    instead: weights float8_e4m3fn in BlockMajorK, ``[E, H/128, M13, 128]`` and
+    ``[E, I/128, H, 128]``; scales float32 in the input's shapes, rows reordered as the
+    weights' halves, clamped to at least 1e-10. MXINT4 (``formats.quant.mxint4``): int32 weights in,
+    uint8 BlockMajorK out, bf16 scales swizzled and flat per expert ``[E, M13 H/32]``. Gated,
+    w13's halves are ``[w1; w3]`` (NVFP4, FP8s, MXFP8, MXINT4) or its rows interleaved
+    ``[w1_0, w3_0, w1_1, ...]`` (gpt-oss's MXFP4 checkpoint).
+    """
+
+    w13: torch.Tensor
+    w2: torch.Tensor
+    w13_scale: torch.Tensor | None = None
+    w2_scale: torch.Tensor | None = None
+    w13_bias: torch.Tensor | None = None
+    w2_bias: torch.Tensor | None = None
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Name -> tensor of every tensor the layer holds (``None`` fields left out)."""
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
+
+    def expected_shapes(self, fmt: QuantFormat, gated: bool) -> dict[str, tuple[int, ...] | None]:
+        """The shape each field must have, from the weights' shapes (``None``: must be absent)."""
+        experts, rows13, packed13 = self.w13.shape
+        hidden = packed13 * fmt.elements_per_item
+        inter = rows13 // 2 if gated else rows13
+        return {
+            "w2": (experts, hidden, inter // fmt.elements_per_item),
+            "w13_scale": fmt.scale_shape(experts, rows13, hidden),
+            "w2_scale": fmt.scale_shape(experts, hidden, inter),
+            "w13_bias": (experts, rows13) if fmt.has_bias else None,
+            "w2_bias": (experts, hidden) if fmt.has_bias else None,
+        }
+
+
+def _dtype_of(fmt: QuantFormat, name: str) -> torch.dtype | None:
+    if name in ("w13", "w2"):
+        return fmt.weight_dtype
+    return fmt.scale_dtype if name.endswith("scale") else torch.bfloat16
+
+
+def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> None:
+    """``TypeError``/``ValueError`` where ``layer`` cannot be converted as ``fmt``; reads no byte.
+
+    Checked: every tensor present or absent as the format says, its dtype, 3-D (biases 2-D),
+    non-empty, contiguous, on one device; w13's rows even when gated; the packed widths hold
+    whole scale blocks; rows a multiple of 32 (the row shuffle) and of 128 where there are
+    scales (their row shuffle, or whole 128x128 blocks); every shape matching the weights';
+    swizzled scale columns a multiple of 4.
+    """
+    if not isinstance(layer, QuantLayer):
+        raise TypeError(f"layer must be a QuantLayer, got {type(layer).__name__}")
+    if fmt.gated_only and not gated:
+        raise ValueError(
+            f"{fmt.name}: the TRTLLM-gen path exists only for a gated (SwiGLU) layer; "
+            "pass gated=True"
+        )
+    for name in ("w13", "w2", "w13_scale", "w2_scale", "w13_bias", "w2_bias"):
+        tensor = getattr(layer, name)
+        dtype = _dtype_of(fmt, name)
+        wanted = dtype is not None and (fmt.has_bias or not name.endswith("bias"))
+        if tensor is None:
+            if wanted:
+                raise ValueError(f"{name} is missing: {fmt.name} needs it ({dtype})")
+            continue
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if not wanted:
+            fail(ValueError, name, tensor, f"{fmt.name} has no {name}", "pass None")
+        if tensor.dtype != dtype:
+            fail(
+                TypeError,
+                name,
+                tensor,
+                f"{fmt.name} needs {dtype}",
+                f"pass the {fmt.name} checkpoint's {name} as stored (not dequantized)",
+            )
+        dims = 2 if name.endswith("bias") else 3
+        if tensor.dim() != dims:
+            fail(ValueError, name, tensor, f"expected {dims}-D", "stack every expert along dim 0")
+        if 0 in tensor.shape:
+            fail(ValueError, name, tensor, "a dimension is 0", "pass at least one expert and row")
+        if not tensor.is_contiguous():
+            fail(ValueError, name, tensor, "not contiguous", "call .contiguous() first")
+        if tensor.device != layer.w13.device:
+            fail(
+                ValueError, name, tensor, f"w13 is on {layer.w13.device}", "move all to one device"
+            )
+    rows13 = layer.w13.shape[1]
+    if gated and rows13 % 2:
+        fail(
+            ValueError, "w13", layer.w13, "a gated w13 needs an even row count", "pass gated=False"
+        )
+    if fmt.scale_block:
+        for name in ("w13", "w2"):
+            tensor = getattr(layer, name)
+            elements = tensor.shape[2] * fmt.elements_per_item
+            if elements % fmt.scale_block:
+                fail(
+                    ValueError,
+                    name,
+                    tensor,
+                    f"{tensor.shape[2]} packed bytes per row hold {elements} elements, not a "
+                    f"multiple of {fmt.scale_block} (one scale each)",
+                    "pad the row to whole scale blocks",
+                )
+    if fmt.weight_row_align > 1:
+        for name in ("w13", "w2"):
+            tensor = getattr(layer, name)
+            row_bytes = tensor.shape[2] * tensor.element_size()
+            if row_bytes % fmt.weight_row_align:
+                fail(
+                    ValueError,
+                    name,
+                    tensor,
+                    f"{row_bytes} bytes per row, not whole {fmt.weight_row_align}-byte blocks "
+                    "(BlockMajorK)",
+                    f"pad the hidden / intermediate size to a multiple of "
+                    f"{fmt.weight_row_align * fmt.elements_per_byte}",
+                )
+    for name in ("w13", "w2"):
+        rows = getattr(layer, name).shape[1]
+        # Before the shapes: a row count off the 128-row blocks would otherwise read as a scale
+        # tensor of another layer.
+        if fmt.scale_block_rows > 1:
+            need, why = fmt.scale_block_rows, f"whole {fmt.scale_block_rows}-row scale blocks"
+        elif fmt.scale_block:
+            need, why = ROWS_PER_TILE, "the row shuffle of the scales"
+        else:
+            need, why = SHUFFLE_BLOCK, "the row shuffle"
+        if rows % need:
+            fail(
+                ValueError,
+                name,
+                getattr(layer, name),
+                f"rows per expert ({rows}) must be a multiple of {need} ({why})",
+                f"pad as vLLM does: hidden to a multiple of {fmt.hidden_align}, intermediate "
+                f"to one of {fmt.intermediate_alignment(gated)}",
+            )
+    for name, shape in layer.expected_shapes(fmt, gated).items():
+        tensor = getattr(layer, name)
+        if shape is not None and tuple(tensor.shape) != shape:
+            fail(
+                ValueError,
+                name,
+                tensor,
+                f"expected shape {shape} to match w13 {tuple(layer.w13.shape)} as {fmt.name}",
+                "pass the tensors of one layer (w13 [E, M13, H/epb], w2 [E, H, I/epb])",
+            )
+    for name in ("w13_scale", "w2_scale"):
+        scale = getattr(layer, name)
+        # Only 1-D block scales are swizzled; block-FP8's are reordered by whole rows.
+        if scale is not None and fmt.scale_block_rows == 1 and scale.shape[2] % COLS_PER_TILE:
+            fail(
+                ValueError,
+                name,
+                scale,
+                f"scale columns ({scale.shape[2]}) must be a multiple of {COLS_PER_TILE}: the "
+                "128x4 swizzle would pad them, and the result keeps the unpadded shape",
+                "pad the hidden / intermediate size to a multiple of 4 scale blocks",
+            )
+
+
+def quant_layer_tensors(
+    shape: QuantLayerShape, device: torch.device | str, *, seed: int = 0
+) -> QuantLayer:
+    """A fresh layer of ``shape`` on ``device``: random bytes of ``seed``, ``torch.empty`` on meta.
+
+    Every byte value occurs (FP8 and e4m3 scales included: conversions move bytes and never
+    read them as numbers). New tensors.
+    """
+    device = torch.device(device)
+    fmt = shape.fmt
+    gen = None if device.type == "meta" else torch.Generator(device=device).manual_seed(seed)
+
+    def make(dims: tuple[int, ...] | None, dtype: torch.dtype | None) -> torch.Tensor | None:
+        if dims is None:
+            return None
+        if gen is None:
+            return torch.empty(dims, dtype=dtype, device=device)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        raw = torch.randint(0, 256, (*dims[:-1], dims[-1] * itemsize), dtype=torch.uint8,
+                            device=device, generator=gen)  # fmt: skip
+        return raw.view(dtype)
+
+    return QuantLayer(
+        make(shape.w13_shape, fmt.weight_dtype),
+        make(shape.w2_shape, fmt.weight_dtype),
+        make(shape.w13_scale_shape, fmt.scale_dtype),
+        make(shape.w2_scale_shape, fmt.scale_dtype),
+        make(shape.w13_bias_shape, torch.bfloat16),
+        make(shape.w2_bias_shape, torch.bfloat16),
+    )

@@ -1,0 +1,198 @@
+"""The format axis: every format's layers through one table, so that measurement, replay, the
+command line and the suite never ask which type a layer or a shape is.
+
+A layer is a format plus named tensors, ``dict[str, Tensor]`` in load order: BF16's holds
+``w13`` bf16 ``[E, M13, H]`` and ``w2`` bf16 ``[E, H, I]``; a quantized format's its weights,
+block scales and biases (``quant_layer.QuantLayer``'s fields, ``None`` ones left out). A shape
+names its format (``shape.format``: ``LayerShape``'s is ``bf16``, ``QuantLayerShape``'s its
+own); ``layer_format(shape)`` is its entry in ``LAYER_FORMATS``, which says how to make a
+fresh layer of it, how to convert one, its strategies (``strategies()``: the registry of the
+format, read at call time) and its catalog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .bf16 import reference
+from .bf16.inputs import layer_weights
+from .bf16.registry import STRATEGIES, UNAVAILABLE, Strategy, convert
+from .bf16.shapes import CATALOG, LayerShape, catalog_shapes, shape_from_label
+from .quant.catalog import QUANT_CATALOG, quant_catalog_shapes, quant_shape_from_label
+from .quant.formats import FORMATS, SHAPE_FORMATS, QuantLayerShape, format_title
+from .quant.layer import QuantLayer, quant_layer_tensors
+from .quant.registry import QUANT_STRATEGIES, QuantStrategy, convert_quant
+
+__all__ = [
+    "LAYER_FORMATS",
+    "AnyShape",
+    "Layer",
+    "StrategyRecord",
+    "LayerFormat",
+    "any_shape_from_label",
+    "convert_layer",
+    "every_catalog_shape",
+    "layer_call",
+    "layer_format",
+    "layer_tensors",
+    "reference_conversion",
+    "strategy_record",
+    "warm_layer_strategy",
+]
+
+#: A layer shape of any format, for annotations (which type it is, only this package asks).
+AnyShape = LayerShape | QuantLayerShape
+#: A strategy's record of any format: both have ``inplace``, ``origin``, ``peak``, ``traffic``
+#: and ``launches``.
+StrategyRecord = Strategy | QuantStrategy
+#: One layer's tensors by name, in the order a checkpoint loader allocates them.
+Layer = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LayerFormat:
+    """What the library does with one format's layers; every function takes that format's
+    shapes and strategies only."""
+
+    name: str  # "bf16" or a key of quant_formats.FORMATS
+    title: str  # how reports name it: "BF16", "NVFP4", ...
+    strategies: Callable[[], dict[str, StrategyRecord]]  # name -> record, registered here
+    # (shape, device, seed) -> a fresh layer of the shape: random bytes of the seed (meta: empty)
+    tensors: Callable[[AnyShape, torch.device | str, int], Layer]
+    convert: Callable[[Layer, str, bool], Layer]  # (layer, strategy, gated) -> converted layer
+    catalog: Callable[[], list[AnyShape]]  # the catalog's shapes of this format
+    catalog_names: tuple[str, ...]  # the catalog's model names of this format
+    upstream: str  # the strategy every other must match byte for byte: the engines' own path
+    # name -> record of a strategy documented but not registered here (what it ``needs`` is
+    # missing: FlashInfer, Triton, an engine)
+    unavailable: Callable[[], dict[str, StrategyRecord]] = dict
+
+
+def _bf16_tensors(shape: AnyShape, device: torch.device | str, seed: int) -> Layer:
+    w13, w2 = layer_weights(shape, device, seed=seed)
+    return {"w13": w13, "w2": w2}
+
+
+def _bf16_convert(layer: Layer, strategy: str, gated: bool) -> Layer:
+    w13, w2 = convert(layer["w13"], layer["w2"], strategy=strategy, gated=gated)
+    return {"w13": w13, "w2": w2}
+
+
+def _quant_tensors(shape: AnyShape, device: torch.device | str, seed: int) -> Layer:
+    return quant_layer_tensors(shape, device, seed=seed).tensors()
+
+
+def _quant_convert(layer: Layer, strategy: str, gated: bool) -> Layer:
+    return convert_quant(QuantLayer(**layer), strategy=strategy, gated=gated).tensors()
+
+
+def _quant_format(name: str) -> LayerFormat:
+    return LayerFormat(
+        name,
+        format_title(name),
+        lambda: {k: r for k, r in QUANT_STRATEGIES.items() if r.format == name},
+        _quant_tensors,
+        _quant_convert,
+        lambda: [s for s in quant_catalog_shapes() if s.format == name],
+        tuple(model for model, spec in QUANT_CATALOG.items() if spec.format == name),
+        f"{name}-legacy",
+    )
+
+
+#: Every format, in the order reports show them (``quant_formats.SHAPE_FORMATS``).
+LAYER_FORMATS: dict[str, LayerFormat] = {
+    "bf16": LayerFormat(
+        "bf16",
+        format_title("bf16"),
+        lambda: STRATEGIES,
+        _bf16_tensors,
+        _bf16_convert,
+        catalog_shapes,
+        tuple(CATALOG),
+        "legacy",
+        lambda: UNAVAILABLE,
+    ),
+    **{name: _quant_format(name) for name in FORMATS},
+}
+assert tuple(LAYER_FORMATS) == SHAPE_FORMATS
+
+
+def layer_format(shape: AnyShape) -> LayerFormat:
+    """The entry of ``shape.format`` (a ``LayerShape`` or a ``QuantLayerShape``)."""
+    return LAYER_FORMATS[shape.format]
+
+
+def layer_tensors(shape: AnyShape, device: torch.device | str, *, seed: int = 0) -> Layer:
+    """A fresh layer of ``shape`` on ``device``: random bytes of ``seed``, ``torch.empty`` on
+    meta (``inputs.layer_weights``, ``quant_layer.quant_layer_tensors``). New tensors."""
+    return layer_format(shape).tensors(shape, device, seed)
+
+
+def strategy_record(shape: AnyShape, strategy: str) -> StrategyRecord:
+    """The record of ``strategy`` among ``shape``'s format's; ``ValueError`` naming the
+    format's strategies otherwise."""
+    fmt = layer_format(shape)
+    records = fmt.strategies()
+    if strategy not in records:
+        raise ValueError(
+            f"unknown {fmt.title} strategy {strategy!r} for {shape.label}; valid: "
+            f"{', '.join(sorted(records))}"
+        )
+    return records[strategy]
+
+
+def convert_layer(shape: AnyShape, layer: Layer, strategy: str) -> Layer:
+    """``layer`` (a ``shape`` layer's tensors) converted with ``strategy`` of its format, after
+    the format's checks: a copy or views of the input as the strategy's record says."""
+    return layer_format(shape).convert(layer, strategy, shape.gated)
+
+
+def warm_layer_strategy(shape: AnyShape, strategy: str, device: torch.device) -> None:
+    """Fill the index caches ``strategy`` keeps per row count and device: one call on a
+    1-expert layer of ``shape``'s per-expert geometry (``device``: the tensors'
+    ``tensor.device``, ``cuda:0`` not ``cuda``, part of the cache key)."""
+    small = shape.with_experts(1)
+    convert_layer(small, layer_tensors(small, device), strategy)
+
+
+def layer_call(shape: AnyShape, strategy: str, device: torch.device | str) -> Callable[[], Layer]:
+    """A fresh layer of ``shape`` on ``device``, the strategy's index caches warmed, and one
+    conversion of it to call: what every measurement of a (shape, strategy) takes."""
+    layer = layer_tensors(shape, device)
+    warm_layer_strategy(shape, strategy, next(iter(layer.values())).device)
+    return lambda: convert_layer(shape, layer, strategy)
+
+
+def reference_conversion(shape: AnyShape) -> tuple[str, Callable[[Layer], Layer]]:
+    """What every strategy of ``shape``'s format is checked against: its name, and a function of
+    a layer (left unchanged) to the bytes every strategy must return. BF16: FlashInfer's helpers
+    as vLLM's legacy pipeline called them, where flashinfer-python is installed; otherwise, and
+    for every quantized format, the format's ``upstream`` strategy (the engine's path
+    transcribed) on a clone."""
+    fmt = layer_format(shape)
+    if fmt.name == "bf16" and reference.AVAILABLE:
+
+        def flashinfer(layer: Layer) -> Layer:
+            w13, w2 = reference.flashinfer_reference(layer["w13"], layer["w2"], gated=shape.gated)
+            return {"w13": w13, "w2": w2}
+
+        return "FlashInfer's helpers", flashinfer
+    missing = " (flashinfer-python is not installed)" if fmt.name == "bf16" else ""
+    return f"{fmt.upstream}{missing}", lambda layer: convert_layer(
+        shape, {name: t.clone() for name, t in layer.items()}, fmt.upstream
+    )
+
+
+def every_catalog_shape() -> list[AnyShape]:
+    """Every catalog shape of every format: BF16's at the usual TPs, then each quantized
+    format's at its listed TPs."""
+    return [shape for fmt in LAYER_FORMATS.values() for shape in fmt.catalog()]
+
+
+def any_shape_from_label(label: str) -> AnyShape:
+    """The full-size shape of ``label`` (``model/tpN``) of any format's catalog."""
+    model = label.rpartition("/tp")[0]
+    return quant_shape_from_label(label) if model in QUANT_CATALOG else shape_from_label(label)

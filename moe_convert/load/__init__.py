@@ -1,0 +1,2 @@
+"""A whole rank's load: the CUDA caching-allocator model (``allocator``), the load replayed in it
+(``replay``) or run on CUDA (``wholemodel``), and its seconds predicted (``loadtime``)."""
