@@ -231,25 +231,36 @@ def _paired(
     # when head always converted its own buffers), so neither side may keep one.
     buffers = [[w.clone() for w in pristine] for _ in inplace]
 
-    def restore(side: str, tensors: list[torch.Tensor]) -> None:
+    def timed(side: str, buffer: int) -> float:
+        tensors = buffers[buffer]
         if inplace[side]:
             for dst, src in zip(tensors, pristine, strict=True):
                 dst.copy_(src)
+        seconds, _ = timing.time_once(functools.partial(call, side, tensors), device)
+        return seconds
 
+    return paired_cell(label, strategy, timed, seed)
+
+
+def paired_cell(
+    label: str, strategy: str, timed: Callable[[str, int], float], seed: int = 0
+) -> Cell:
+    """The paired verdict of a cell from ``timed(side, buffer)``: the seconds of one call of
+    ``side`` ("base" or "head") on input buffer ``buffer`` (0 or 1, restored first where the
+    side converts in place). Pairs in a seeded random order, the buffers dealt at random, until
+    the interval decides or the budget is spent; a side that raises is head's failure or base's
+    n/a. ``benchmarks.engine_paired`` times each side in a process of its own."""
     order = random.Random(seed)
-    sides = sorted(inplace)
+    sides = ["base", "head"]
     samples: dict[str, list[float]] = {side: [] for side in sides}
     spent, log_ratios = 0.0, []
     verdict, ratio, low, high = "same", math.nan, math.nan, math.nan
     for pair in range(WARMUP_PAIRS + MAX_PAIRS):
         times = {}
-        dealt = dict(zip(sides, order.sample(buffers, k=len(buffers)), strict=True))
+        dealt = dict(zip(sides, order.sample(range(len(sides)), k=len(sides)), strict=True))
         for side in order.sample(sides, k=len(sides)):
-            restore(side, dealt[side])
             try:
-                times[side], _ = timing.time_once(
-                    functools.partial(call, side, dealt[side]), device
-                )
+                times[side] = timed(side, dealt[side])
             except Exception as err:  # a strategy that raises is this cell's finding, not a crash
                 if side == "head":
                     return Cell(label, strategy, "failed", error=f"head raised {err!r}")
@@ -279,6 +290,30 @@ def _paired(
         statistics.median(samples["base"]),
         statistics.median(samples["head"]),
     )
+
+
+def say(tag: str, i: int, n: int, cell: Cell) -> None:
+    """The progress line of the ``i``-th of ``n`` cells, on stderr."""
+    print(
+        f"[{tag} {i}/{n}] {cell.shape} {cell.strategy}: {cell.verdict} "
+        + (
+            f"{cell.ratio:.3f} [{cell.ci_low:.3f}, {cell.ci_high:.3f}] n={cell.n_pairs}"
+            if cell.ratio is not None
+            else str(cell.error)
+        ),
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def finish(result: dict, out: Path | None) -> int:
+    """Write ``result`` to ``out`` where given; the exit status: 1 when a cell regressed or
+    failed, else 0."""
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+    failing = [row for row in result["rows"] if row["verdict"] in ("regressed", "failed")]
+    return 1 if failing else 0
 
 
 def _selected(regex: re.Pattern | None, judged: tuple[str, ...], label: str, strategy: str) -> bool:
@@ -329,16 +364,7 @@ def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -
         for i, (measure, label, strategy) in enumerate(cells, 1):
             cell = measure(libs, label, strategy, device)
             rows.append(asdict(cell))
-            print(
-                f"[paired {i}/{len(cells)}] {label} {strategy}: {cell.verdict} "
-                + (
-                    f"{cell.ratio:.3f} [{cell.ci_low:.3f}, {cell.ci_high:.3f}] n={cell.n_pairs}"
-                    if cell.ratio is not None
-                    else cell.error
-                ),
-                file=sys.stderr,
-                flush=True,
-            )
+            say("paired", i, len(cells), cell)
     # The machine's noise around the run (slowest / fastest of 15 calibration copies).
     noise = {
         "copy_spread_before": noise_before,
@@ -391,11 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     except re.error as err:
         parser.error(f"--bench {args.bench!r} is not a regular expression: {err}")
     result = compare(root, *commits, regex)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-    failing = [row for row in result["rows"] if row["verdict"] in ("regressed", "failed")]
-    return 1 if failing else 0
+    return finish(result, args.out)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,13 @@
     moe-bench compare RESULTS_DIR BASE HEAD [--paired FILE] [--markdown FILE]   the PR verdict
     moe-bench gate [--results DIR] [--budgets FILE] [--machine NAME] [--commit HASH]   budgets
     moe-bench export RESULTS_DIR --out FILE [--format pytorch-v3] [--machine NAME] [--commit HASH]
+                     [--config ENGINE_CONFIG]
     moe-bench publish [--config asv.conf.json]                 the dashboard, whole or not at all
     moe-bench dashboard offline HTML_DIR | serve [HTML_DIR] [--port N] [--config FILE]
+    moe-bench engine-config --engine vllm|flashinfer --repo PATH_OR_URL [--out FILE]   an engine
+    moe-bench engine-nightly CONFIG [--limit N]                the engine's newest commits
+    moe-bench engine-pr CONFIG BASE HEAD [--out DIR]           an engine PR against its merge base
+    moe-bench engine-find CONFIG GOOD BAD FIGURE [--shape S] [--strategy S]   its first bad commit
 
 Each subcommand is a ``cmd_NAME(args) -> int`` over the library functions of its module, which
 is imported only when the subcommand runs (``gate`` needs no torch, ``machine`` no pandas). A
@@ -185,13 +190,22 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import write_records
+    from .export import EngineRun, write_records
     from .results import ResultsError, load_results
 
     try:
+        engine = EngineRun.from_config(args.config) if args.config else None
+    except (OSError, ValueError, KeyError) as err:
+        return _error(args, f"--config {str(args.config)!r}: not a readable asv config ({err})")
+    try:
         frame = load_results(args.results_dir, machine=args.machine)
         count, commits = write_records(
-            args.results_dir, frame, args.out, machine=args.machine, commit=args.commit
+            args.results_dir,
+            frame,
+            args.out,
+            machine=args.machine,
+            commit=args.commit,
+            engine=engine,
         )
     except ResultsError as err:
         return _error(args, err)
@@ -253,6 +267,106 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         server.shutdown()
     return 0
+
+
+def cmd_engine_config(args: argparse.Namespace) -> int:
+    from .engine import EngineError, engine_config
+
+    args.out = args.out or Path(f"asv.engine-{args.engine}.conf.json")
+    try:
+        conf = engine_config(
+            args.engine,
+            args.repo,
+            args.out,
+            branch=args.branch,
+            build=args.build,
+            torch=args.torch,
+            flashinfer=args.flashinfer,
+            requirements=args.requirements,
+        )
+    except EngineError as err:
+        return _error(args, err)
+    print(
+        f"{args.out}: {conf['engine']} at {conf['repo']} ({conf['branches'][0]}); results in "
+        f"{conf['results_dir']}; then: asv --config {args.out} run|continuous|find|publish, "
+        "or moe-bench engine-nightly|engine-pr|engine-find (docs/engines.md)"
+    )
+    return 0
+
+
+def _engine_machine(args: argparse.Namespace) -> str:
+    """Record this machine for asv (as ``moe-bench machine``); its name."""
+    from . import machine
+    from .profiles import detect_device, profile_from_env
+
+    return machine.record_machine(profile_from_env(detect_device()), args.machine)
+
+
+def _engine_use(args: argparse.Namespace, use: Callable[..., object]) -> object:
+    """Run one engine use; its ``EngineError`` (or asv's ``UserError``) is one line, exit 2."""
+    from asv.util import UserError
+
+    from .engine import EngineError
+
+    try:
+        return use()
+    except (EngineError, UserError) as err:
+        return _error(args, err)
+
+
+def cmd_engine_nightly(args: argparse.Namespace) -> int:
+    from .engine import nightly
+
+    return _engine_use(
+        args,
+        lambda: nightly(args.config, _engine_machine(args), limit=args.limit, window=args.window),
+    )
+
+
+def cmd_engine_pr(args: argparse.Namespace) -> int:
+    from .engine import pr
+
+    return _engine_use(
+        args,
+        lambda: pr(
+            args.config, _engine_machine(args), args.base, args.head, args.out, bench=args.bench
+        ),
+    )
+
+
+def cmd_engine_find(args: argparse.Namespace) -> int:
+    from .engine import engine_repo_path, find, load_config, subject
+
+    def use() -> int:
+        conf = load_config(args.config)
+        strategy = args.strategy or conf.engine
+        found = find(
+            args.config,
+            _engine_machine(args),
+            args.good,
+            args.bad,
+            args.figure,
+            args.shape,
+            strategy,
+            improvement=args.improvement,
+        )
+        for commit in found.failed:
+            print(
+                f"moe-bench engine-find: commit {commit[:8]} has no figure (it failed, or the "
+                "engine's function is n/a there): asv's search cannot tell that from a step",
+                file=sys.stderr,
+            )
+        if found.problem:
+            print(f"moe-bench engine-find: no answer: {found.problem}", file=sys.stderr)
+            return 1
+        what = "improvement" if args.improvement else "regression"
+        print(
+            f"first {what}: {subject(engine_repo_path(conf), found.commit)} "
+            f"({found.runs} commits measured)"
+        )
+        return 0
+
+    return _engine_use(args, use)
 
 
 def _add(
@@ -370,6 +484,12 @@ def build_parser() -> ArgumentParser:
     )
     export.add_argument("--machine", default=None, help="export only this machine's results")
     export.add_argument("--commit", default=None, help="export this commit (default: latest)")
+    export.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="an engine config (engine-config): the records carry the engine's commit",
+    )
     publish = _add(
         sub,
         "publish",
@@ -394,6 +514,91 @@ def build_parser() -> ArgumentParser:
     serve.add_argument("--config", type=Path, default=Path("asv.conf.json"))
     serve.add_argument("--port", type=_port, default=8080, help="0 picks a free port")
     serve.set_defaults(parser=serve)
+
+    engine = _add(
+        sub,
+        "engine-config",
+        cmd_engine_config,
+        "write an asv config whose repo is an engine's git history (docs/engines.md)",
+    )
+    engine.add_argument("--engine", required=True, choices=["vllm", "flashinfer"])
+    engine.add_argument("--repo", required=True, help="the engine's git checkout or URL")
+    engine.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="config to write (default asv.engine-ENGINE.conf.json)",
+    )
+    engine.add_argument("--branch", default="main", help="the branch the nightly follows")
+    engine.add_argument(
+        "--build",
+        choices=["source", "wheel"],
+        default="source",
+        help="source: build each commit without compiling; wheel: the engine's per-commit wheel",
+    )
+    engine.add_argument("--torch", default="2.13.0", help="torch version of the environments")
+    engine.add_argument(
+        "--flashinfer", default="", help="flashinfer-python version (vLLM; default newest)"
+    )
+    engine.add_argument(
+        "--requirements",
+        type=Path,
+        default=None,
+        help="the engine's import-time packages (default engine_benchmarks/requirements/)",
+    )
+
+    def engine_use(name: str, handler, help: str) -> ArgumentParser:
+        parser = _add(sub, name, handler, help)
+        parser.add_argument("config", type=Path, help="an engine config (engine-config)")
+        parser.add_argument(
+            "--machine", type=_machine_name, default=None, help="machine name (default: derived)"
+        )
+        return parser
+
+    nightly = engine_use(
+        "engine-nightly",
+        cmd_engine_nightly,
+        "measure the engine's newest unmeasured commits, then publish the dashboard",
+    )
+    nightly.add_argument("--limit", type=int, default=4, help="commits per night (default 4)")
+    nightly.add_argument(
+        "--window", type=int, default=100, help="among the branch's newest N (default 100)"
+    )
+
+    pr = engine_use(
+        "engine-pr",
+        cmd_engine_pr,
+        "an engine PR against its merge base: exit 0 nothing fails, 1 a regression or failure",
+    )
+    pr.add_argument("base", help="the branch the PR goes into (e.g. origin/main)")
+    pr.add_argument("head", help="the PR's head")
+    pr.add_argument(
+        "--out", type=Path, default=Path("artifacts/engine-pr"), help="PR comment and paired.json"
+    )
+    pr.add_argument("--bench", "-b", default=None, help="asv's -b regex (the paired run too)")
+
+    find = engine_use(
+        "engine-find",
+        cmd_engine_find,
+        "the first commit in GOOD..BAD where FIGURE got worse (asv find, checked)",
+    )
+    find.add_argument("good")
+    find.add_argument("bad")
+    find.add_argument(
+        "figure",
+        choices=[
+            "peak_transient_bytes",
+            "traffic_bytes",
+            "launches",
+            "layer_seconds",
+            "copy_ratio",
+        ],
+    )
+    find.add_argument("--shape", default="qwen3-235b-a22b/tp4")
+    find.add_argument("--strategy", default=None, help="default: the engine's own")
+    find.add_argument(
+        "--improvement", action="store_true", help="find where it got better (asv's --invert)"
+    )
     return parser
 
 

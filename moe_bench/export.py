@@ -9,6 +9,11 @@ benchmark_values, target_value, extra_info}``; every ``extra_info`` a map of str
 uploader (test-infra's ``upload_benchmark_results.py``) adds the run's own fields (timestamp,
 repo, head_sha, workflow and job ids, runners); docs/ecosystem.md says how to upload.
 
+Records of an engine's history (``moe_bench.engine``: asv's ``repo`` is the engine's) carry the
+engine's repository, branch and commit as the measured code (its ``dependencies`` entry, and
+``uploader_metadata``'s head fields for the uploader), and this suite's commit that measured it
+as provenance (``dependencies["moe-convert-bench"]``, ``role`` "measuring suite").
+
 Every figure of the metrics table (``moe_bench.metrics``) is exported, each under the name the
 HUD already knows where its row says one (``Metric.pytorch_name``, converted to that name's unit
 by ``HUD_METRICS``), else under its own (``metric_name``): a new row of the table is exported
@@ -30,10 +35,12 @@ from .results import ResultsError, latest, machine_info
 __all__ = [
     "BACKEND",
     "DEPENDENCIES",
+    "EngineRun",
     "HUD_METRICS",
     "SUITE",
     "metric_name",
     "pytorch_v3_records",
+    "uploader_metadata",
     "write_records",
 ]
 
@@ -58,6 +65,34 @@ DEPENDENCIES = {
     "flashinfer": "flashinfer-ai/flashinfer",
     "vllm": "vllm-project/vllm",
 }
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """Results of an engine's history (an engine config, ``moe_bench.engine``): what a record
+    says of the code it measured and of the suite that measured it."""
+
+    engine: str  # the ``DEPENDENCIES`` key: vllm, flashinfer
+    github: str  # owner/name
+    branch: str
+    suite: dict[str, str]  # engine commit -> this suite's commit (``engine.SUITE_COMMITS``)
+    suite_default: str  # the config's suite commit, for a commit not in ``suite``
+
+    @classmethod
+    def from_config(cls, config: str | Path) -> EngineRun | None:
+        """The engine run of an asv config, None for this suite's own configs."""
+        from .engine import read_suite_commits
+
+        conf = json.loads(Path(config).read_text())
+        if "engine" not in conf:
+            return None
+        return cls(
+            engine=conf["engine"],
+            github=conf["engine_github"],
+            branch=conf["branches"][0],
+            suite=read_suite_commits(conf["results_dir"]),
+            suite_default=conf.get("suite_commit", ""),
+        )
 
 
 def metric_name(m: Metric) -> str:
@@ -154,8 +189,11 @@ def _strings(mapping: dict) -> dict[str, str]:
     return {key: str(value) for key, value in mapping.items()}
 
 
-def _dependencies(machine: dict[str, str], row: pd.Series) -> dict[str, dict]:
-    """``dependencies``: the engines' versions ``machine.json`` holds, and this suite's commit."""
+def _dependencies(
+    machine: dict[str, str], row: pd.Series, engine: EngineRun | None
+) -> dict[str, dict]:
+    """``dependencies``: the engines' versions ``machine.json`` holds, and this suite's commit;
+    for an engine run, the engine at the measured commit, and this suite as provenance."""
     recorded = {
         name: {
             "repo": repo,
@@ -167,7 +205,24 @@ def _dependencies(machine: dict[str, str], row: pd.Series) -> dict[str, dict]:
         for name, repo in DEPENDENCIES.items()
     }
     date = {"date": row["date"].isoformat()}
-    suite = {"repo": "", "branch": "", "sha": row["commit"], "version": "", "extra_info": date}
+    if engine is None:
+        suite = {"repo": "", "branch": "", "sha": row["commit"], "version": "", "extra_info": date}
+        return {**recorded, SUITE: suite}
+    recorded[engine.engine] = {
+        "repo": engine.github,
+        "branch": engine.branch,
+        "sha": row["commit"],
+        "version": "",
+        "extra_info": date,
+    }
+    measuring = engine.suite.get(row["commit"], engine.suite_default)
+    suite = {
+        "repo": "",
+        "branch": "",
+        "sha": measuring,
+        "version": "",
+        "extra_info": {"role": "measuring suite"},
+    }
     return {**recorded, SUITE: suite}
 
 
@@ -187,7 +242,9 @@ def _metric(m: Metric, row: pd.Series) -> dict:
     }
 
 
-def _record(row: pd.Series, machine: dict[str, str], model: _Model) -> dict:
+def _record(
+    row: pd.Series, machine: dict[str, str], model: _Model, engine: EngineRun | None
+) -> dict:
     """The v3 record of one figure (a row of ``load_results``' frame)."""
     benchmark = {
         "asv_benchmark": row["benchmark"],
@@ -214,12 +271,14 @@ def _record(row: pd.Series, machine: dict[str, str], model: _Model) -> dict:
             "extra_info": _strings({"tp": model.tp, "shape": row["shape"]}),
         },
         "inputs": model.inputs,
-        "dependencies": _dependencies(machine, row),
+        "dependencies": _dependencies(machine, row, engine),
         "metric": _metric(METRICS[row["benchmark"]], row),
     }
 
 
-def pytorch_v3_records(results_dir: str | Path, frame: pd.DataFrame) -> list[dict]:
+def pytorch_v3_records(
+    results_dir: str | Path, frame: pd.DataFrame, engine: EngineRun | None = None
+) -> list[dict]:
     """The v3 records of every valid figure in ``frame`` (``load_results``' rows: pick the
     commit first, e.g. with ``results.latest``); skipped or failed figures (NaN) have none.
 
@@ -232,7 +291,8 @@ def pytorch_v3_records(results_dir: str | Path, frame: pd.DataFrame) -> list[dic
     models = _models(set(rows["shape"]))
     machines = {name: machine_info(results_dir, name) for name in rows["machine"].unique()}
     return [
-        _record(row, machines[row["machine"]], models[row["shape"]]) for _, row in rows.iterrows()
+        _record(row, machines[row["machine"]], models[row["shape"]], engine)
+        for _, row in rows.iterrows()
     ]
 
 
@@ -243,10 +303,13 @@ def write_records(
     *,
     machine: str | None = None,
     commit: str | None = None,
+    engine: EngineRun | None = None,
 ) -> tuple[int, list[str]]:
     """Write the v3 records of ``commit`` (hash prefix; default each machine's latest) of
     ``machine`` (default every one) to ``out`` as one JSON list, the form the uploader reads
     (it reads every ``*.json`` of a folder). Returns (records written, commits exported).
+    For an engine run, also ``<out>.metadata``: the uploader's head fields
+    (``uploader_metadata``; not ``.json``, which the uploader would read as records).
 
     ``ResultsError`` when the choice leaves no result, and for a shape the catalog lacks.
     """
@@ -257,8 +320,24 @@ def write_records(
         what = f"commit {commit!r}" if commit else "a commit"
         where = f"machine {machine!r}" if machine else "any machine"
         raise ResultsError(f"{results_dir}: no results of {what} on {where}")
-    records = pytorch_v3_records(results_dir, chosen)
+    records = pytorch_v3_records(results_dir, chosen, engine)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(records, indent=1, allow_nan=False) + "\n")
-    return len(records), sorted(chosen["commit"].unique())
+    commits = sorted(chosen["commit"].unique())
+    if engine is not None:
+        if len(commits) != 1:
+            raise ResultsError(
+                f"{results_dir}: {len(commits)} commits chosen (machines measured different "
+                "ones): an upload has one head commit; give --machine or --commit"
+            )
+        meta = uploader_metadata(engine, commits[0])
+        path.with_name(path.name + ".metadata").write_text(json.dumps(meta, indent=1) + "\n")
+    return len(records), commits
+
+
+def uploader_metadata(engine: EngineRun, commit: str) -> dict[str, str]:
+    """The fields test-infra's uploader takes from its ``--metadata`` for an engine run: the
+    engine's repository, branch and commit as the head (as vLLM's own dashboard keys records to
+    vLLM's ``head_sha``); the run's own fields (timestamp, workflow and job ids) are the job's."""
+    return {"repo": engine.github, "head_branch": engine.branch, "head_sha": commit}

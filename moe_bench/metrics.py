@@ -45,6 +45,7 @@ __all__ = [
     "PEAK_BYTES",
     "WHOLE_MODEL",
     "PAIRED_TIME",
+    "ENGINE_FIGURES",
     "QUANT_CLASSES",
     "QUANT_RANK_LOAD_DEVICES",
     "RANK_LOAD_FIGURES",
@@ -52,6 +53,7 @@ __all__ = [
     "RANK_LOAD_TIME",
     "FORMAT_FIGURES",
     "format_figure",
+    "engine_sibling",
     "judge",
     "metric",
     "quant_sibling",
@@ -170,6 +172,11 @@ def quant_sibling(benchmark: str, fmt: str) -> str:
     (``bench_convert.LayerTime.track_copy_ratio`` -> ``bench_nvfp4.LayerTime.track_copy_ratio``).
     """
     return f"bench_{fmt}.{benchmark.partition('.')[2]}"
+
+
+def engine_sibling(benchmark: str) -> str:
+    """BF16's figure ``benchmark`` in the engine suite's module (``bench_engine``)."""
+    return f"bench_engine.{benchmark.partition('.')[2]}"
 
 
 #: The whole rank's load: its replay's class (every figure exact) and the seconds run on CUDA.
@@ -293,6 +300,20 @@ _FORMAT_SIBLINGS = {
 }
 #: Every figure a format's module has, ``<class>.<method>``.
 FORMAT_FIGURES = tuple(_FORMAT_SIBLINGS)
+#: An engine's history (``engine_benchmarks/bench_engine.py``, ``moe_bench.engine``): BF16's
+#: figures of the engine's converter, named and judged as ``bench_convert``'s.
+ENGINE_FIGURES = (
+    PEAK_BYTES,
+    "bench_convert.Traffic.track_traffic_bytes",
+    "bench_convert.Traffic.track_launches",
+    TIME,
+    COPY_RATIO,
+)
+_BF16 = {m.benchmark: m for m in _TABLE}
+_TABLE += [
+    dataclasses.replace(_BF16[name], benchmark=engine_sibling(name), pytorch_name=None)
+    for name in ENGINE_FIGURES
+]
 # Retired: issue 18's first suite held every format in one module, bench_quant, each class named
 # Quant<class> (results/ from before each format had a module); judged as the formats' figures.
 _RETIRED_QUANT = (

@@ -29,8 +29,9 @@ QUANT_SHAPES = {
 KINDS = ["legacy", "fast"]
 COMMIT = "c" * 40
 #: Every figure of the metrics table (not the paired run's: no asv benchmark), each format's
-#: (named by its module, ``metrics.FORMAT_FIGURES``) included
-SUITE = [name for name in METRICS if name != PAIRED_TIME] + [
+#: (named by its module, ``metrics.FORMAT_FIGURES``) included; not an engine history's
+#: (bench_engine), which has results of its own: tests/test_engine_asv.py
+SUITE = [n for n in METRICS if n != PAIRED_TIME and not n.startswith("bench_engine.")] + [
     f"{module}.{figure}"
     for module in QUANT_SHAPES
     if module != "bench_quant"

@@ -1,0 +1,169 @@
+"""Paired A/B timing of two commits of an engine: the engine PR's time verdict
+(``moe-bench engine-pr``), by ``benchmarks.paired``'s rule.
+
+Two builds of one engine cannot be imported side by side in one process as two commits of this
+suite can (vLLM is one package with one name). So each commit runs in a worker process of its
+own (``engine_benchmarks/worker.py``, with the asv environment's Python and the commit's wheel,
+from asv's build cache, first on ``PYTHONPATH``), and this process alternates their calls, pair
+by pair, in a seeded random order, each worker on one of two identical input buffers dealt at
+random: ``paired.paired_cell``, the same pairs, interval and threshold as the suite's own PR gate.
+A load that comes and goes moves both sides of a pair alike. Only the config's engine's own
+strategy is timed (``vllm``, or ``flashinfer`` where FlashInfer is the repo): every other is the
+same code on both sides, and two processes can differ where one process's two sides cannot
+(identical FlashInfer code read 1.32x [1.232, 1.361] slower in the head's worker in one of two
+unchanged-PR runs under a load of 4-5, docs/engines.md): a cell of identical code is no verdict.
+
+Usage: ``python -m benchmarks.engine_paired CONFIG BASE HEAD [--bench REGEX] [--out FILE]``
+(CONFIG an engine config, after ``asv continuous`` built both commits); writes the JSON that
+``moe_bench.compare --paired`` reads. Exit 0 when no cell regressed or failed, 1 otherwise, 2 on
+a usage error (no build of a commit, a bad regex).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from . import paired
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = ROOT / "engine_benchmarks" / "worker.py"
+#: The engine suite's timed figure this verdict decides, as asv names its cells.
+JUDGED = ("bench_engine.LayerTime.track_layer_seconds", "bench_engine.LayerTime.track_copy_ratio")
+
+
+def _engine_suite():
+    """``engine_benchmarks.bench_engine``'s axes (imported from the checkout: not installed)."""
+    sys.path.insert(0, str(ROOT / "engine_benchmarks"))
+    try:
+        import bench_engine
+    finally:
+        sys.path.pop(0)
+    return bench_engine
+
+
+class Worker:
+    """One side: a worker process with ``python`` and the engine's package dir first on the
+    path; ``time(shape, strategy, buffer)`` is one timed call's seconds (raises on its error)."""
+
+    def __init__(self, python: str, package_dir: Path):
+        env = dict(os.environ, PYTHONPATH=str(package_dir))
+        self.process = subprocess.Popen(
+            [python, str(WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=WORKER.parent,
+        )
+
+    def time(self, shape: str, strategy: str, buffer: int) -> float:
+        request = {"shape": shape, "strategy": strategy, "buffer": buffer}
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the worker exited ({self.process.wait()})")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return answer["seconds"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def environment(config: Path, commit: str) -> tuple[str, Path]:
+    """The asv environment's Python and ``commit``'s wheel in its build cache; ``SystemExit``
+    (exit 2) naming what is missing."""
+    conf = json.loads(config.read_text())
+    wheels = sorted(Path(conf["env_dir"]).glob(f"*/asv-build-cache/{commit}/*.whl"))
+    if not wheels:
+        sys.exit(
+            f"engine_paired: no build of {commit[:8]} under {conf['env_dir']}: run asv "
+            "continuous (moe-bench engine-pr) first"
+        )
+    return str(wheels[0].parents[2] / "bin" / "python"), wheels[0]
+
+
+def compare(config: Path, base: str, head: str, regex: re.Pattern | None = None) -> dict:
+    """Every selected cell of the config's engine, paired; the JSON-ready result."""
+    suite = _engine_suite()
+    strategy = json.loads(config.read_text())["engine"]  # the adapter is named as the engine
+    assert strategy in suite.ENGINE_STRATEGIES, strategy
+    cells = [
+        (shape, strategy)
+        for shape in suite.SHAPES
+        if regex is None or any(regex.search(f"{n}('{shape}', '{strategy}')") for n in JUDGED)
+    ]
+    workers = {}
+    with tempfile.TemporaryDirectory(prefix="moe-engine-paired-") as folder:
+        for side, commit in (("base", base), ("head", head)):
+            python, wheel = environment(config, commit)
+            target = Path(folder) / side
+            subprocess.run(
+                [
+                    python,
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--no-deps",
+                    "--target",
+                    str(target),
+                    str(wheel),
+                ],
+                check=True,
+            )
+            workers[side] = Worker(python, target)
+        rows = []
+        try:
+            for i, (shape, strategy) in enumerate(cells, 1):
+                cell = paired.paired_cell(
+                    shape,
+                    strategy,
+                    lambda side, buffer, s=shape, g=strategy: workers[side].time(s, g, buffer),
+                )
+                rows.append(asdict(cell))
+                paired.say("engine-paired", i, len(cells), cell)
+        finally:
+            for worker in workers.values():
+                worker.close()
+    return {
+        "base": base,
+        "head": head,
+        "threshold": paired.THRESHOLD,
+        "confidence": paired.CONFIDENCE,
+        "rows": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.engine_paired",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("config", type=Path, help="the engine config (moe-bench engine-config)")
+    parser.add_argument("base", help="base commit of the engine (full hash)")
+    parser.add_argument("head", help="head commit of the engine (full hash)")
+    parser.add_argument("--bench", "-b", default=None, help="regex over the timed cells' names")
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON result here")
+    args = parser.parse_args(argv)
+    try:
+        regex = re.compile(args.bench) if args.bench else None
+    except re.error as err:
+        parser.error(f"--bench {args.bench!r} is not a regular expression: {err}")
+    return paired.finish(compare(args.config, args.base, args.head, regex), args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,634 @@
+"""An engine's git history as asv's ``repo``: the config, and the nightly, PR and bisection uses.
+
+``engine_config`` writes an asv config whose ``repo`` is an engine's checkout (vLLM's, FlashInfer's;
+a path or a URL): each commit is built without compiling (vLLM's ``empty`` target) or taken from
+the engine's per-commit wheels, and installed with this suite (from this checkout: asv 0.6.6 strips
+``ASV_PYTHONPATH`` from the benchmark processes), the pinned torch and FlashInfer; the benchmarks
+are ``engine_benchmarks/`` (the engine's converter beside the frozen transcriptions). Results,
+dashboard and environments are named after the config, apart from the nightly's. Plain ``asv
+run``, ``asv continuous``, ``asv find`` and ``asv publish`` work with it; the uses wrap them:
+
+- ``nightly``: the newest commits of the engine's branch not yet measured here (at most ``limit``
+  per night, within the newest ``window``), then the dashboard;
+- ``pr``: the PR's head against its merge base (``asv continuous`` into a PR results folder: exact
+  figures exactly; time by the paired A/B rule, ``benchmarks.engine_paired``), the PR comment;
+- ``find``: ``asv find`` over a range for one figure, then checked: the commit it names and its
+  parent must have the figure, and the change between them must be a regression (asv's search
+  cannot tell a failed commit from a step, and then names a wrong commit: failed commits are
+  named, and an answer that fails the check is none).
+
+Each result is keyed to the engine's commit; the suite's commit that measured it is recorded
+beside the results (``SUITE_COMMITS``), and the export carries both (``moe_bench.export``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from asv.config import Config
+from asv.repo import get_repo
+from asv.results import iter_results_for_machine
+
+from .metrics import EXACT, METRICS, NOISE_FACTOR, PAIRED
+
+__all__ = [
+    "BENCHMARK_MODULE",
+    "BUILDS",
+    "ENGINES",
+    "SUITE_COMMITS",
+    "EngineError",
+    "EngineSpec",
+    "engine_config",
+    "Finding",
+    "figure_benchmark",
+    "find",
+    "nightly",
+    "pr",
+    "new_engine_commits",
+    "read_suite_commits",
+    "record_suite_commit",
+    "suite_commit",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+#: asv's name of the engine suite's module (``engine_benchmarks/bench_engine.py``).
+BENCHMARK_MODULE = "bench_engine"
+#: Beside the results (``<results_dir>/suite-commits.json``): engine commit -> this suite's
+#: commit that measured it (``-dirty`` where the checkout had changes).
+SUITE_COMMITS = "suite-commits.json"
+#: How a commit becomes a wheel: built from its sources without compiling, or downloaded.
+BUILDS = ("source", "wheel")
+
+
+class EngineError(Exception):
+    """A use of an engine history failed; the message is the one line to print."""
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """How to build and install one engine's commit into an asv environment."""
+
+    name: str  # --engine
+    distribution: str  # its package (pip uninstall)
+    github: str  # owner/name: the export's repo
+    build_requirements: tuple[str, ...]  # installed before a no-isolation build
+    build_env: str  # environment of the wheel build
+    wheel_index: str | None  # per-commit wheels, ``{commit}`` filled in; None: none published
+    needs_flashinfer: bool  # the engine's converter imports FlashInfer (pinned per environment)
+
+    @property
+    def requirements(self) -> Path:
+        """What the engine needs at import, beyond torch (``engine_benchmarks/requirements/``)."""
+        return ROOT / "engine_benchmarks" / "requirements" / f"{self.name}.txt"
+
+
+ENGINES = {
+    # vLLM's `empty` target builds its Python code only (no CUDA, no .so): 33 s for 0.33.0 here
+    # (../shared/notes/engine-history.md); its setup.py imports torch, so no build isolation.
+    "vllm": EngineSpec(
+        name="vllm",
+        distribution="vllm",
+        github="vllm-project/vllm",
+        build_requirements=(
+            "setuptools>=77,<81",
+            "setuptools-scm>=8",
+            "setuptools-rust",
+            "wheel",
+            "jinja2",
+        ),
+        build_env="VLLM_TARGET_DEVICE=empty",
+        wheel_index="https://wheels.vllm.ai/{commit}/cu130",
+        needs_flashinfer=True,
+    ),
+    # FlashInfer's Python package without its AOT kernels: the helpers every engine calls.
+    "flashinfer": EngineSpec(
+        name="flashinfer",
+        distribution="flashinfer-python",
+        github="flashinfer-ai/flashinfer",
+        build_requirements=("setuptools>=77", "wheel", "packaging", "apache-tvm-ffi"),
+        build_env="",
+        wheel_index=None,
+        needs_flashinfer=False,
+    ),
+}
+
+
+def _thresholds() -> tuple[dict[str, float], dict[str, None]]:
+    """asv's ``regressions_thresholds`` and ``regressions_first_commits`` for the engine suite,
+    from the metrics table: exact figures any rise, time-derived ratios beyond ``NOISE_FACTOR``,
+    absolute seconds never (one machine name may cover hosts of different speed)."""
+    thresholds: dict[str, float] = {".*": 0.0}
+    never: dict[str, None] = {}
+    for name, m in METRICS.items():
+        if not name.startswith(BENCHMARK_MODULE + "."):
+            continue
+        pattern = re.escape(name)
+        if m.rule == PAIRED and m.host_bound:
+            never[pattern] = None
+        elif m.rule == PAIRED:
+            thresholds[pattern] = NOISE_FACTOR - 1
+        else:
+            assert m.rule == EXACT, name
+    return thresholds, never
+
+
+def engine_config(
+    engine: str,
+    repo: str,
+    out: Path,
+    *,
+    branch: str = "main",
+    build: str = "source",
+    torch: str = "2.13.0",
+    flashinfer: str = "",
+    requirements: Path | None = None,
+) -> dict:
+    """The asv config that measures ``engine``'s history at ``repo`` (a path or a git URL).
+
+    Written to ``out`` with a constraints file beside it (``<out stem>.constraints.txt``: the
+    torch build stays ``torch``); results, dashboard and environments are folders named after
+    ``out``'s stem, beside it. This suite is built into a wheel once, here, from the checkout
+    as it is (``suite_commit`` in the config; every environment installs that wheel): write the
+    config again after updating the suite. ``requirements`` overrides the engine's import-time
+    packages (``EngineSpec.requirements``). ``EngineError`` for an unknown engine or build, or
+    a wheel route the engine does not publish.
+    """
+    if engine not in ENGINES:
+        raise EngineError(f"--engine {engine!r}: not one of {', '.join(ENGINES)}")
+    spec = ENGINES[engine]
+    if build not in BUILDS:
+        raise EngineError(f"--build {build!r}: not one of {', '.join(BUILDS)}")
+    if build == "wheel" and spec.wheel_index is None:
+        raise EngineError(f"--build wheel: {engine} publishes no per-commit wheels; use source")
+    if not re.fullmatch(r"[0-9][0-9A-Za-z.+]*", torch):
+        raise EngineError(f"--torch {torch!r}: give a version, e.g. 2.13.0")
+    local = Path(repo).expanduser()
+    if "://" not in repo and "@" not in repo:
+        if not (local / ".git").exists() and not (local / "objects").is_dir():
+            raise EngineError(f"--repo {repo!r}: not a git checkout (nor a URL)")
+        repo = str(local.resolve())
+    out = out.resolve()
+    folder = out.parent
+    stem = out.name.removesuffix(".json").removesuffix(".conf").removeprefix("asv.")
+    constraints = folder / f"{stem}.constraints.txt"
+    requirements = (requirements or spec.requirements).resolve()
+    if not requirements.is_file():
+        raise EngineError(f"--requirements {str(requirements)!r}: no such file")
+    if build == "source":
+        build_command = [
+            f"python -m pip install -c {constraints} "
+            + " ".join(f'"{r}"' for r in spec.build_requirements),
+            f"{spec.build_env} python -m pip wheel --no-deps --no-build-isolation "
+            "-w {build_cache_dir} {build_dir}".strip(),
+        ]
+    else:
+        build_command = [  # asv fills {commit} and {build_cache_dir}
+            "python -m pip download --no-deps --pre --only-binary :all: "
+            f"--index-url {spec.wheel_index} -d {{build_cache_dir}} {spec.distribution}"
+        ]
+    suite_wheel = _suite_wheel(folder / ".asv" / f"{stem}-suite")
+    pin = f"=={flashinfer}" if flashinfer else ""
+    install_command = [
+        f"in-dir={{env_dir}} python -m pip install -c {constraints} -r {requirements}",
+        *(
+            [f"in-dir={{env_dir}} python -m pip install --no-deps flashinfer-python{pin}"]
+            if spec.needs_flashinfer
+            else []
+        ),
+        "in-dir={env_dir} python -m pip install --no-deps --force-reinstall {wheel_file}",
+        # this suite (built from this checkout by engine-config): the benchmarks import it
+        f"in-dir={{env_dir}} python -m pip install --no-deps --force-reinstall {suite_wheel}",
+    ]
+    thresholds, never = _thresholds()
+    conf = {
+        "version": 1,
+        "project": spec.distribution,
+        "repo": repo,
+        "dvcs": "git",
+        "branches": [branch],
+        "plugins": [".moe_bench.asv_atomic"],
+        "environment_type": "virtualenv",
+        "build_command": build_command,
+        "install_command": install_command,
+        "uninstall_command": [f"return-code=any python -m pip uninstall -y {spec.distribution}"],
+        "matrix": {"req": {"torch": [torch]}},
+        "benchmark_dir": str(ROOT / "engine_benchmarks"),
+        "env_dir": str(folder / ".asv" / f"env-{stem}"),
+        "results_dir": str(folder / f"results-{stem}"),
+        "html_dir": str(folder / f"html-{stem}"),
+        "default_benchmark_timeout": 600,
+        "install_timeout": 3600,
+        "build_cache_size": 16,
+        "regressions_thresholds": thresholds,
+        "regressions_first_commits": never,
+        # not asv's (it ignores unknown keys): what the uses and the export read
+        "engine": engine,
+        "engine_github": spec.github,
+        "suite_commit": suite_commit(),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    constraints.write_text(f"torch=={torch}\n")
+    out.write_text(json.dumps(conf, indent=4) + "\n")
+    return conf
+
+
+def _suite_wheel(folder: Path) -> Path:
+    """This checkout built into a wheel in ``folder`` (emptied first); its path."""
+    if folder.is_dir():
+        for old in folder.glob("*.whl"):
+            old.unlink()
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(ROOT)],
+        capture_output=True,
+        text=True,
+    )
+    wheels = list(folder.glob("*.whl"))
+    if done.returncode != 0 or len(wheels) != 1:
+        raise EngineError(f"building this suite's wheel failed: {done.stderr.strip()[-300:]}")
+    return wheels[0]
+
+
+def suite_commit() -> str:
+    """This checkout's commit, ``-dirty`` appended where its tracked files have changes."""
+    head = _git(ROOT, "rev-parse", "HEAD")
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"], capture_output=True
+    ).returncode
+    return head + ("-dirty" if dirty else "")
+
+
+def _git(repo: Path | str, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise EngineError(f"git {' '.join(args)} in {repo}: {done.stderr.strip() or 'failed'}")
+    return done.stdout.strip()
+
+
+def read_suite_commits(results_dir: str | Path) -> dict[str, str]:
+    """``SUITE_COMMITS`` of ``results_dir``: engine commit -> suite commit ({} where none)."""
+    path = Path(results_dir) / SUITE_COMMITS
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def record_suite_commit(results_dir: str | Path, commits: list[str], suite: str) -> None:
+    """Record that ``suite`` measured the engine's ``commits`` (a whole-file rewrite)."""
+    path = Path(results_dir) / SUITE_COMMITS
+    known = read_suite_commits(results_dir)
+    known.update(dict.fromkeys(commits, suite))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def load_config(config: Path) -> Config:
+    """asv's config, refused with one line where it is not an engine config."""
+    if not config.is_file():
+        raise EngineError(
+            f"--config {str(config)!r}: no such file (write one: moe-bench engine-config)"
+        )
+    conf = Config.load(str(config))
+    if getattr(conf, "engine", None) not in ENGINES:
+        raise EngineError(
+            f"--config {str(config)!r} is not an engine config (no 'engine' key): write one "
+            "with moe-bench engine-config"
+        )
+    return conf
+
+
+def new_engine_commits(config: Path, machine: str, *, limit: int, window: int) -> list[str]:
+    """The newest commits of the config's branch not yet measured on ``machine``, newest first:
+    at most ``limit``, among the branch's newest ``window`` (first-parent) commits."""
+    conf = load_config(config)
+    repo = get_repo(conf)
+    measured = {r.commit_hash for r in iter_results_for_machine(conf.results_dir, machine)}
+    newest = repo.get_branch_commits(conf.branches[0])[:window]
+    return [c for c in newest if c not in measured][:limit]
+
+
+def _say(use: str, message: str) -> None:
+    """A progress line on stderr: ``[engine-<use>] message``."""
+    print(f"[engine-{use}] {message}", file=sys.stderr, flush=True)
+
+
+def _asv(config: Path, *args: str) -> int:
+    """``asv --config config ARGS`` in this interpreter's environment, its output streamed."""
+    return subprocess.run([sys.executable, "-m", "asv", "--config", str(config), *args]).returncode
+
+
+def _asv_output(config: Path, *args: str) -> tuple[int, str]:
+    """``_asv``, its output also returned (asv prints its answers there, not in a file)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "asv", "--config", str(config), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    for line in process.stdout:
+        sys.stderr.write(line)
+        lines.append(line)
+    return process.wait(), "".join(lines)
+
+
+def _launch_method() -> str:
+    """asv's launch method: a fresh interpreter per benchmark on CUDA, forked on CPU."""
+    from .profiles import detect_device
+
+    return "spawn" if detect_device() == "cuda" else "forkserver"
+
+
+def engine_repo_path(conf: Config) -> str:
+    """The engine's git directory asv reads (its local checkout, or asv's mirror of a URL),
+    brought up to date first."""
+    repo = get_repo(conf)
+    repo.pull()
+    return repo._path
+
+
+def subject(repo: str, commit: str) -> str:
+    """``commit``'s short hash and subject line in ``repo``."""
+    return _git(repo, "log", "-1", "--format=%h %s", commit)
+
+
+def resolve(repo: str, revision: str) -> str:
+    """The full hash of ``revision`` in ``repo``; ``EngineError`` naming it where git has none."""
+    done = subprocess.run(
+        ["git", "-C", repo, "rev-parse", "--verify", "-q", f"{revision}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise EngineError(f"{revision!r} is not a commit of the engine's repository {repo}")
+    return done.stdout.strip()
+
+
+def run_commits(config: Path, machine: str, commits: list[str], asv_args=()) -> int:
+    """``asv run`` of exactly ``commits`` (a hash file), saved under ``machine``."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as hashes:
+        hashes.write("\n".join(commits) + "\n")
+        hashes.flush()
+        return _asv(
+            config,
+            "run",
+            "--machine",
+            machine,
+            "--launch-method",
+            _launch_method(),
+            "--show-stderr",
+            *asv_args,
+            f"HASHFILE:{hashes.name}",
+        )
+
+
+def nightly(config: Path, machine: str, *, limit: int, window: int, asv_args=()) -> int:
+    """Measure the newest unmeasured commits (``new_engine_commits``), record the suite's commit
+    beside them, publish. Exit status: 0, or asv's where a benchmark failed."""
+    from .publish import publish
+
+    conf = load_config(config)
+    engine_repo_path(conf)  # fetch a URL's new commits first
+    commits = new_engine_commits(config, machine, limit=limit, window=window)
+    if not commits:
+        _say(
+            "nightly",
+            f"{machine}: nothing new among the newest {window} commits of {conf.branches[0]}",
+        )
+        return 0
+    _say(
+        "nightly",
+        f"{machine}: {len(commits)} commit(s) of {conf.engine} "
+        f"{conf.branches[0]}: {' '.join(c[:8] for c in commits)}",
+    )
+    status = run_commits(config, machine, commits, asv_args)
+    record_suite_commit(conf.results_dir, commits, conf.suite_commit)
+    html = publish(config)
+    _say("nightly", f"results: {conf.results_dir}/{machine}/  dashboard: {html}  (exit {status})")
+    return status
+
+
+def figure_benchmark(figure: str) -> str:
+    """The engine suite's benchmark of ``figure`` (its method without ``track_``:
+    ``peak_transient_bytes``, ``traffic_bytes``, ``launches``, ``layer_seconds``,
+    ``copy_ratio``); ``EngineError`` listing them for another name."""
+    names = {
+        name.rpartition(".track_")[2]: name
+        for name in METRICS
+        if name.startswith(BENCHMARK_MODULE + ".")
+    }
+    if figure not in names:
+        raise EngineError(f"figure {figure!r}: not one of {', '.join(names)}")
+    return names[figure]
+
+
+def cell_regex(benchmark: str, shape: str, strategy: str) -> str:
+    """asv's ``-b`` regex selecting one cell (asv matches ``name('shape', 'strategy')``)."""
+    return re.escape(f"{benchmark}('{shape}', '{strategy}')")
+
+
+def _cell_values(conf: Config, machine: str, benchmark: str, shape: str, strategy: str):
+    """commit -> (value, failed) of one cell in ``machine``'s results ({} where none)."""
+    from .results import ResultsError, load_results
+
+    try:
+        frame = load_results(conf.results_dir, machine=machine)
+    except ResultsError:
+        return {}
+    rows = frame[
+        (frame["benchmark"] == benchmark)
+        & (frame["shape"] == shape)
+        & (frame["strategy"] == strategy)
+    ]
+    return {row["commit"]: (row["value"], bool(row["failed"])) for _, row in rows.iterrows()}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """``find``'s answer: the first bad commit, how many commits it measured, and the problem
+    that makes the search untrustworthy (None when the answer is checked)."""
+
+    commit: str | None
+    runs: int
+    failed: tuple[str, ...]  # commits of the range measured without the figure (failed or n/a)
+    problem: str | None
+
+
+def find(
+    config: Path,
+    machine: str,
+    good: str,
+    bad: str,
+    figure: str,
+    shape: str,
+    strategy: str,
+    *,
+    improvement: bool = False,
+    asv_args=(),
+) -> Finding:
+    """``asv find`` over ``good..bad`` for one cell, then its answer checked from the results.
+
+    The range searched starts at ``good`` itself (asv never names the first commit of its
+    range). The named commit must have the figure, and so must its parent (measured when the
+    search did not), and the change between them must be a regression by the metrics table's
+    rule (an improvement with ``improvement``: asv's ``--invert``). asv's three-point search
+    takes a failed commit's cell for a value when the deselected cells around it are stored as
+    n/a, and then names a wrong commit (so does a commit where the engine's function is n/a, as
+    a commit that does not import is to an adapter that reads the code): every commit of the
+    range measured without the figure is reported, and an answer that does not pass the check
+    is a ``problem``, never a commit.
+    """
+    from .metrics import judge
+
+    conf = load_config(config)
+    repo = engine_repo_path(conf)
+    good, bad = resolve(repo, good), resolve(repo, bad)
+    benchmark = figure_benchmark(figure)
+    commits = _git(repo, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}").split()
+    if not commits:
+        raise EngineError(
+            f"{good[:8]}..{bad[:8]}: no commits in the range (is {bad[:8]} a "
+            f"descendant of {good[:8]}?)"
+        )
+    parent = _git(repo, "rev-list", "--first-parent", "--max-count=2", good).split()[1:]
+    span = f"{parent[0]}..{bad}" if parent else f"{good}..{bad}"
+    regex = cell_regex(benchmark, shape, strategy)
+    _say(
+        "find",
+        f"{len(commits)} commit(s) after {good[:8]} up to {bad[:8]}: the "
+        f"{'improvement' if improvement else 'regression'} of {benchmark} ({shape}, {strategy})",
+    )
+    status, output = _asv_output(
+        config,
+        "find",
+        "--machine",
+        machine,
+        "--launch-method",
+        _launch_method(),
+        *(["--invert"] if improvement else []),
+        *asv_args,
+        span,
+        regex,
+    )
+    values = _cell_values(conf, machine, benchmark, shape, strategy)
+    searched = [good, *commits]
+    runs = len(re.findall(r"For \S+ commit [0-9a-f]+", output))  # asv's line per commit run
+    answer = re.search(r"Greatest (?:regression|improvement) found: ([0-9a-f]+)", output)
+    if status != 0 or answer is None:
+        failed = tuple(c for c in searched if c in values and math.isnan(values[c][0]))
+        return Finding(
+            None, runs, failed, f"asv find exited {status} without an answer (its log is above)"
+        )
+    named = resolve(repo, answer.group(1))
+    before = _git(repo, "rev-parse", f"{named}^")
+    # asv names the only commit of a two-commit search without measuring either: measure them
+    unmeasured = [c for c in (before, named) if c not in values]
+    if unmeasured:
+        run_commits(config, machine, unmeasured, ("--bench", regex))
+        values = _cell_values(conf, machine, benchmark, shape, strategy)
+        runs += len(unmeasured)
+    failed = tuple(c for c in searched if c in values and math.isnan(values[c][0]))
+    if math.isnan(values.get(named, (math.nan, True))[0]):
+        return Finding(None, runs, failed, f"asv named {named[:8]}, which has no figure")
+    old, new = values.get(before, (math.nan, True))[0], values[named][0]
+    if math.isnan(old):
+        return Finding(None, runs, failed, f"the parent of {named[:8]} has no figure to compare")
+    verdict = judge(METRICS[benchmark], old, new)
+    wanted = "improved" if improvement else "regressed"
+    if verdict != wanted:
+        return Finding(
+            None,
+            runs,
+            failed,
+            f"the step found, {named[:8]}, is not {wanted} against its parent ({old:g} -> "
+            f"{new:g}: {verdict})",
+        )
+    return Finding(named, runs, failed, None)
+
+
+def pr_config(config: Path) -> Path:
+    """The PR runs' config beside ``config`` (``<stem>.pr.conf.json``): the same environments,
+    results and dashboard in folders of their own (``-pr``), so a PR never enters the history."""
+    conf = json.loads(config.read_text())
+    conf["results_dir"] += "-pr"
+    conf["html_dir"] += "-pr"
+    path = config.with_name(
+        config.name.removesuffix(".json").removesuffix(".conf") + ".pr.conf.json"
+    )
+    path.write_text(json.dumps(conf, indent=4) + "\n")
+    return path
+
+
+def pr(
+    config: Path, machine: str, base: str, head: str, out: Path, *, bench: str | None = None
+) -> int:
+    """The engine PR ``head`` against its merge base with ``base``: ``asv continuous`` (every
+    figure of both, exact ones judged exactly), the paired A/B timing (``benchmarks.
+    engine_paired``: the time verdict), the verdict and PR comment (``moe_bench.compare``).
+    Exit 0 nothing regressed or failed, 1 a regression or failure, 2 missing results."""
+    from .compare import PairedError, compare_commits, gate_failed, load_paired
+    from .report import comment_markdown
+    from .results import ResultsError, load_results
+
+    config, out = config.resolve(), out.resolve()  # the paired run works in this checkout
+    conf = load_config(config)
+    repo = engine_repo_path(conf)
+    head = resolve(repo, head)
+    base = _git(repo, "merge-base", resolve(repo, base), head)
+    pr_conf = pr_config(config)
+    results = Path(conf.results_dir + "-pr")
+    bench_args = ("--bench", bench) if bench else ()
+    out.mkdir(parents=True, exist_ok=True)
+    _say("pr", f"{subject(repo, head)} against its merge base {subject(repo, base)}")
+    asv_status = _asv(
+        pr_conf,
+        "continuous",
+        "--machine",
+        machine,
+        "--launch-method",
+        _launch_method(),
+        "--show-stderr",
+        *bench_args,
+        base,
+        head,
+    )
+    record_suite_commit(results, [base, head], conf.suite_commit)
+    _say("pr", f"paired timing of {base[:8]} and {head[:8]}, alternated")
+    paired = out / "paired.json"
+    paired_status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.engine_paired",
+            str(pr_conf),
+            base,
+            head,
+            "--out",
+            str(paired),
+            *bench_args,
+        ],
+        cwd=ROOT,
+    ).returncode
+    try:
+        frame = load_results(results, machine=machine)
+        threshold, rows = load_paired(paired, base, head)
+    except (ResultsError, PairedError) as err:
+        _say("pr", f"missing or corrupt results: {err}")
+        return 2
+    table = compare_commits(frame, base, head, rows)
+    report = comment_markdown(table, base, head, paired_threshold=threshold)
+    (out / "pr-comment.md").write_text(report)
+    print(report)
+    failed = gate_failed(table) or asv_status >= 2 or paired_status != 0
+    _say(
+        "pr",
+        f"PR comment: {out / 'pr-comment.md'}; {'FAILED' if failed else 'passed'} "
+        f"(asv exit {asv_status}, paired exit {paired_status})",
+    )
+    return 1 if failed else 0

@@ -1,0 +1,230 @@
+"""A tiny engine repository for the tests: a git history of a package with vLLM's module path and
+function name, ``vllm/model_executor/layers/quantization/utils/flashinfer_utils.py::
+convert_moe_weights_to_flashinfer_trtllm_block_layout``, in the forms vLLM's releases had
+(transcribed from vLLM 0.23.0, 0.24.0 and 0.31.0; the FlashInfer helpers they import are the
+installed flashinfer-python's):
+
+- ``legacy``: per expert clone, gather, block layout, a list and ``torch.stack``; no
+  ``is_gated_act_gemm`` argument (vLLM 0.16.0 - 0.23.0: the caller swaps w13 to ``[w3; w1]``);
+- ``preallocated``: vLLM #45589, new outputs filled by ``index_select(out=)`` per expert, the swap
+  folded into the index (0.24.0 - 0.30.0);
+- ``inplace``: vLLM #54699, in place through a one-expert scratch (0.31.0 - 0.33.0);
+- ``per_expert``: the per-expert clone/list/stack brought back behind today's signature: the
+  regression a pull request could make (what the PR command and ``find`` must catch);
+- ``broken``: a commit whose package does not import (a failing commit inside a bisected range).
+
+``make_engine_repo`` writes the history the tests drive: it builds without CUDA as vLLM's
+``empty`` target does (``VLLM_TARGET_DEVICE=empty pip wheel --no-deps --no-build-isolation``: the
+tiny ``setup.py`` needs only setuptools) and needs no network.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+MODULE = "vllm/model_executor/layers/quantization/utils/flashinfer_utils.py"
+
+_HEAD = '''"""A stand-in for vLLM's flashinfer_utils (tests/engine_repo.py)."""
+
+import torch
+
+EPILOGUE_TILE_M = 128
+BLOCK_K = 128
+
+
+def _check(w13_weight, w2_weight):
+    if w13_weight.dtype != torch.bfloat16 or w2_weight.dtype != torch.bfloat16:
+        raise ValueError("Unquantized Moe Backend FlashInfer TRTLLM requires bfloat16 weights")
+'''
+
+_LEGACY_LOOP = """
+    from flashinfer.fused_moe.core import (
+        _maybe_get_cached_w3_w1_permute_indices,
+        convert_to_block_layout,
+        get_w2_permute_indices_with_cache,
+    )
+
+    w13_shuffled, w2_shuffled = [], []
+    for i in range(w13_weight.shape[0]):
+        index = _maybe_get_cached_w3_w1_permute_indices(
+            cache_permute_indices, w13_weight[i].view(torch.uint8), EPILOGUE_TILE_M{gated_arg}
+        )
+        {fold}
+        tmp1 = w13_weight[i].clone().view(torch.uint8)[index.to(w13_weight.device)].contiguous()
+        index = get_w2_permute_indices_with_cache(
+            cache_permute_indices, w2_weight[i].view(torch.uint8), EPILOGUE_TILE_M
+        )
+        tmp2 = w2_weight[i].clone().view(torch.uint8)[index.to(w2_weight.device)].contiguous()
+        w13_shuffled.append(convert_to_block_layout(tmp1, BLOCK_K).view(torch.bfloat16))
+        w2_shuffled.append(convert_to_block_layout(tmp2, BLOCK_K).view(torch.bfloat16))
+    return (
+        torch.stack(w13_shuffled).view(torch.bfloat16).contiguous(),
+        torch.stack(w2_shuffled).view(torch.bfloat16).contiguous(),
+    )
+"""
+
+_FORMS = {
+    "legacy": '''
+def convert_moe_weights_to_flashinfer_trtllm_block_layout(
+    cache_permute_indices, w13_weight, w2_weight
+):
+    """vLLM 0.23.0's form: w13 arrives as [w3; w1] (the caller swapped it)."""
+    _check(w13_weight, w2_weight)
+'''
+    + _LEGACY_LOOP.format(gated_arg="", fold="pass"),
+    "per_expert": '''
+def convert_moe_weights_to_flashinfer_trtllm_block_layout(
+    cache_permute_indices, w13_weight, w2_weight, is_gated_act_gemm=True
+):
+    """The per-expert form back behind today's signature (w13 as [w1; w3])."""
+    _check(w13_weight, w2_weight)
+'''
+    + _LEGACY_LOOP.format(
+        gated_arg=", is_gated_act_gemm=is_gated_act_gemm",
+        fold="if is_gated_act_gemm:\n"
+        "            index = (index + w13_weight.shape[1] // 2) % w13_weight.shape[1]",
+    ),
+    "preallocated": '''
+def convert_moe_weights_to_flashinfer_trtllm_block_layout(
+    cache_permute_indices, w13_weight, w2_weight, is_gated_act_gemm=True
+):
+    """vLLM #45589 (0.24.0): new outputs, index_select(out=) per expert."""
+    _check(w13_weight, w2_weight)
+    from flashinfer.fused_moe.core import (
+        _maybe_get_cached_w3_w1_permute_indices,
+        get_w2_permute_indices_with_cache,
+    )
+
+    outs = []
+    for weight, is_w13 in ((w13_weight, True), (w2_weight, False)):
+        rows, cols = weight[0].view(torch.uint8).shape
+        out = torch.empty(
+            (weight.shape[0], cols // BLOCK_K, rows, BLOCK_K), dtype=torch.uint8,
+            device=weight.device,
+        )
+        for i in range(weight.shape[0]):
+            expert = weight[i].view(torch.uint8)
+            if is_w13:
+                index = _maybe_get_cached_w3_w1_permute_indices(
+                    cache_permute_indices, expert, EPILOGUE_TILE_M,
+                    is_gated_act_gemm=is_gated_act_gemm,
+                )
+                if is_gated_act_gemm:
+                    index = (index + rows // 2) % rows
+            else:
+                index = get_w2_permute_indices_with_cache(
+                    cache_permute_indices, expert, EPILOGUE_TILE_M
+                )
+            blocks = expert.view(rows, cols // BLOCK_K, BLOCK_K).permute(1, 0, 2)
+            torch.index_select(blocks, 1, index.to(expert.device), out=out[i])
+        outs.append(out.view(torch.bfloat16))
+    return outs[0], outs[1]
+''',
+    "inplace": '''
+def convert_moe_weights_to_flashinfer_trtllm_block_layout(
+    cache_permute_indices, w13_weight, w2_weight, is_gated_act_gemm=True
+):
+    """vLLM #54699 (0.31.0): in place through a one-expert scratch; views of the inputs."""
+    _check(w13_weight, w2_weight)
+    from flashinfer.fused_moe.core import (
+        _maybe_get_cached_w3_w1_permute_indices,
+        get_w2_permute_indices_with_cache,
+    )
+
+    outs = []
+    for weight, is_w13 in ((w13_weight, True), (w2_weight, False)):
+        rows, cols = weight[0].view(torch.uint8).shape
+        shape = (weight.shape[0], cols // BLOCK_K, rows, BLOCK_K)
+        scratch = torch.empty(shape[1:], dtype=torch.uint8, device=weight.device)
+        for i in range(weight.shape[0]):
+            expert = weight[i].view(torch.uint8)
+            if is_w13:
+                index = _maybe_get_cached_w3_w1_permute_indices(
+                    cache_permute_indices, expert, EPILOGUE_TILE_M,
+                    is_gated_act_gemm=is_gated_act_gemm,
+                )
+                if is_gated_act_gemm:
+                    index = (index + rows // 2) % rows
+            else:
+                index = get_w2_permute_indices_with_cache(
+                    cache_permute_indices, expert, EPILOGUE_TILE_M
+                )
+            blocks = expert.view(rows, cols // BLOCK_K, BLOCK_K).permute(1, 0, 2)
+            torch.index_select(blocks, 1, index.to(expert.device), out=scratch)
+            expert.view(-1).copy_(scratch.view(-1))
+        outs.append(weight.view(torch.uint8).view(shape).view(torch.bfloat16))
+    return outs[0], outs[1]
+''',
+    "broken": """
+raise ImportError("this commit of the stand-in engine is broken on purpose")
+""",
+}
+FORMS = tuple(_FORMS)
+
+_SETUP = """from setuptools import find_packages, setup
+
+setup(name="vllm", version="{version}", packages=find_packages())
+"""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit of the history: the converter's form, the package version, the subject."""
+
+    form: str
+    version: str
+    subject: str
+
+
+def _git(repo: Path, *args: str, date: str = "") -> str:
+    env = {
+        "GIT_AUTHOR_NAME": "test",
+        "GIT_AUTHOR_EMAIL": "test@example.com",
+        "GIT_COMMITTER_NAME": "test",
+        "GIT_COMMITTER_EMAIL": "test@example.com",
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(repo),
+    }
+    if date:
+        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = date
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
+
+
+def commit(repo: Path, change: Commit, *, date: int) -> str:
+    """Write ``change``'s tree (its form, its version) and commit it; return the hash.
+
+    ``date`` (seconds since the epoch) orders the commits for asv, which graphs by date.
+    """
+    (repo / MODULE).write_text(_HEAD + _FORMS[change.form])
+    (repo / "setup.py").write_text(_SETUP.format(version=change.version))
+    (repo / "NOTES").write_text(f"{change.subject}\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", change.subject, date=f"{date} +0000")
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def make_engine_repo(root: Path, history: list[Commit], *, start: int = 1_700_000_000) -> list[str]:
+    """A git repository at ``root`` (branch ``main``) with one commit per entry of ``history``,
+    an hour apart; returns the hashes, oldest first."""
+    root.mkdir(parents=True)
+    _git(root, "init", "-q", "-b", "main")
+    for package in (
+        "vllm",
+        "vllm/model_executor",
+        "vllm/model_executor/layers",
+        "vllm/model_executor/layers/fused_moe",
+        "vllm/model_executor/layers/quantization",
+        "vllm/model_executor/layers/quantization/utils",
+    ):
+        (root / package).mkdir(parents=True, exist_ok=True)
+        (root / package / "__init__.py").write_text("")
+    return [commit(root, change, date=start + 3600 * i) for i, change in enumerate(history)]
+
+
+def checkout(repo: Path, branch: str, start: str) -> None:
+    """Start ``branch`` at ``start`` and check it out (the next ``commit`` goes on it)."""
+    _git(repo, "checkout", "-q", "-b", branch, start)

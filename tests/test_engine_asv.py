@@ -1,0 +1,323 @@
+"""An engine's git history as asv's repo, end to end on a tiny engine (``tests/engine_repo.py``):
+the config, a nightly over commits, the PR command, the bisection and the export
+(``moe_bench.engine``, docs/engines.md). No network and no vLLM: the tiny engine has vLLM's module
+path and function, and asv builds it as vLLM's ``empty`` target is built.
+
+One asv environment for the module (torch from the local index, flashinfer-python): the slow
+part, then about half a minute per measured commit. Each use runs ``moe-bench`` as a
+subprocess with ``HOME`` in the test's folder (asv's machine file lives there).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from asv.config import Config
+from asv.util import load_json
+from conftest import missing
+from engine_repo import Commit, checkout, commit, make_engine_repo
+
+from moe_bench import engine
+from moe_bench.metrics import METRICS
+
+ROOT = Path(__file__).resolve().parent.parent
+MACHINE = "engine-test"
+PEAK = "bench_engine.PeakMemory.track_peak_transient_bytes"
+
+pytestmark = pytest.mark.slow
+
+
+def _moe_bench(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HOME=str(home), PIP_CACHE_DIR=str(Path.home() / ".cache" / "pip"))
+    return subprocess.run(
+        [sys.executable, "-m", "moe_bench", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=home,
+        timeout=1200,
+    )
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    """The tiny engine's history, its config (asv.engine-vllm.conf.json) and the commits by name.
+
+    main: legacy -> preallocated -> inplace -> docs -> docs (``u2``); branch ``ok``: a docs
+    commit on ``u2``; branch ``regress``: docs, the per-expert form back (``bad``), docs, docs;
+    branch ``broken``: a commit that does not import, its fix, the per-expert form (``bad2``).
+    """
+    if missing("flashinfer"):  # the tiny engine imports FlashInfer's helpers, as vLLM does
+        pytest.skip(missing("flashinfer"))
+    home = tmp_path_factory.mktemp("engine")
+    repo = home / "engine-vllm"  # not "vllm": the current folder is on a module path
+    names = ["legacy", "preallocated", "inplace", "u1", "u2"]
+    hashes = dict(
+        zip(
+            names,
+            make_engine_repo(
+                repo,
+                [
+                    Commit("legacy", "0.23.0", "the per-expert form"),
+                    Commit("preallocated", "0.24.0", "preallocated outputs (#45589)"),
+                    Commit("inplace", "0.31.0", "in place (#54699)"),
+                    Commit("inplace", "0.31.0", "docs: a note"),
+                    Commit("inplace", "0.31.0", "docs: another note"),
+                ],
+            ),
+            strict=True,
+        )
+    )
+    date = 1_800_000_000
+    for branch, changes in (
+        ("ok", [("ok", Commit("inplace", "0.31.0", "docs: a PR that changes nothing"))]),
+        (
+            "regress",
+            [
+                ("x1", Commit("inplace", "0.31.0", "docs: before")),
+                ("bad", Commit("per_expert", "0.31.0", "the per-expert form back")),
+                ("x2", Commit("per_expert", "0.31.0", "docs: after")),
+                ("x3", Commit("per_expert", "0.31.0", "docs: after, again")),
+            ],
+        ),
+        (
+            "broken",
+            [
+                ("broken", Commit("broken", "0.31.0", "a commit that does not import")),
+                ("fixed", Commit("inplace", "0.31.0", "fix the import")),
+                ("bad2", Commit("per_expert", "0.31.0", "the per-expert form back, again")),
+            ],
+        ),
+    ):
+        checkout(repo, branch, hashes["u2"])
+        for name, change in changes:
+            date += 3600
+            hashes[name] = commit(repo, change, date=date)
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "main"], check=True)
+    requirements = ROOT / "engine_benchmarks" / "requirements" / "flashinfer.txt"
+    done = _moe_bench(
+        home,
+        "engine-config",
+        "--engine",
+        "vllm",
+        "--repo",
+        str(repo),
+        "--requirements",
+        str(requirements),
+    )
+    assert done.returncode == 0, done.stderr
+    return home, home / "asv.engine-vllm.conf.json", hashes
+
+
+def _values(config: Path, commit: str, benchmark: str = PEAK) -> dict[str, float]:
+    """strategy -> value of ``benchmark`` at ``commit`` in the config's results."""
+    conf = load_json(str(config))
+    (path,) = (Path(conf["results_dir"]) / MACHINE).glob(f"{commit[:8]}-*.json")
+    data = load_json(str(path))
+    columns = data["result_columns"]
+    row = dict(zip(columns, data["results"][benchmark], strict=False))
+    strategies = row["params"][1]
+    return {
+        s.strip("'"): (math.nan if v is None else v)
+        for s, v in zip(strategies, row["result"], strict=True)
+    }
+
+
+def test_the_engine_suite_measures_every_bf16_adapter():
+    """Every BF16 adapter of an installed engine, and FlashInfer's helpers, is on the engine
+    suite's axis (n/a where not installed), with the three forms vLLM had as reference lines."""
+    sys.path.insert(0, str(ROOT / "engine_benchmarks"))
+    try:
+        import bench_engine
+    finally:
+        sys.path.pop(0)
+    from moe_convert.formats.bf16.engines import ENGINES
+
+    assert {e.strategy for e in ENGINES} | {"flashinfer"} == set(bench_engine.ENGINE_STRATEGIES)
+    assert bench_engine.REFERENCE_STRATEGIES == ("legacy", "preallocated", "inplace")
+
+
+def test_the_config_is_asvs_with_the_engine_as_repo(history):
+    home, config, hashes = history
+    conf = Config.load(str(config))
+    assert conf.repo == str(home / "engine-vllm") and conf.branches == ["main"]
+    assert conf.benchmark_dir == str(ROOT / "engine_benchmarks")
+    assert "VLLM_TARGET_DEVICE=empty" in conf.build_command[-1]
+    assert "--no-build-isolation" in conf.build_command[-1]
+    # this suite into every environment (asv 0.6.6 strips ASV_PYTHONPATH), FlashInfer unpinned
+    assert any("moe_convert_bench" in c for c in conf.install_command)
+    assert any("flashinfer-python" in c for c in conf.install_command)
+    assert conf.matrix == {"req": {"torch": ["2.13.0"]}}
+    # apart from the nightly's results, dashboard and environments
+    assert {conf.results_dir, conf.html_dir, conf.env_dir}.isdisjoint(
+        {"results", "html", ".asv/env"}
+    )
+    assert conf.suite_commit.startswith(engine.suite_commit()[:40])
+    # the dashboard's regressions view judges the engine's figures by the metrics table's rules
+    thresholds = json.loads(config.read_text())["regressions_thresholds"]
+    for name, m in METRICS.items():
+        if name.startswith("bench_engine.") and m.unit == "ratio":
+            assert thresholds[re.escape(name)] == pytest.approx(m.factor - 1)
+
+
+def test_flashinfer_as_the_engine_builds_flashinfer_itself(history, tmp_path):
+    home, _, _ = history
+    done = _moe_bench(
+        home,
+        "engine-config",
+        "--engine",
+        "flashinfer",
+        "--repo",
+        str(home / "engine-vllm"),  # any git history: the config is not run here
+        "--out",
+        str(tmp_path / "fi.conf.json"),
+    )
+    assert done.returncode == 0, done.stderr
+    conf = Config.load(str(tmp_path / "fi.conf.json"))
+    assert conf.engine == "flashinfer" and conf.engine_github == "flashinfer-ai/flashinfer"
+    assert not any("flashinfer-python" in c for c in conf.install_command)  # it is the repo
+    assert "VLLM_TARGET_DEVICE" not in conf.build_command[-1]
+    assert conf.results_dir.endswith("results-fi")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--engine", "vllm", "--repo", "/no/such/checkout"], ["not a git checkout"]),
+        (
+            ["--engine", "flashinfer", "--repo", "engine-vllm", "--build", "wheel"],
+            ["per-commit wheels"],
+        ),
+        (["--engine", "vllm", "--repo", "engine-vllm", "--torch", "2.13; rm"], ["--torch"]),
+        (["--engine", "sglang", "--repo", "vllm"], ["invalid choice"]),
+    ],
+)
+def test_config_errors_are_one_line(history, tmp_path, args, words):
+    home, _, _ = history
+    done = _moe_bench(home, "engine-config", *args, "--out", str(tmp_path / "x.conf.json"))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) <= 2  # argparse's usage line, then the error
+    assert all(w in done.stderr for w in words), done.stderr
+
+
+def test_nightly_measures_the_newest_commits_then_publishes(history):
+    home, config, hashes = history
+    done = _moe_bench(home, "engine-nightly", str(config), "--machine", MACHINE, "--limit", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"2 commit(s) of vllm main: {hashes['u2'][:8]} {hashes['u1'][:8]}" in done.stderr
+    conf = Config.load(str(config))
+    suite = engine.read_suite_commits(conf.results_dir)
+    assert suite == dict.fromkeys([hashes["u1"], hashes["u2"]], conf.suite_commit)
+    assert (Path(conf.html_dir) / "index.html").is_file()
+    values = _values(config, hashes["u2"])
+    # the installed engine and the frozen transcriptions on one grid; SGLang not installed
+    assert math.isnan(values["sglang-installed"])
+    assert values["vllm"] < values["preallocated"] < values["legacy"]
+    # the next night: only what is left within the window, then nothing
+    done = _moe_bench(home, "engine-nightly", str(config), "--machine", MACHINE, "--window", "3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"1 commit(s) of vllm main: {hashes['inplace'][:8]}" in done.stderr
+    done = _moe_bench(home, "engine-nightly", str(config), "--machine", MACHINE, "--window", "3")
+    assert done.returncode == 0 and "nothing new" in done.stderr
+
+
+def test_the_per_expert_form_back_fails_the_pr(history):
+    home, config, hashes = history
+    out = home / "pr-bad"
+    done = _moe_bench(
+        home, "engine-pr", str(config), "main", hashes["bad"], "--machine", MACHINE,
+        "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    comment = (out / "pr-comment.md").read_text()
+    assert comment.startswith("## PR gate: FAILED")
+    assert re.search(r"PeakMemory.track_peak_transient_bytes.*vllm: regressed", comment)
+    assert re.search(r"Traffic.track_launches.*vllm: regressed", comment)
+    # the merge base, not main's tip, is the base
+    assert f"`{hashes['u2'][:8]}` (base)" in comment or hashes["u2"][:8] in comment
+    paired = json.loads((out / "paired.json").read_text())
+    assert (paired["base"], paired["head"]) == (hashes["u2"], hashes["bad"])
+    verdicts = {row["strategy"]: row["verdict"] for row in paired["rows"]}
+    assert verdicts == {"vllm": "regressed"}  # the engine's own code; the rest is the same
+
+
+def test_an_unchanged_engine_commit_passes_the_pr(history):
+    home, config, hashes = history
+    out = home / "pr-ok"
+    done = _moe_bench(
+        home, "engine-pr", str(config), "main", "ok", "--machine", MACHINE, "--out", str(out)
+    )
+    assert done.returncode == 0, (out / "pr-comment.md").read_text()
+    assert (out / "pr-comment.md").read_text().startswith("## PR gate: passed")
+
+
+def test_find_names_the_injected_commit(history):
+    home, config, hashes = history
+    done = _moe_bench(
+        home, "engine-find", str(config), hashes["u2"], "regress", "peak_transient_bytes",
+        "--machine", MACHINE,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(f"first regression: {hashes['bad'][:7]} the per-expert form back")
+    runs = int(re.search(r"\((\d+) commits measured\)", done.stdout).group(1))
+    commits = 4  # x1, bad, x2, x3 after u2
+    assert runs <= math.ceil(math.log2(commits)) + 2
+
+
+def test_a_failing_commit_in_the_range_does_not_mislead_find(history):
+    home, config, hashes = history
+    done = _moe_bench(
+        home, "engine-find", str(config), hashes["u2"], "broken", "peak_transient_bytes",
+        "--machine", MACHINE,
+    )  # fmt: skip
+    named = re.search(r"first regression: (\w+)", done.stdout)
+    if done.returncode == 0:  # the search did not step on it, or the check passed: right answer
+        assert named.group(1) == hashes["bad2"][:7]
+    else:  # it did: said, and no commit named
+        assert done.returncode == 1 and named is None
+        assert f"commit {hashes['broken'][:8]} has no figure" in done.stderr
+        assert "no answer" in done.stderr
+
+
+def test_the_export_keys_records_to_the_engines_commit(history):
+    home, config, hashes = history
+    out = home / "export" / "engine.json"
+    done = _moe_bench(
+        home,
+        "export",
+        str(Config.load(str(config)).results_dir),
+        "--machine",
+        MACHINE,
+        "--commit",
+        hashes["u2"],
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    records = json.loads(out.read_text())
+    assert records
+    suite = Config.load(str(config)).suite_commit
+    for record in records:
+        deps = record["dependencies"]
+        assert (deps["vllm"]["repo"], deps["vllm"]["branch"], deps["vllm"]["sha"]) == (
+            "vllm-project/vllm",
+            "main",
+            hashes["u2"],
+        )
+        assert deps["moe-convert-bench"]["sha"] == suite
+        assert deps["moe-convert-bench"]["extra_info"] == {"role": "measuring suite"}
+    metadata = json.loads(out.with_name("engine.json.metadata").read_text())
+    assert metadata == {
+        "repo": "vllm-project/vllm",
+        "head_branch": "main",
+        "head_sha": hashes["u2"],
+    }
