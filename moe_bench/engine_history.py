@@ -43,6 +43,8 @@ DISTRIBUTION = "vllm"
 #: What vLLM's ``setup.py`` imports to give pip its metadata (``pip download`` of an sdist).
 METADATA_NEEDS = ("torch", "setuptools_scm", "setuptools_rust")
 PROG = "engine-history"
+#: The file a build writes into the tree (setuptools-scm's ``write_to``), never committed.
+BUILD_WRITTEN = f"{DISTRIBUTION}/_version.py"
 AUTHOR = "moe-convert-bench engine-history"
 
 
@@ -141,6 +143,10 @@ def _commit_tree(repo: Path, sdist: Path, version: str) -> str:
             for entry in (Path(scratch) / top).iterdir():
                 entry.rename(repo / entry.name)
     _git(repo, "add", "--all", "--force", ".")
+    # setuptools-scm writes this file at build time: tracked, it turns the checkout dirty while
+    # an asv build runs and pip refuses the wheel (its version gains ``.dev0+g<hash>.d<date>``).
+    # vLLM's own checkout ignores it; so does its history here.
+    _git(repo, "rm", "--cached", "--quiet", "--ignore-unmatch", BUILD_WRITTEN)
     stamp = f"@{when} +0000"
     identity = {"GIT_AUTHOR_NAME": AUTHOR, "GIT_COMMITTER_NAME": AUTHOR}
     identity |= {"GIT_AUTHOR_EMAIL": "engine-history@localhost"}

@@ -40,7 +40,12 @@ def _git(repo: Path, *args: str) -> str:
 @pytest.fixture
 def sdists(tmp_path: Path) -> Path:
     folder = tmp_path / "sdists"
-    _sdist(folder, "0.23.0", {"vllm/form.py": "legacy\n", "vllm/gone.py": "x\n"})
+    # vllm/_version.py: what setuptools-scm rewrites at build time, left out of every commit.
+    _sdist(
+        folder,
+        "0.23.0",
+        {"vllm/form.py": "legacy\n", "vllm/gone.py": "x\n", "vllm/_version.py": "v = 1\n"},
+    )
     # An ignored file is still the release's (vLLM's sdists carry their .gitignore).
     _sdist(folder, "0.24.0", {"vllm/form.py": "preallocated\n", ".gitignore": "*.txt\n"})
     _sdist(folder, "0.31.0", {"vllm/form.py": "inplace\n", "notes.txt": "y\n"})
@@ -64,6 +69,7 @@ def test_one_tagged_commit_per_release_in_version_order(tmp_path: Path, sdists: 
         "PKG-INFO",
         "vllm/form.py",
     ]
+    assert "vllm/_version.py" not in _git(dest, "ls-tree", "-r", "--name-only", "v0.23.0")
     assert _git(dest, "log", "-1", "--format=%at", "v0.23.0") == str(STAMPS["0.23.0"])
     assert len(lines) == 2 and "tagged v0.24.0" in lines[1]
 
