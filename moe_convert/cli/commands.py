@@ -242,7 +242,13 @@ def _print_measure_table(records: list[dict]) -> None:
     columns = [c for c in _MEASURE_COLUMNS if c[0] in records[0]]
     rows = [[header for _, header, _ in columns]]
     rows += [[fmt(record[key]) for key, _, fmt in columns] for record in records]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    _print_rows(rows)
+
+
+def _print_rows(rows: list[list[str]]) -> None:
+    """Print ``rows`` (the first is the header) as columns: the first left-aligned, the others
+    right-aligned, each as wide as its widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print(
             "  ".join(
@@ -353,15 +359,8 @@ def _print_replay_tables(results: list[RankLoad], max_splits: list[int | None]) 
     for title, cell in tables:
         rows = [["max_split_size_mb"] + columns]
         rows += [[name] + [cell(by_key[name, m]) for m in max_splits] for name in strategies]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         print(f"\n{title}")
-        for row in rows:
-            print(
-                "  ".join(
-                    c.ljust(w) if i == 0 else c.rjust(w)
-                    for i, (c, w) in enumerate(zip(row, widths, strict=True))
-                )
-            )
+        _print_rows(rows)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
