@@ -107,13 +107,15 @@ ENGINES = {
         wheel_index="https://wheels.vllm.ai/{commit}/cu130",
         needs_flashinfer=True,
     ),
-    # FlashInfer's Python package without its AOT kernels: the helpers every engine calls.
+    # FlashInfer's Python package without its AOT kernels: the helpers every engine calls. Its
+    # build backend pip-installs NVIDIA's compilers and NIXL unless FLASHINFER_BUILD_NO_PIP, and
+    # tries its expert-parallel builds (CUDA) unless BUILD_NVEP=0 (found building 0.7.x here).
     "flashinfer": EngineSpec(
         name="flashinfer",
         distribution="flashinfer-python",
         github="flashinfer-ai/flashinfer",
         build_requirements=("setuptools>=77", "wheel", "packaging", "apache-tvm-ffi"),
-        build_env="",
+        build_env="FLASHINFER_BUILD_NO_PIP=1 BUILD_NVEP=0",
         wheel_index=None,
         needs_flashinfer=False,
     ),

@@ -1,21 +1,22 @@
-"""A git history of vLLM's released sources: one commit per release, oldest first, each tagged.
+"""A git history of an engine's released sources: one commit per release, oldest first, tagged.
 
-    scripts/engine-history DEST VERSION... [--sdists DIR]
+    scripts/engine-history DEST VERSION... [--engine vllm|flashinfer] [--sdists DIR]
 
-asv measures the commits of a git repository (``repo``); vLLM's own repository is large and its
-tags are far apart in commits, so for a walk over releases this builds a small one: for each
+asv measures the commits of a git repository (``repo``); an engine's own repository is large and
+its tags are far apart in commits, so for a walk over releases this builds a small one: for each
 release, the file tree of its source distribution from the package index, committed in version
-order on ``main`` and tagged ``vX`` (vLLM's own tag names, so setuptools-scm gives each commit
-its release's version). Nothing is built; each tree is the sdist's, whole (``.gitignore``'d
-files included). The commit dates are the sdist's ``PKG-INFO`` time, so the dashboard's time
-axis is the releases'.
+order on ``main`` and tagged ``vX`` (vLLM's and FlashInfer's own tag names, so setuptools-scm
+gives each vLLM commit its release's version). Nothing is built; each tree is the sdist's, whole
+(``.gitignore``'d files included), less the file a build writes and plus the version file the
+engine's checkout has where the sdist lacks it (``SOURCES``). The commit dates are the sdist's
+``PKG-INFO`` time, so the dashboard's time axis is the releases'.
 
-The sdists are read from ``--sdists`` (``vllm-X.tar.gz``) and downloaded there when absent with
-``pip download --no-deps --no-binary :all:``. pip prepares an sdist's metadata before saving it
-and vLLM's ``setup.py`` imports torch, setuptools-scm and setuptools-rust for that: they must be
-importable here (scripts/engine-history installs the project's ``engine`` extra), pip runs
-without build isolation (which would fetch a CUDA torch), and ``VLLM_VERSION_OVERRIDE`` keeps
-``setup.py`` from asking git or CUDA for the version.
+The sdists are read from ``--sdists`` (``<name>-X.tar.gz``, the name normalized as PEP 625 says)
+and downloaded there when absent with ``pip download --no-deps --no-binary :all:``. pip prepares
+an sdist's metadata before saving it, which runs the engine's build backend: its imports must be
+importable here (``Source.metadata_needs``; scripts/engine-history installs the project's
+``engine`` extra), and pip runs without build isolation (with ``--no-binary :all:`` an isolated
+build compiles its build requirements from source too, and vLLM's names a CUDA torch).
 
 Run again with more releases (newer than the last one committed) to extend the history: the
 releases already tagged there are kept as they are.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,15 +39,56 @@ from packaging.version import InvalidVersion, Version
 
 from .argparsing import ArgumentParser
 
-__all__ = ["DISTRIBUTION", "Release", "build_history", "download_sdist", "main"]
+__all__ = ["SOURCES", "Release", "Source", "build_history", "download_sdist", "main"]
 
-DISTRIBUTION = "vllm"
-#: What vLLM's ``setup.py`` imports to give pip its metadata (``pip download`` of an sdist).
-METADATA_NEEDS = ("torch", "setuptools_scm", "setuptools_rust")
 PROG = "engine-history"
-#: The file a build writes into the tree (setuptools-scm's ``write_to``), never committed.
-BUILD_WRITTEN = f"{DISTRIBUTION}/_version.py"
 AUTHOR = "moe-convert-bench engine-history"
+
+
+@dataclass(frozen=True)
+class Source:
+    """How one engine's releases come from the package index into its history."""
+
+    distribution: str  # the package on the index
+    label: str  # the engine's name in commit subjects
+    metadata_needs: tuple[str, ...]  # what its build backend imports to give pip the metadata
+    download_env: tuple[tuple[str, str], ...]  # for that step; "{version}" filled in
+    build_written: str  # the file a build writes into the tree: never committed
+    version_file: str | None  # the engine's checkout holds its version there, its sdist not
+
+    @property
+    def sdist_prefix(self) -> str:
+        """``<name>-`` of its sdists: the name normalized (PEP 625: ``flashinfer_python``)."""
+        return re.sub(r"[-_.]+", "_", self.distribution).lower() + "-"
+
+
+SOURCES = {
+    # setup.py imports torch, setuptools-scm and setuptools-rust; VLLM_VERSION_OVERRIDE keeps it
+    # from asking git or CUDA for the version. setuptools-scm writes vllm/_version.py at build
+    # time: tracked, it turns an asv build's checkout dirty and pip refuses the wheel (its version
+    # gains ``.dev0+g<hash>.d<date>``); vLLM's own checkout ignores it.
+    "vllm": Source(
+        distribution="vllm",
+        label="vLLM",
+        metadata_needs=("torch", "setuptools_scm", "setuptools_rust"),
+        download_env=(("VLLM_VERSION_OVERRIDE", "{version}"), ("VLLM_TARGET_DEVICE", "empty")),
+        build_written="vllm/_version.py",
+        version_file=None,
+    ),
+    # FlashInfer's build_backend.py writes flashinfer/_build_meta.py from version.txt (its
+    # checkout's; the sdist ships the written file instead), rewriting it in any git checkout:
+    # without version.txt every commit would build as 0.0.0+unknown. Without
+    # FLASHINFER_BUILD_NO_PIP it pip-installs NVIDIA compilers and NIXL while giving metadata,
+    # and BUILD_NVEP=0 skips its expert-parallel builds (CUDA).
+    "flashinfer": Source(
+        distribution="flashinfer-python",
+        label="FlashInfer",
+        metadata_needs=("setuptools", "packaging"),
+        download_env=(("FLASHINFER_BUILD_NO_PIP", "1"), ("BUILD_NVEP", "0")),
+        build_written="flashinfer/_build_meta.py",
+        version_file="version.txt",
+    ),
+}
 
 
 class HistoryError(Exception):
@@ -74,40 +117,31 @@ def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return done.stdout.strip()
 
 
-def _sdist_name(version: str) -> str:
-    return f"{DISTRIBUTION}-{version}.tar.gz"
+def download_sdist(source: Source, version: str, into: Path) -> Path:
+    """``into/<name>-VERSION.tar.gz``, downloaded from the package index where not there yet.
 
-
-def download_sdist(version: str, into: Path) -> Path:
-    """``into/vllm-VERSION.tar.gz``, downloaded from the package index where it is not there yet.
-
-    Raises ``HistoryError`` (one line) where pip cannot prepare vLLM's metadata here or the
-    index has no such sdist.
+    Raises ``HistoryError`` (one line) where pip cannot prepare the engine's metadata here or
+    the index has no such sdist.
     """
-    path = into / _sdist_name(version)
+    path = into / f"{source.sdist_prefix}{version}.tar.gz"
     if path.is_file():
         return path
-    missing = [name for name in METADATA_NEEDS if importlib.util.find_spec(name) is None]
+    missing = [name for name in source.metadata_needs if importlib.util.find_spec(name) is None]
     if missing:
         raise HistoryError(
-            f"{path.name} is not in {into}, and downloading it makes pip run vLLM's setup.py, "
-            f"which imports {', '.join(missing)}: not importable by {sys.executable} "
-            "(pip install 'setuptools>=77,<81' 'setuptools-scm>=8' setuptools-rust and the CPU "
-            "torch, or run scripts/engine-history, or put the sdist there)"
+            f"{path.name} is not in {into}, and downloading it makes pip run "
+            f"{source.label}'s build backend, which imports {', '.join(missing)}: not "
+            f"importable by {sys.executable} (run scripts/engine-history, which installs them, "
+            "or put the sdist there)"
         )
     into.mkdir(parents=True, exist_ok=True)
-    # Without build isolation: vLLM's build requirements name a CUDA torch (gigabytes).
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-    command += ["--no-build-isolation", "-d", str(into), f"{DISTRIBUTION}=={version}"]
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "VLLM_VERSION_OVERRIDE": version, "VLLM_TARGET_DEVICE": "empty"},
-    )
+    command += ["--no-build-isolation", "-d", str(into), f"{source.distribution}=={version}"]
+    env = {name: value.format(version=version) for name, value in source.download_env}
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env})
     if done.returncode != 0 or not path.is_file():
         said = [line for line in done.stderr.splitlines() if "ERROR" in line] or ["no sdist saved"]
-        raise HistoryError(f"pip download {DISTRIBUTION}=={version}: {said[-1].strip()}")
+        raise HistoryError(f"pip download {source.distribution}=={version}: {said[-1].strip()}")
     return path
 
 
@@ -119,10 +153,10 @@ def _tagged(repo: Path) -> list[str]:
     return sorted((name[1:] for name in names), key=Version)
 
 
-def _commit_tree(repo: Path, sdist: Path, version: str) -> str:
+def _commit_tree(repo: Path, source: Source, sdist: Path, version: str) -> str:
     """Replace ``repo``'s work tree with ``sdist``'s top folder, commit it and tag ``vVERSION``."""
     with tarfile.open(sdist) as archive:
-        top = f"{DISTRIBUTION}-{version}"
+        top = f"{source.sdist_prefix}{version}"
         members = archive.getmembers()
         outside = [m.name for m in members if m.name.split("/")[0] != top]
         if outside:
@@ -142,30 +176,33 @@ def _commit_tree(repo: Path, sdist: Path, version: str) -> str:
             archive.extractall(scratch, filter="data")
             for entry in (Path(scratch) / top).iterdir():
                 entry.rename(repo / entry.name)
+    (repo / source.build_written).unlink(missing_ok=True)
+    if source.version_file:
+        (repo / source.version_file).write_text(f"{version}\n")
     _git(repo, "add", "--all", "--force", ".")
-    # setuptools-scm writes this file at build time: tracked, it turns the checkout dirty while
-    # an asv build runs and pip refuses the wheel (its version gains ``.dev0+g<hash>.d<date>``).
-    # vLLM's own checkout ignores it; so does its history here.
-    _git(repo, "rm", "--cached", "--quiet", "--ignore-unmatch", BUILD_WRITTEN)
     stamp = f"@{when} +0000"
     identity = {"GIT_AUTHOR_NAME": AUTHOR, "GIT_COMMITTER_NAME": AUTHOR}
     identity |= {"GIT_AUTHOR_EMAIL": "engine-history@localhost"}
     identity |= {"GIT_COMMITTER_EMAIL": "engine-history@localhost"}
     identity |= {"GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
-    message = f"vLLM {version}: the sdist {sdist.name} from the package index"
+    message = f"{source.label} {version}: the sdist {sdist.name} from the package index"
     _git(repo, "commit", "--quiet", "--allow-empty", "-m", message, env=identity)
     _git(repo, "tag", f"v{version}", env=identity)
     return _git(repo, "rev-parse", "HEAD")
 
 
-def build_history(dest: Path, versions: list[str], *, sdists: Path, log=print) -> list[Release]:
+def build_history(
+    dest: Path, versions: list[str], *, engine: str = "vllm", sdists: Path, log=print
+) -> list[Release]:
     """Make or extend ``dest``: a git repository, one tagged commit per release of ``versions``.
 
-    ``versions`` are sorted (``packaging.version``); those tagged in ``dest`` already are kept,
-    and the others must all be newer than its newest release (a history is only appended to).
-    ``sdists`` is where ``vllm-X.tar.gz`` are read from or downloaded to. ``log`` receives one
-    progress line per release. Returns every release of ``versions`` with its commit.
+    ``engine`` names the ``SOURCES`` entry. ``versions`` are sorted (``packaging.version``);
+    those tagged in ``dest`` already are kept, and the others must all be newer than its newest
+    release (a history is only appended to). ``sdists`` is where the sdists are read from or
+    downloaded to. ``log`` receives one progress line per release. Returns every release of
+    ``versions`` with its commit.
     """
+    source = SOURCES[engine]
     try:
         ordered = sorted(set(versions), key=Version)
     except InvalidVersion as error:
@@ -191,8 +228,8 @@ def build_history(dest: Path, versions: list[str], *, sdists: Path, log=print) -
             releases.append(Release(version, commit, added=False))
             log(f"[{PROG}] {version}: kept, {commit[:12]} (tagged there already)")
             continue
-        sdist = download_sdist(version, sdists)
-        commit = _commit_tree(dest, sdist, version)
+        sdist = download_sdist(source, version, sdists)
+        commit = _commit_tree(dest, source, sdist, version)
         releases.append(Release(version, commit, added=True))
         log(f"[{PROG}] {version}: committed {commit[:12]}, tagged v{version}")
     return releases
@@ -201,8 +238,10 @@ def build_history(dest: Path, versions: list[str], *, sdists: Path, log=print) -
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(
         prog=PROG,
-        description="A git repository of vLLM's released sources, one tagged commit per release.",
+        description="A git repository of an engine's released sources, one tagged commit per "
+        "release.",
     )
+    parser.add_argument("--engine", choices=sorted(SOURCES), default="vllm")
     parser.add_argument("dest", type=Path, help="the repository to make or extend")
     parser.add_argument("versions", nargs="+", metavar="VERSION", help="releases, e.g. 0.24.0")
     parser.add_argument(
@@ -216,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     if sdists == dest or dest in sdists.parents:
         parser.error(f"--sdists {sdists} is inside the history {dest}: give a folder beside it")
     try:
-        releases = build_history(dest, args.versions, sdists=sdists)
+        releases = build_history(dest, args.versions, engine=args.engine, sdists=sdists)
     except HistoryError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1

@@ -184,6 +184,8 @@ def test_flashinfer_as_the_engine_builds_flashinfer_itself(history, tmp_path):
     assert conf.engine == "flashinfer" and conf.engine_github == "flashinfer-ai/flashinfer"
     assert not any("flashinfer-python" in c for c in conf.install_command)  # it is the repo
     assert "VLLM_TARGET_DEVICE" not in conf.build_command[-1]
+    # FlashInfer's build backend would pip-install NVIDIA's compilers into the environment
+    assert conf.build_command[-1].startswith("FLASHINFER_BUILD_NO_PIP=1 BUILD_NVEP=0 ")
     assert conf.results_dir.endswith("results-fi")
 
 

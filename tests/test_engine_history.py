@@ -18,14 +18,14 @@ from moe_bench.engine_history import HistoryError, build_history, main
 STAMPS = {"0.23.0": 1_780_000_000, "0.24.0": 1_781_000_000, "0.31.0": 1_790_000_000}
 
 
-def _sdist(folder: Path, version: str, files: dict[str, str]) -> Path:
-    """``folder/vllm-VERSION.tar.gz`` holding ``vllm-VERSION/`` with PKG-INFO and ``files``."""
+def _sdist(folder: Path, version: str, files: dict[str, str], *, prefix: str = "vllm-") -> Path:
+    """``folder/<prefix>VERSION.tar.gz``: ``<prefix>VERSION/`` with PKG-INFO and ``files``."""
     folder.mkdir(exist_ok=True)
-    path = folder / f"vllm-{version}.tar.gz"
+    path = folder / f"{prefix}{version}.tar.gz"
     with tarfile.open(path, "w:gz") as archive:
         for name, text in {"PKG-INFO": f"Version: {version}\n", **files}.items():
             data = text.encode()
-            info = tarfile.TarInfo(f"vllm-{version}/{name}")
+            info = tarfile.TarInfo(f"{prefix}{version}/{name}")
             info.size, info.mtime = len(data), STAMPS[version]
             archive.addfile(info, io.BytesIO(data))
     return path
@@ -106,3 +106,28 @@ def test_missing_sdist_without_metadata_tools_is_one_line(
     assert "vllm-0.99.0.tar.gz is not in" in err
     assert re.search(r"imports [a-z_, ]*setuptools_rust", err)
     assert _git(tmp_path / "vllm", "tag").split() == ["v0.23.0"]  # what was done stays done
+
+
+def test_flashinfer_history_carries_its_checkout_version_file(tmp_path: Path) -> None:
+    """The same mechanism for FlashInfer: its sdists' PEP 625 name, its build-written file left
+    out and its checkout's version.txt put in (else every commit builds as 0.0.0+unknown)."""
+    folder = tmp_path / "sdists"
+    for version in ("0.23.0", "0.24.0"):
+        meta = f'__version__ = "{version}"\n'
+        files = {"flashinfer/fused_moe/prepare.py": "x\n", "flashinfer/_build_meta.py": meta}
+        _sdist(folder, version, files, prefix="flashinfer_python-")
+    dest = tmp_path / "flashinfer"
+    releases = build_history(
+        dest, ["0.24.0", "0.23.0"], engine="flashinfer", sdists=folder, log=lambda _: None
+    )
+    assert [r.version for r in releases] == ["0.23.0", "0.24.0"]
+    assert _git(dest, "ls-tree", "-r", "--name-only", "v0.24.0").split() == [
+        "PKG-INFO",
+        "flashinfer/fused_moe/prepare.py",
+        "version.txt",
+    ]
+    assert _git(dest, "show", "v0.23.0:version.txt") == "0.23.0"
+    assert _git(dest, "log", "-1", "--format=%s", "v0.24.0") == (
+        "FlashInfer 0.24.0: the sdist flashinfer_python-0.24.0.tar.gz from the package index"
+    )
+    assert _git(dest, "status", "--porcelain") == ""
