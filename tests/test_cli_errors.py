@@ -299,3 +299,18 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
         os.close(write_end)
     assert done.returncode == 1
     assert done.stderr == ""
+
+
+def test_the_console_scripts_resolve():
+    """``moe-convert`` and ``moe-bench`` as installed from pyproject.toml: each names a callable
+    (``moe_convert.cli`` became a package: its ``main`` is in ``commands``)."""
+    import importlib.metadata
+
+    scripts = {
+        ep.name: ep
+        for ep in importlib.metadata.distribution("moe-convert-bench").entry_points
+        if ep.group == "console_scripts"
+    }
+    assert set(scripts) == {"moe-convert", "moe-bench"}
+    for ep in scripts.values():
+        assert callable(ep.load()), ep.value
