@@ -144,6 +144,22 @@ def test_the_engine_suite_measures_every_bf16_adapter():
     assert bench_engine.REFERENCE_STRATEGIES == ("legacy", "preallocated", "inplace")
 
 
+def test_the_engine_suite_times_as_the_suite_does():
+    """The engine suite cannot import ``benchmarks`` (its environments hold this suite's wheel,
+    which ships ``moe_convert`` and ``moe_bench`` only), so it writes the timing rules again:
+    held here to the suite's, so an engine's seconds stay comparable with the nightly's."""
+    sys.path.insert(0, str(ROOT / "engine_benchmarks"))
+    try:
+        import bench_engine
+    finally:
+        sys.path.pop(0)
+    from benchmarks import bench_convert, common
+
+    assert bench_engine.CPU_PROFILE_EXPERTS == common.CPU_PROFILE_EXPERTS
+    assert bench_engine.CPU_THREADS == common.CPU_THREADS
+    assert bench_engine.REPEATS == bench_convert.REPEATS
+
+
 def test_the_config_is_asvs_with_the_engine_as_repo(history):
     home, config, hashes = history
     conf = Config.load(str(config))
