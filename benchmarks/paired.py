@@ -192,6 +192,12 @@ def measure_quant_cell(
     missing = [side for side, lib in libs.items() if strategy not in _quant_strategies(lib)]
     if missing:
         return _missing(label, kind, missing, f"quantized strategy {strategy!r} is not registered")
+    takes = {
+        getattr(_quant_strategies(lib)[strategy], "takes", shape.format) for lib in libs.values()
+    }
+    if takes != {shape.format}:  # FlashInfer's helpers: a BF16 layer, not the checkpoint's
+        why = f"{strategy} takes a bf16 layer, not a {shape.format} one: not paired"
+        return Cell(label, kind, "n/a", error=why)
     layer = quant_layer_tensors(shape, device)  # seed 0 is the layer's own
     names = list(layer.tensors())
 

@@ -49,8 +49,11 @@ FORMAT_SHAPES = {
 }
 #: Every quantized shape, in the catalog's order.
 QUANT_SHAPES = tuple(label for labels in FORMAT_SHAPES.values() for label in labels)
-#: The strategies of each format: the upstream path, then this library's.
-QUANT_KINDS = ("legacy", "preallocated", "inplace", "fast")
+#: The strategies of each format: the upstream path, this library's, then FlashInfer's own
+#: helper (``<format>-flashinfer``, a BF16 layer in: registered for FP8 per-tensor where
+#: FlashInfer is installed, for NVFP4, MXFP8 and MXINT4 where CUDA is too, never for MXFP4 and
+#: block-FP8; it cannot run on meta, so the meta figures are n/a, the reason given).
+QUANT_KINDS = ("legacy", "preallocated", "inplace", "fast", "flashinfer")
 #: The shapes the cpu profile times: per format the one of the smallest expert (every shape of a
 #: format runs the same code; on CPU, time serves the paired A/B of a change). The whole grid
 #: took 77 s at 8 experts on the shared 2-core machine (load 3.7-4.0), the first three 30 s of
@@ -100,16 +103,47 @@ def _shape_and_strategy(label: str, kind: str):
     return shape, f"{shape.format}-{kind}"
 
 
-def _measure_grid(measure, shapes: tuple[str, ...] | None = None) -> dict[tuple[str, str], object]:
+@dataclasses.dataclass(frozen=True)
+class _NotHere:
+    """A cell ``_measure_grid`` does not measure here (asv shows n/a), and why."""
+
+    reason: str
+
+
+def _not_here(label: str, kind: str, *, on_meta: bool) -> _NotHere | None:
+    """Why the cell cannot be measured here: its strategy is not registered (what it needs, or
+    that the library has none of that name), or, for a figure measured on meta, its strategy
+    cannot run there (``Strategy.not_on_meta``); ``None`` where it can."""
+    import moe_convert
+
+    strategy = _shape_and_strategy(label, kind)[1]
+    record = moe_convert.QUANT_STRATEGIES.get(strategy)
+    if record is None:
+        missing = getattr(moe_convert, "QUANT_UNAVAILABLE", {}).get(strategy)
+        why = f"it needs {missing.needs}" if missing else "this library has no such strategy"
+        return _NotHere(f"{strategy} is not registered here: {why} (docs/formats.md)")
+    if on_meta and getattr(record, "not_on_meta", ""):
+        return _NotHere(
+            f"{strategy} cannot run on meta ({record.not_on_meta}): its figures are its "
+            "record's formulas (python -m moe_convert strategies)"
+        )
+    return None
+
+
+def _measure_grid(
+    measure, shapes: tuple[str, ...] | None = None, *, on_meta: bool = True
+) -> dict[tuple[str, str], object]:
     """``measure(shape, kind)`` of every quantized cell of ``shapes`` (every format's, by
     default), as ``common.measure_grid`` measures its own (a worker process; a cell that fails
-    holds the reason's text); empty where this commit's library has no quantized formats."""
+    holds the reason's text; one not measured here a ``_NotHere``, ``on_meta``: ``measure``
+    runs on meta); empty where this commit's library has no quantized formats."""
     if not _has_quant_formats():
         return {}
     shapes = QUANT_SHAPES if shapes is None else shapes
-    return common.measure_cells(
-        measure, [(label, kind) for label in shapes for kind in QUANT_KINDS]
-    )
+    cells = [(label, kind) for label in shapes for kind in QUANT_KINDS]
+    not_here = {cell: _not_here(*cell, on_meta=on_meta) for cell in cells}
+    measured = common.measure_cells(measure, [cell for cell in cells if not_here[cell] is None])
+    return {cell: measured.get(cell, not_here[cell]) for cell in cells}
 
 
 def _has_quant_formats() -> bool:
@@ -134,6 +168,8 @@ def _cell(results: dict, label: str, kind: str):
     if (label, kind) not in results:
         _skip_untimed(label)
     measured = results[label, kind]
+    if isinstance(measured, _NotHere):
+        common.skip(measured.reason)
     if isinstance(measured, str):
         raise RuntimeError(f"{label} {kind} failed: {measured}")
     return measured
@@ -272,6 +308,9 @@ class _CudaMemory(common.CudaMemoryFigures):
         common.require_cuda()
         if not _has_quant_formats():
             common.skip(_NO_QUANT)
+        not_here = _not_here(shape, kind, on_meta=False)
+        if not_here:
+            common.skip(not_here.reason)
         self.measured = _cuda_memory(shape, kind)
 
 
@@ -346,7 +385,7 @@ class _LayerTime(_Grid, common.LayerTimeFigures):
 
     def setup_cache(self) -> dict:
         shapes = tuple(label for label in QUANT_SHAPES if is_timed(label))
-        return _measure_grid(_time, shapes)
+        return _measure_grid(_time, shapes, on_meta=False)
 
     # The cpu profile's 16 cells: 30 s on the shared 2-core machine (load 3.5) for the first 12,
     # 3.9 s for deepseek-r1-fp8block/tp8's 4 (load 1.2).

@@ -31,6 +31,7 @@ from .formats.quant import (
     engines as quant_engines,  # noqa: F401 (registers "<format>-vllm" where vLLM's can run)
 )
 from .formats.quant import (  # noqa: F401 (imported for their registrations, not their names)
+    flashinfer,  # registers "<format>-flashinfer", FlashInfer's helpers, where they can run
     fp8,  # registers "fp8-legacy" and ours, "fp8-preallocated", "-inplace", "-fast"
     fp8block,  # registers "fp8block-legacy" and ours
     mxfp4,  # registers "mxfp4-legacy" and ours
@@ -42,7 +43,15 @@ from .formats.quant.catalog import QUANT_CATALOG, quant_layer_shape
 from .formats.quant.formats import FORMATS, QuantLayerShape
 from .formats.quant.layer import QuantLayer, check_quant_layer
 from .formats.quant.registry import QuantStrategy, convert_quant, register_quant
-from .formats.registry import QUANT_STRATEGIES, REGISTRY, STRATEGIES, Strategy, convert, register
+from .formats.registry import (
+    QUANT_STRATEGIES,
+    QUANT_UNAVAILABLE,
+    REGISTRY,
+    STRATEGIES,
+    Strategy,
+    convert,
+    register,
+)
 from .formats.table import (
     LAYER_FORMATS,
     LayerFormat,
@@ -59,6 +68,7 @@ __all__ = [
     "LAYER_FORMATS",
     "QUANT_CATALOG",
     "QUANT_STRATEGIES",
+    "QUANT_UNAVAILABLE",
     "REGISTRY",
     "STRATEGIES",
     "Formula",

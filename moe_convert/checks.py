@@ -6,7 +6,7 @@ import torch
 
 from .formats.layout import BLOCK_K, SHUFFLE_BLOCK
 
-__all__ = ["check_disjoint", "check_weights"]
+__all__ = ["check_bf16_layer", "check_disjoint", "check_weights"]
 
 
 def _fail(kind: type[Exception], name: str, tensor: torch.Tensor, rule: str, fix: str) -> None:
@@ -22,6 +22,14 @@ def check_weights(w13: torch.Tensor, w2: torch.Tensor, *, gated: bool) -> None:
     Not gated, w13 is ``[E, I, H]``. Each message names the tensor, its shape and dtype, the rule
     broken and the fix. Nothing is read or written besides metadata.
     """
+    check_bf16_layer(w13, w2, gated=gated)
+    _check_block_layout(w13, w2)
+
+
+def check_bf16_layer(w13: torch.Tensor, w2: torch.Tensor, *, gated: bool) -> None:
+    """``check_weights`` less the BF16 block layout's row and width rules: a BF16 layer that a
+    helper quantizing it itself takes (``formats.quant.flashinfer``; the helper checks its own
+    alignment). bf16, 3-D, non-empty, contiguous, one device, matching shapes."""
     for name, tensor in (("w13", w13), ("w2", w2)):
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
@@ -92,6 +100,9 @@ def check_weights(w13: torch.Tensor, w2: torch.Tensor, *, gated: bool) -> None:
             f"Fix: pass matching tensors, or gated={not gated} if the activation is "
             f"{'not ' if gated else ''}gated."
         )
+
+
+def _check_block_layout(w13: torch.Tensor, w2: torch.Tensor) -> None:
     for name, tensor in (("w13", w13), ("w2", w2)):
         rows, cols = tensor.shape[1], tensor.shape[2]
         if rows % SHUFFLE_BLOCK:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import requires_flashinfer
 
 from moe_bench.metrics import (
     METRICS,
@@ -16,7 +17,7 @@ from moe_bench.metrics import (
     RANK_LOAD_REPLAY,
     metric,
 )
-from moe_convert import QUANT_STRATEGIES
+from moe_convert import QUANT_STRATEGIES, QUANT_UNAVAILABLE
 from moe_convert.formats.quant.catalog import quant_catalog_shapes, quant_layer_shape
 from moe_convert.formats.quant.formats import FORMATS
 from moe_convert.load.replay import rank_load, replay_load
@@ -54,10 +55,15 @@ def test_every_format_has_a_module_of_every_shape_and_kind():
             labels
         )
     assert list(quant.QUANT_SHAPES) == [shape.label for shape in quant_catalog_shapes()]
-    assert {name.split("-", 1)[1] for name in QUANT_STRATEGIES} == set(quant.QUANT_KINDS)
+    records = {**QUANT_STRATEGIES, **QUANT_UNAVAILABLE}  # registered here or not
+    assert {name.split("-", 1)[1] for name in records} - {"vllm"} == set(quant.QUANT_KINDS)
     for shape in quant_catalog_shapes():
         for kind in quant.QUANT_KINDS:
-            assert f"{shape.format}-{kind}" in QUANT_STRATEGIES
+            # FlashInfer has no helper of vLLM's layout for MXFP4 and block-FP8: n/a cells
+            if kind != "flashinfer" or shape.format not in ("mxfp4", "fp8block"):
+                assert f"{shape.format}-{kind}" in (
+                    QUANT_STRATEGIES if kind != "flashinfer" else records
+                )
 
 
 def test_each_format_module_has_bf16s_classes_judged_as_bf16s():
@@ -105,7 +111,10 @@ def test_the_grid_reads_the_records_peaks_and_traffic(monkeypatch):
     shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
     peaks, traffic = bench_mxfp4.PeakMemory(), bench_mxfp4.Traffic()
     peak_cache, traffic_cache = peaks.setup_cache(), traffic.setup_cache()
-    for kind in quant.QUANT_KINDS:
+    # FlashInfer has no MXFP4 helper of gpt-oss's layout: n/a, saying so
+    with pytest.raises(NotImplementedError, match="mxfp4-flashinfer is not registered here"):
+        peaks.setup(peak_cache, shape.label, "flashinfer")
+    for kind in quant.QUANT_KINDS[:-1]:
         record = QUANT_STRATEGIES[f"mxfp4-{kind}"]
         peaks.setup(peak_cache, shape.label, kind)
         got = peaks.track_peak_transient_bytes(peak_cache, shape.label, kind)
@@ -119,6 +128,19 @@ def test_the_grid_reads_the_records_peaks_and_traffic(monkeypatch):
         # A copy of the layer moves 2 x its bytes; MXFP4's biases come back float32, so more.
         ratio = traffic.track_traffic_ratio(traffic_cache, shape.label, kind)
         assert ratio == moved / (2 * shape.layer_bytes) > 1
+
+
+@requires_flashinfer
+def test_flashinfer_helpers_cells_are_na_on_the_meta_figures_saying_why(monkeypatch):
+    # fp8-flashinfer is registered (it runs on CPU) but cannot run on meta: its PeakMemory and
+    # Traffic cells are n/a with the reason, its formulas the figures (docs/formats.md)
+    monkeypatch.setattr(quant, "QUANT_SHAPES", ("llama-4-maverick-fp8/tp8",))
+    label = "llama-4-maverick-fp8/tp8"
+    for cls in (bench_fp8.PeakMemory, bench_fp8.Traffic, bench_fp8.SleepModeReplay):
+        cache = cls().setup_cache()
+        with pytest.raises(NotImplementedError, match="fp8-flashinfer cannot run on meta"):
+            cls().setup(cache, label, "flashinfer")
+        cls().setup(cache, label, "fast")  # the others are measured
 
 
 def test_a_library_without_quantized_formats_makes_every_cell_na():
@@ -242,7 +264,9 @@ def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cel
     timings = bench.setup_cache()
     assert set(timings) == {(timed, kind) for kind in quant.QUANT_KINDS}
     full = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
-    for kind in quant.QUANT_KINDS:
+    with pytest.raises(NotImplementedError, match="mxfp4-flashinfer is not registered here"):
+        bench.setup(timings, timed, "flashinfer")  # no FlashInfer helper of gpt-oss's layout
+    for kind in quant.QUANT_KINDS[:-1]:
         bench.setup(timings, timed, kind)
         measured = timings[timed, kind]
         assert measured.strategy == f"mxfp4-{kind}" and measured.shape.experts == 1

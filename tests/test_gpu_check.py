@@ -57,12 +57,32 @@ def test_dry_run_memory_gives_formula_and_model_for_every_strategy(small):
     }
     for row in rows:  # the model reserves whole segments, multiples of 2 MiB
         assert row["dispatch_peak_bytes"] > 0
-        assert row["model_reserved_bytes"] % (2 * 2**20) == 0
+        record = STRATEGIES.get(row["strategy"]) or QUANT_STRATEGIES[row["strategy"]]
+        if record.not_on_meta:  # FlashInfer's helpers: no meta trace to replay
+            assert row["model_reserved_bytes"] is None
+        else:
+            assert row["model_reserved_bytes"] % (2 * 2**20) == 0
         assert "peak_reserved_bytes" not in row  # the CUDA part did not run
     for row in rows:  # a quantized row's dispatch peak is its record's exact formula
         if (row["shape"], row["strategy"]) in quantized:
             want = QUANT_STRATEGIES[row["strategy"]].peak.evaluate(plan.shape(row["shape"]))
             assert row["dispatch_peak_bytes"] == want
+
+
+def test_the_cuda_only_flashinfer_helpers_are_planned_where_registered(small, monkeypatch):
+    # On a GPU with FlashInfer, MXINT4's, NVFP4's and MXFP8's helpers are registered: steps 1, 2
+    # and 5 take them from the table, as every quantized strategy.
+    from moe_convert.formats.registry import MISSING, REGISTRY
+
+    helpers = ("mxint4-flashinfer", "nvfp4-flashinfer", "mxfp8-flashinfer")
+    for name in helpers:
+        monkeypatch.setitem(REGISTRY, name, REGISTRY.get(name) or MISSING[name])
+    planned = {(r["shape"], r["strategy"]) for r in memory.step_memory(dry_run=True)["rows"]}
+    timed = " ".join(timing.step_timing(dry_run=True)["plan"])
+    for name in helpers:
+        labels = plan.quant_check_shapes()
+        label = next(x for x in labels if name.startswith(f"{plan.shape(x).format}-"))
+        assert (label, name) in planned and f"{label} x {name}" in timed
 
 
 def test_dry_run_allocator_replays_the_model_per_layer(small):
@@ -95,17 +115,22 @@ def test_the_quantized_shapes_cover_every_format_once():
 
 def test_the_quantized_budgets_are_sized_from_the_records():
     """plan.py's sizing of steps 2 and 5 (a round of every quantized strategy on
-    quant_check_shapes(): 26,413 launches, 263 GB moved): a strategy that changes either changes
-    this, and the budgets are to be sized again."""
+    quant_check_shapes() on a GPU with FlashInfer: 28 strategies, 32,804 launches, 488 GB
+    moved): a strategy that changes either changes this, and the budgets are to be sized
+    again."""
+    from moe_convert.formats.registry import QUANT_UNAVAILABLE
+
+    records = {**QUANT_STRATEGIES, **QUANT_UNAVAILABLE}
     cells = [
         (plan.shape(label), name)
         for label in plan.quant_check_shapes()
-        for name in plan.strategies(plan.shape(label))
+        for name, record in records.items()
+        if record.format == plan.shape(label).format and not name.endswith("-vllm")
     ]
-    assert len(cells) == 24
-    assert sum(QUANT_STRATEGIES[name].launches.evaluate(shape) for shape, name in cells) == 26_413
-    moved = sum(QUANT_STRATEGIES[name].traffic.evaluate(shape) for shape, name in cells)
-    assert round(moved / 1e9) == 263
+    assert len(cells) == 28
+    assert sum(records[name].launches.evaluate(shape) for shape, name in cells) == 32_804
+    moved = sum(records[name].traffic.evaluate(shape) for shape, name in cells)
+    assert round(moved / 1e9) == 488
 
 
 @pytest.mark.slow
@@ -149,7 +174,8 @@ def test_dry_run_timing_lists_every_cell_and_sizes_the_quantized_ones():
     lines = step["plan"]
     assert "qwen3-235b-a22b/tp4 x legacy" in lines
     assert "kimi-k2-nvfp4/tp8 x nvfp4-legacy (7.45 GB moved, 2,344 launches)" in lines
-    assert sum(" x fp8-" in line for line in lines) == 4
+    # the four kinds, and FlashInfer's helper where flashinfer-python is installed
+    assert sum(" x fp8-" in line for line in lines) == 4 + ("fp8-flashinfer" in QUANT_STRATEGIES)
     text = report.report_markdown(_summary({"step": "timing", **step}, dry_run=True))
     assert "- kimi-k2-nvfp4/tp8 x nvfp4-legacy (7.45 GB moved, 2,344 launches)" in text
 

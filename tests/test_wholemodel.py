@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import requires_cuda
+from conftest import requires_cuda, requires_flashinfer
 
-from moe_convert import STRATEGIES, LayerShape, layer_shape, quant_layer_shape
+from moe_convert import STRATEGIES, LayerShape, layer_format, layer_shape, quant_layer_shape
 from moe_convert.formats.quant.catalog import quant_catalog_shapes
 from moe_convert.load.replay import _tensor_bytes
 from moe_convert.load.wholemodel import RUN_POOLS, _loaded_layer, run_load
@@ -45,11 +45,30 @@ def test_a_run_loads_each_layer_as_its_replay_does(shape):
     """What ``run_load`` allocates per layer: every tensor its replay loads, each its own
     allocation, in the same order and sizes (``replay_load``'s ``_tensor_bytes``: BF16's w13,
     w2; a quantized format's weights, scales and biases), the layer's bytes in all."""
-    layer = _loaded_layer(shape, torch.device("meta"))
+    upstream = layer_format(shape).upstream
+    layer = _loaded_layer(shape, upstream, torch.device("meta"))
     sizes = {name: t.nbytes for name, t in layer.items()}
-    assert sizes == _tensor_bytes(shape) and list(sizes) == list(_tensor_bytes(shape))
+    want = _tensor_bytes(shape, upstream)
+    assert sizes == want and list(sizes) == list(want)
     assert sizes["w13"] == shape.w13_bytes and sizes["w2"] == shape.w2_bytes
     assert sum(sizes.values()) == shape.layer_bytes
+
+
+@requires_flashinfer
+def test_a_flashinfer_helpers_load_is_of_the_bf16_layer_it_takes():
+    # fp8-flashinfer quantizes a BF16 layer itself: the rank loads that one (zeros: finite)
+    shape = quant_layer_shape("llama-4-maverick-fp8", 8).with_experts(2)
+    layer = _loaded_layer(shape, "fp8-flashinfer", torch.device("cpu"))
+    sizes = {name: t.nbytes for name, t in layer.items()}
+    assert (
+        sizes
+        == _tensor_bytes(shape, "fp8-flashinfer")
+        == {
+            "w13": 2 * shape.w13_bytes,
+            "w2": 2 * shape.w2_bytes,
+        }
+    )
+    assert all(t.dtype == torch.bfloat16 and not t.any() for t in layer.values())
 
 
 @requires_cuda

@@ -95,7 +95,8 @@ def _layer_to(layer, device):
 def _quantized_exact(dry_run: bool) -> list[dict]:
     """The quantized formats' part of step 1 (issue 18): ``swizzle.block_scale_interleave``
     against FlashInfer's CUDA ``block_scale_interleave`` on FlashInfer's own test shapes, then
-    every quantized strategy on CUDA against its format's ``-legacy`` on CPU, for
+    every quantized strategy on CUDA against its format's ``-legacy`` on CPU (FlashInfer's
+    helpers, which take a BF16 layer: against ``-legacy`` of their own quantizer's layer), for
     ``plan.QUANT_CHECK_EXPERTS`` experts of each ``plan.quant_check_shapes()``. A row says where
     FlashInfer is absent; the dry run computes nothing (the CPU tests check the same on CPU)."""
     import torch
@@ -103,6 +104,7 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
     from moe_convert import convert_quant
     from moe_convert.formats.quant.layer import quant_layer_tensors
     from moe_convert.formats.swizzle import block_scale_interleave
+    from moe_convert.formats.table import convert_layer, reference_conversion, strategy_input
 
     if dry_run:
         return []
@@ -140,13 +142,19 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
         shape = plan.shape(label).with_experts(plan.QUANT_CHECK_EXPERTS)
         layer = quant_layer_tensors(shape, "cpu")
 
-        want = convert_quant(_layer_to(layer, "cpu"), strategy=f"{shape.format}-legacy")
-        for name in plan.strategies(shape):
+        legacy = convert_quant(_layer_to(layer, "cpu"), strategy=f"{shape.format}-legacy")
+        for name, record in plan.strategies(shape).items():
             try:
-                got = convert_quant(_layer_to(layer, device), strategy=name)
+                if record.takes == shape.format:
+                    got = convert_quant(_layer_to(layer, device), strategy=name).tensors()
+                    want = legacy.tensors()
+                else:  # FlashInfer's helpers: a BF16 layer in, -legacy of what they quantize
+                    bf16 = strategy_input(shape, name, device)
+                    want = reference_conversion(shape, name)[1](bf16)
+                    got = convert_layer(bf16, strategy=name, gated=shape.gated)
                 bad = sum(
-                    int((getattr(got, f).cpu().view(torch.uint8) != t.view(torch.uint8)).sum())
-                    for f, t in want.tensors().items()
+                    int((got[f].cpu().view(torch.uint8) != t.cpu().view(torch.uint8)).sum())
+                    for f, t in want.items()
                 )
                 row = {"exact": bad == 0, "bytes_differing": bad}
             except Exception as error:  # one strategy's failure must not hide the others'

@@ -11,10 +11,14 @@ import os
 from . import plan
 
 
-def _model_transient_reserved(shape, strategy: str, max_split_size_mb: int | None) -> int:
+def _model_transient_reserved(shape, strategy: str, max_split_size_mb: int | None) -> int | None:
     """Peak reserved above the loaded layer for one conversion, per the allocator model: a
-    one-layer load replayed (``replay_load``, any format's)."""
+    one-layer load replayed (``replay_load``, any format's); ``None`` for a strategy that
+    cannot run on meta, where the replay records its trace (FlashInfer's helpers)."""
     from moe_convert.load.replay import replay_load
+
+    if plan.strategies(shape)[strategy].not_on_meta:
+        return None
 
     return replay_load(
         dataclasses.replace(shape, moe_layers=1),
@@ -56,9 +60,10 @@ def step_memory(dry_run: bool) -> dict:
                     row["requested_minus_dispatch"] = (
                         cuda.requested_peak_bytes - row["dispatch_peak_bytes"]
                     )
-                    row["reserved_minus_model"] = (
-                        cuda.peak_reserved_bytes - row["model_reserved_bytes"]
-                    )
+                    if row["model_reserved_bytes"] is not None:
+                        row["reserved_minus_model"] = (
+                            cuda.peak_reserved_bytes - row["model_reserved_bytes"]
+                        )
                 except Exception as error:
                     row["error"] = f"{type(error).__name__}: {error}"
             plan.record(rows, row)

@@ -22,7 +22,7 @@ import torch
 from ..formats.bf16.engines import UNCALLABLE
 from ..formats.bf16.shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, spec_from_hf_config
 from ..formats.quant.catalog import QUANT_CATALOG, QuantModelSpec
-from ..formats.registry import UNAVAILABLE
+from ..formats.registry import MISSING
 from ..formats.table import LAYER_FORMATS, AnyShape, layer_format
 from ..units import format_bytes as _bytes
 
@@ -103,15 +103,15 @@ def strategy_list(text: str) -> list[str] | None:
     if text == "all":
         return None
     names = text.split(",")
-    absent = [UNAVAILABLE[name] for name in names if name in UNAVAILABLE]
-    if absent:  # known, but what it needs is missing here: say what
-        raise argparse.ArgumentTypeError(
-            f"strategy {absent[0].name!r} cannot run here: it needs {absent[0].needs}"
-        )
     uncallable = [name for name in names if name in UNCALLABLE]
     if uncallable:  # an installed engine's function that cannot run here (quantized adapters)
         name = uncallable[0]
         raise argparse.ArgumentTypeError(f"strategy {name!r} cannot run here: {UNCALLABLE[name]}")
+    absent = [MISSING[name] for name in names if name in MISSING]
+    if absent:  # known, but what it needs is missing here: say what
+        raise argparse.ArgumentTypeError(
+            f"strategy {absent[0].name!r} cannot run here: it needs {absent[0].needs}"
+        )
     unknown = [name for name in names if name not in _every_strategy()]
     if unknown:
         raise argparse.ArgumentTypeError(

@@ -34,6 +34,7 @@ from ..formats.table import (
     every_catalog_shape,
     layer_tensors,
     reference_conversion,
+    strategy_input,
     strategy_record,
 )
 from ..load.allocator import POOLS, MiB
@@ -137,11 +138,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
         bar.update()
         for name in names:
             bar.set_postfix_str(name)
-            given = {key: t.clone() for key, t in layer.items()}
+            taken, expected = layer, want
+            if strategy_record(shape, name).takes != shape.format:  # a BF16 layer in
+                taken = strategy_input(shape, name, args.device, seed=args.seed)
+                expected = reference_conversion(shape, name)[1](taken)
+            given = {key: t.clone() for key, t in taken.items()}
             got = convert_layer(given, strategy=name, gated=shape.gated)
             same = {
-                key: torch.equal(got[key].view(torch.uint8), want[key].view(torch.uint8))
-                for key in want
+                key: torch.equal(got[key].view(torch.uint8), expected[key].view(torch.uint8))
+                for key in expected
             }
             # in place: the weights come back in the input's storage (a quantized layer's
             # biases come back float32, in new tensors)
@@ -168,7 +173,10 @@ def _measure_record(
     layer's timing against a copy and the whole-model time derived from it (``time_layer``); on cpu
     the allocator-level peak; on cuda the caching allocator's."""
     memory = strategy_memory(shape, name, device=device)
-    work = strategy_traffic(shape, name)  # on meta: exact and free on any device
+    # on meta: exact and free on any device; where the strategy cannot run there (FlashInfer's
+    # helpers), on the device itself
+    on_meta = not strategy_record(shape, name).not_on_meta
+    work = strategy_traffic(shape, name, device="meta" if on_meta else device)
     record = {
         "strategy": name,
         "model": shape.model,
@@ -267,6 +275,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
             f"argument --threads: {args.threads} threads apply to --device cpu only, "
             f"not {args.device}"
         )
+    if kind == "meta":
+        names = _on_meta(shape, names, "measure it on --device cpu or cuda")
     # the layer, the copy_ destination, and the pristine copy that restores an in-place input
     inplace = any(strategy_record(shape, name).inplace for name in names)
     check_fits(shape, args.device, 3 if inplace else 2)
@@ -363,9 +373,25 @@ def _print_replay_tables(results: list[RankLoad], max_splits: list[int | None]) 
         _print_rows(rows)
 
 
+def _on_meta(shape: AnyShape, names: list[str], instead: str) -> list[str]:
+    """``names`` less those that cannot run on meta (FlashInfer's helpers: ``not_on_meta``),
+    each said on stderr; ``UsageError`` (saying ``instead``) when none is left."""
+    off = {name: strategy_record(shape, name).not_on_meta for name in names}
+    skipped = [f"{name} cannot run on meta ({why})" for name, why in off.items() if why]
+    kept = [name for name in names if not off[name]]
+    if skipped and not kept:
+        raise UsageError(
+            f"{skipped[0]}: {instead}, or read its formulas (python -m moe_convert strategies)"
+        )
+    for line in skipped:
+        print(f"{line}: left out; its formulas: python -m moe_convert strategies", file=sys.stderr)
+    return kept
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     shape = resolve_shape(args)
-    names = resolve_strategies(shape, args.strategy)
+    # the replay records each conversion on meta
+    names = _on_meta(shape, resolve_strategies(shape, args.strategy), "it has no replay")
     max_splits = args.max_split_mb
     device_bytes, other_bytes = int(args.device_gib * 2**30), int(args.other_weights_gib * 2**30)
     results = []

@@ -8,7 +8,10 @@ transient bytes, traffic, launches and what the CPU allocator sees above the pea
 module registers a function with ``@register(...)`` right above it (a quantized format's through
 ``formats.quant.registry.register_quant``, which reads the format from the name). ``REGISTRY``
 holds every format's; ``STRATEGIES`` (BF16's) and ``QUANT_STRATEGIES`` (the quantized formats')
-are live views of it, for the callers that take one side. A layer of any format converts through
+are live views of it, for the callers that take one side; ``MISSING`` holds the records that
+cannot run here, ``UNAVAILABLE`` and ``QUANT_UNAVAILABLE`` its views. A record whose strategy
+takes another format's layer (``takes``: FlashInfer's helpers, a BF16 layer in) converts
+through ``formats.table.convert_layer``. A layer of any format converts through
 ``formats.table.convert_layer``; ``convert`` is BF16's by its two tensors, ``convert_quant`` a
 quantized ``QuantLayer``'s. The tests (``tests/test_memory.py``, ``tests/test_traffic.py``,
 ``tests/test_quant_memory.py``), the strategies table of docs/library.md
@@ -29,7 +32,9 @@ from ..formulas import LEGEND, Formula
 from ..nvtx import nvtx_range
 
 __all__ = [
+    "MISSING",
     "QUANT_STRATEGIES",
+    "QUANT_UNAVAILABLE",
     "REGISTRY",
     "STRATEGIES",
     "UNAVAILABLE",
@@ -71,6 +76,21 @@ class Strategy:
     # temporaries, which the dispatch-level count cannot see.
     cpu_allocator_extra: Formula = ZERO
     format: str = "bf16"  # a key of formats.table.LAYER_FORMATS
+    # The format of the layer it takes, where not its own (""): "bf16" for FlashInfer's helpers
+    # (``<format>-flashinfer``), which quantize a BF16 layer themselves. Such a function takes
+    # BF16's arguments ``(w13, w2, gated)`` and returns its format's ``QuantLayer``.
+    takes: str = ""
+    # Where it takes another format's layer: what its own quantizer makes of such a layer, as
+    # the checkpoint stores it (a layer of ``format``); every other strategy of the format turns
+    # that into its output (``formats.table.reference_conversion``).
+    stored: StrategyFunction | None = None
+    # Why it cannot run on ``meta`` tensors ("" where it can): its figures then come from its
+    # formulas, checked on CPU, not from a full-size ``meta`` measurement.
+    not_on_meta: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.takes:
+            object.__setattr__(self, "takes", self.format)
 
     @property
     def kind(self) -> str:
@@ -85,23 +105,30 @@ class Strategy:
 
 #: name -> record of every format's strategy that runs here; looked up at call time.
 REGISTRY: dict[str, Strategy] = {}
-#: name -> record of a strategy this library has but that cannot run here (``needs`` says what
-#: is missing): documented, not registered.
-UNAVAILABLE: dict[str, Strategy] = {}
+#: name -> record of every format's strategy this library has but that cannot run here
+#: (``needs`` says what is missing): documented, not registered. ``UNAVAILABLE`` and
+#: ``QUANT_UNAVAILABLE`` are its views.
+MISSING: dict[str, Strategy] = {}
 
 
 class _FormatView(MutableMapping[str, Strategy]):
-    """The records of ``REGISTRY`` of BF16 (``bf16=True``) or of the quantized formats: a live
-    view, in registration order; a write or ``pop`` goes to ``REGISTRY``."""
+    """The records of ``REGISTRY`` (``MISSING``, ``missing=True``) of BF16 (``bf16=True``) or of
+    the quantized formats: a live view, in registration order, of the module's dict at call
+    time; a write or ``pop`` goes to that dict."""
 
-    def __init__(self, *, bf16: bool) -> None:
+    def __init__(self, *, bf16: bool, missing: bool = False) -> None:
         self._bf16 = bf16
+        self._missing = missing
+
+    @property
+    def _records(self) -> dict[str, Strategy]:
+        return MISSING if self._missing else REGISTRY
 
     def _mine(self, record: Strategy) -> bool:
         return (record.format == "bf16") == self._bf16
 
     def __getitem__(self, name: str) -> Strategy:
-        record = REGISTRY[name]
+        record = self._records[name]
         if not self._mine(record):
             raise KeyError(name)
         return record
@@ -109,17 +136,17 @@ class _FormatView(MutableMapping[str, Strategy]):
     def __setitem__(self, name: str, record: Strategy) -> None:
         if not self._mine(record):
             raise ValueError(f"strategy {name!r} is of format {record.format!r}: not this view's")
-        REGISTRY[name] = record
+        self._records[name] = record
 
     def __delitem__(self, name: str) -> None:
         self[name]  # KeyError where it is not this view's
-        del REGISTRY[name]
+        del self._records[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter([name for name, record in REGISTRY.items() if self._mine(record)])
+        return iter([name for name, record in self._records.items() if self._mine(record)])
 
     def __len__(self) -> int:
-        return sum(self._mine(record) for record in REGISTRY.values())
+        return sum(self._mine(record) for record in self._records.values())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({dict(self)!r})"
@@ -129,6 +156,10 @@ class _FormatView(MutableMapping[str, Strategy]):
 STRATEGIES: MutableMapping[str, Strategy] = _FormatView(bf16=True)
 #: name -> record of every quantized strategy that runs here (a view of ``REGISTRY``).
 QUANT_STRATEGIES: MutableMapping[str, Strategy] = _FormatView(bf16=False)
+#: name -> record of every BF16 strategy documented but not registered here (``MISSING``'s).
+UNAVAILABLE: MutableMapping[str, Strategy] = _FormatView(bf16=True, missing=True)
+#: name -> record of every quantized strategy documented but not registered here.
+QUANT_UNAVAILABLE: MutableMapping[str, Strategy] = _FormatView(bf16=False, missing=True)
 
 
 def register(
@@ -143,13 +174,16 @@ def register(
     traffic: Formula | None = None,
     launches: Formula | None = None,
     cpu_allocator_extra: Formula = ZERO,
+    takes: str = "",
+    stored: StrategyFunction | None = None,
+    not_on_meta: str = "",
 ) -> Callable[[StrategyFunction], StrategyFunction]:
     """Decorator: register the function as strategy ``name`` of ``format`` with its facts (see
     ``Strategy``).
 
-    ``available=False`` (what ``needs`` names is missing here) keeps the record in
-    ``UNAVAILABLE`` instead of ``REGISTRY``. Registering a name again replaces its record.
-    Returns the function unchanged.
+    ``available=False`` (what ``needs`` names is missing here) keeps the record in ``MISSING``
+    (``UNAVAILABLE``, ``QUANT_UNAVAILABLE``) instead of ``REGISTRY``. Registering a name again
+    replaces its record. Returns the function unchanged.
     """
 
     def decorate(function: StrategyFunction) -> StrategyFunction:
@@ -164,9 +198,12 @@ def register(
             launches,
             cpu_allocator_extra,
             format,
+            takes,
+            stored,
+            not_on_meta,
         )
-        (REGISTRY if available else UNAVAILABLE)[name] = record
-        (UNAVAILABLE if available else REGISTRY).pop(name, None)
+        (REGISTRY if available else MISSING)[name] = record
+        (MISSING if available else REGISTRY).pop(name, None)
         return function
 
     return decorate
@@ -220,9 +257,9 @@ MARKDOWN_END = "<!-- end of the strategies table -->"
 
 
 def strategies_markdown() -> str:
-    """The legend and the table of every strategy, registered here or not, by name: the text
-    docs/library.md holds between ``MARKDOWN_BEGIN`` and ``MARKDOWN_END``."""
-    records = sorted([*STRATEGIES.values(), *UNAVAILABLE.values()], key=lambda r: r.name)
+    """The legend and the table of every strategy of every format, registered here or not, by
+    name: the text docs/library.md holds between ``MARKDOWN_BEGIN`` and ``MARKDOWN_END``."""
+    records = sorted([*REGISTRY.values(), *MISSING.values()], key=lambda r: r.name)
     legend = "; ".join(f"{letter} {symbol.meaning}" for letter, symbol in LEGEND.items())
     lines = [
         f"Legend: {legend}. A space multiplies; `cdiv(a, b)` is `ceil(a / b)`.",

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import check_bf16_layer
 from .bf16 import reference
 from .bf16.inputs import layer_weights
 from .bf16.shapes import CATALOG, LayerShape, catalog_shapes, shape_from_label
@@ -24,7 +25,15 @@ from .quant.catalog import QUANT_CATALOG, quant_catalog_shapes, quant_shape_from
 from .quant.formats import FORMATS, SHAPE_FORMATS, QuantLayerShape, format_title
 from .quant.layer import QuantLayer, quant_layer_tensors
 from .quant.registry import convert_quant
-from .registry import QUANT_STRATEGIES, REGISTRY, STRATEGIES, UNAVAILABLE, Strategy, convert
+from .registry import (
+    QUANT_STRATEGIES,
+    QUANT_UNAVAILABLE,
+    REGISTRY,
+    STRATEGIES,
+    UNAVAILABLE,
+    Strategy,
+    convert,
+)
 
 __all__ = [
     "LAYER_FORMATS",
@@ -39,7 +48,9 @@ __all__ = [
     "layer_format",
     "layer_tensors",
     "reference_conversion",
+    "strategy_input",
     "strategy_record",
+    "taken_shape",
     "warm_layer_strategy",
 ]
 
@@ -76,6 +87,10 @@ def _bf16_tensors(shape: AnyShape, device: torch.device | str, seed: int) -> Lay
 
 
 def _bf16_convert(layer: Layer, strategy: str, gated: bool) -> Layer:
+    record = REGISTRY[strategy]
+    if record.format != "bf16":  # a quantized format's strategy that takes a BF16 layer
+        check_bf16_layer(layer["w13"], layer["w2"], gated=gated)
+        return record.function(layer["w13"], layer["w2"], gated).tensors()
     w13, w2 = convert(layer["w13"], layer["w2"], strategy=strategy, gated=gated)
     return {"w13": w13, "w2": w2}
 
@@ -98,6 +113,7 @@ def _quant_format(name: str) -> LayerFormat:
         lambda: [s for s in quant_catalog_shapes() if s.format == name],
         tuple(model for model, spec in QUANT_CATALOG.items() if spec.format == name),
         f"{name}-legacy",
+        lambda: {k: r for k, r in QUANT_UNAVAILABLE.items() if r.format == name},
     )
 
 
@@ -143,43 +159,105 @@ def strategy_record(shape: AnyShape, strategy: str) -> StrategyRecord:
     return records[strategy]
 
 
+def taken_shape(shape: AnyShape, strategy: str) -> AnyShape:
+    """The shape of the layer ``strategy`` (of ``shape``'s format) takes to make a layer of
+    ``shape``: ``shape`` itself, or for a strategy that takes a BF16 layer
+    (``Strategy.takes``: FlashInfer's helpers) the BF16 ``LayerShape`` of its E, H, I and
+    gating (``w13`` ``[E, M13, H]`` in the checkpoint's ``[w1; w3]`` order, ``w2`` ``[E, H, I]``).
+    """
+    takes = strategy_record(shape, strategy).takes
+    if takes == shape.format:
+        return shape
+    assert takes == "bf16", f"{strategy} takes a {takes} layer: no shape of it is made here"
+    return LayerShape(
+        shape.model,
+        shape.tp,
+        shape.experts,
+        shape.hidden,
+        shape.intermediate,
+        shape.moe_layers,
+        shape.gated,
+    )
+
+
+def strategy_input(
+    shape: AnyShape, strategy: str, device: torch.device | str, *, seed: int = 0
+) -> Layer:
+    """A fresh layer of what ``strategy`` takes to make a ``shape`` layer (``taken_shape``):
+    ``layer_tensors``' of ``shape`` for a strategy of the format's own layer; for one that
+    quantizes a BF16 layer itself, bf16 normal values of ``seed`` (finite: FlashInfer's FP8
+    quantizer refuses NaN and inf, which ``layer_tensors``' random bit patterns hold; on meta
+    ``torch.empty``). New tensors."""
+    taken = taken_shape(shape, strategy)
+    device = torch.device(device)
+    if taken is shape or device.type == "meta":
+        return layer_tensors(taken, device, seed=seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return {
+        name: torch.randn(dims, generator=gen, device=device).to(torch.bfloat16)
+        for name, dims in (("w13", taken.w13_shape), ("w2", taken.w2_shape))
+    }
+
+
 def convert_layer(layer: Layer, *, strategy: str, gated: bool = True) -> Layer:
     """``layer`` (one layer's tensors by name, ``layer_tensors``' form) converted with
-    ``strategy`` of any format: the record says which (``REGISTRY[strategy].format``), and that
-    format's checks run first (``TypeError``/``ValueError`` before any byte is written). Returns
-    the converted tensors by the same names: a copy or views of the input as the record says.
+    ``strategy`` of any format: the record says which (``REGISTRY[strategy].format``), and the
+    checks of the format of the layer it takes (``takes``) run first (``TypeError``/
+    ``ValueError`` before any byte is written). Returns the converted tensors by the names of
+    the strategy's format: a copy or views of the input as the record says.
     """
     record = REGISTRY.get(strategy)
     if record is None:
         raise ValueError(
             f"unknown strategy {strategy!r}; valid strategies: {', '.join(sorted(REGISTRY))}"
         )
-    return LAYER_FORMATS[record.format].convert(layer, strategy, gated)
+    return LAYER_FORMATS[record.takes].convert(layer, strategy, gated)
 
 
 def warm_layer_strategy(shape: AnyShape, strategy: str, device: torch.device) -> None:
     """Fill the index caches ``strategy`` keeps per row count and device: one call on a
     1-expert layer of ``shape``'s per-expert geometry (``device``: the tensors'
     ``tensor.device``, ``cuda:0`` not ``cuda``, part of the cache key)."""
+    record = strategy_record(shape, strategy)
+    if record.not_on_meta and torch.device(device).type == "meta":
+        raise ValueError(
+            f"{strategy} cannot run on meta tensors ({record.not_on_meta}): its figures are its "
+            "record's formulas, checked on CPU (python -m moe_convert strategies)"
+        )
     small = shape.with_experts(1)
-    convert_layer(layer_tensors(small, device), strategy=strategy, gated=small.gated)
+    layer = strategy_input(small, strategy, device)
+    convert_layer(layer, strategy=strategy, gated=small.gated)
 
 
 def layer_call(shape: AnyShape, strategy: str, device: torch.device | str) -> Callable[[], Layer]:
-    """A fresh layer of ``shape`` on ``device``, the strategy's index caches warmed, and one
-    conversion of it to call: what every measurement of a (shape, strategy) takes."""
-    layer = layer_tensors(shape, device)
+    """A fresh layer of what ``strategy`` takes (``strategy_input``) on ``device``, the
+    strategy's index caches warmed, and one conversion of it to a ``shape`` layer to call: what
+    every measurement of a (shape, strategy) takes."""
+    layer = strategy_input(shape, strategy, device)
     warm_layer_strategy(shape, strategy, next(iter(layer.values())).device)
     return lambda: convert_layer(layer, strategy=strategy, gated=shape.gated)
 
 
-def reference_conversion(shape: AnyShape) -> tuple[str, Callable[[Layer], Layer]]:
+def reference_conversion(
+    shape: AnyShape, strategy: str | None = None
+) -> tuple[str, Callable[[Layer], Layer]]:
     """What every strategy of ``shape``'s format is checked against: its name, and a function of
     a layer (left unchanged) to the bytes every strategy must return. BF16: FlashInfer's helpers
     as vLLM's legacy pipeline called them, where flashinfer-python is installed; otherwise, and
     for every quantized format, the format's ``upstream`` strategy (the engine's path
-    transcribed) on a clone."""
+    transcribed) on a clone. For ``strategy``, one that takes another format's layer
+    (``Strategy.takes``): the upstream strategy of what its own quantizer makes of that layer,
+    stored as the checkpoint stores it (``Strategy.stored``), a function of the layer it takes.
+    """
     fmt = layer_format(shape)
+    record = None if strategy is None else strategy_record(shape, strategy)
+    if record is not None and record.takes != fmt.name:
+
+        def upstream_of_stored(layer: Layer) -> Layer:
+            stored = record.stored(layer["w13"], layer["w2"], shape.gated)
+            return convert_layer(stored.tensors(), strategy=fmt.upstream, gated=shape.gated)
+
+        return f"{fmt.upstream} of {record.name}'s own quantizer's layer", upstream_of_stored
     if fmt.name == "bf16" and reference.AVAILABLE:
 
         def flashinfer(layer: Layer) -> Layer:

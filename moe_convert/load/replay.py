@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from ..formats.bf16.shapes import shape_from_label
-from ..formats.table import AnyShape, convert_layer, layer_tensors, warm_layer_strategy
+from ..formats.table import AnyShape, convert_layer, strategy_input, warm_layer_strategy
 from ..measuring.memory import AllocationTracker, MemoryEvent
 from .allocator import Allocator, Block, MiB, OutOfMemory, Pool
 from .wholemodel import (
@@ -96,7 +96,7 @@ def _meta_conversion(shape: AnyShape, strategy: str) -> tuple[LayerTrace, frozen
     names of the layer's tensors whose storage the result keeps (all of them in place; a
     quantized in-place strategy's bf16 biases come back float32 in new storage; ``fp8block``'s
     upstream path keeps w2's scales, clamped in place). Cached per (shape, strategy)."""
-    layer = layer_tensors(shape, "meta")
+    layer = strategy_input(shape, strategy, "meta")
     warm_layer_strategy(shape, strategy, torch.device("meta"))
     with AllocationTracker() as tracker:
         result = convert_layer(layer, strategy=strategy, gated=shape.gated)
@@ -118,10 +118,11 @@ def layer_trace(shape: AnyShape, strategy: str) -> LayerTrace:
     return _meta_conversion(shape, strategy)[0]
 
 
-def _tensor_bytes(shape: AnyShape) -> dict[str, int]:
-    """Bytes of each tensor of one loaded layer, in load order (``formats.layer_tensors``' on
-    ``meta``: what ``wholemodel.run_load`` allocates when it runs the load on CUDA)."""
-    return {name: t.nbytes for name, t in layer_tensors(shape, "meta").items()}
+def _tensor_bytes(shape: AnyShape, strategy: str) -> dict[str, int]:
+    """Bytes of each tensor of one loaded layer, in load order: the layer ``strategy`` takes
+    (``formats.strategy_input``' on ``meta``: the checkpoint's, or a BF16 one for FlashInfer's
+    helpers), what ``wholemodel.run_load`` allocates when it runs the load on CUDA."""
+    return {name: t.nbytes for name, t in strategy_input(shape, strategy, "meta").items()}
 
 
 def _replay_trace(allocator: Allocator, trace: LayerTrace) -> None:
@@ -160,7 +161,7 @@ def load_steps(shape: AnyShape, strategy: str) -> list[LoadStep]:
     allocator call for them: skip them when replaying).
     """
     trace, kept = _meta_conversion(shape, strategy)
-    sizes = _tensor_bytes(shape)
+    sizes = _tensor_bytes(shape, strategy)
     steps: list[LoadStep] = []
     for layer in range(shape.moe_layers):
         steps += [("alloc", (name, layer), nbytes, False) for name, nbytes in sizes.items()]
@@ -208,7 +209,7 @@ def replay_load(
     growth per layer is derived from; every field but the run's seconds is known here.
     """
     allocator, params = load_rank_weights(
-        _tensor_bytes(shape),
+        _tensor_bytes(shape, strategy),
         shape.moe_layers,
         max_split_size_mb=max_split_size_mb,
         pool=pool,

@@ -32,7 +32,14 @@ from dataclasses import dataclass, fields
 import torch
 
 from ..formats.bf16.shapes import shape_from_label
-from ..formats.table import AnyShape, Layer, convert_layer, layer_tensors, warm_layer_strategy
+from ..formats.table import (
+    AnyShape,
+    Layer,
+    convert_layer,
+    strategy_input,
+    strategy_record,
+    warm_layer_strategy,
+)
 from ..measuring.memory import require_cuda
 from ..nvtx import nvtx_range
 from .allocator import MiB, Pool
@@ -206,13 +213,17 @@ class RankLoad:
         return found
 
 
-def _loaded_layer(shape: AnyShape, device: torch.device) -> Layer:
-    """One layer's tensors as the checkpoint loader leaves them on ``device``: uninitialised (the
-    bytes do not matter), each its own allocation, in the order and sizes its replay loads them
-    (``formats.layer_tensors``' on ``meta``: BF16's w13 and w2; a quantized format's weights,
-    scale factors and bf16 biases). Memory: ``shape.layer_bytes``."""
+def _loaded_layer(shape: AnyShape, strategy: str, device: torch.device) -> Layer:
+    """One layer's tensors as the checkpoint loader leaves them on ``device`` for ``strategy``:
+    uninitialised (the bytes do not matter to a layout conversion), each its own allocation, in
+    the order and sizes its replay loads them (``formats.strategy_input``' on ``meta``: BF16's
+    w13 and w2; a quantized format's weights, scale factors and bf16 biases; the BF16 layer a
+    FlashInfer helper quantizes, zeros: its FP8 quantizer refuses NaN). Memory:
+    ``shape.layer_bytes``, the BF16 layer's for a helper."""
+    quantizes = strategy_record(shape, strategy).takes != shape.format
+    make = torch.zeros_like if quantizes else torch.empty_like
     return {
-        name: torch.empty_like(t, device=device) for name, t in layer_tensors(shape, "meta").items()
+        name: make(t, device=device) for name, t in strategy_input(shape, strategy, "meta").items()
     }
 
 
@@ -278,7 +289,7 @@ def run_load(
         with context:
             try:
                 ballast = torch.empty(other_weights_bytes, dtype=torch.uint8, device=device)
-                weights = [_loaded_layer(shape, device) for _ in range(layers)]
+                weights = [_loaded_layer(shape, strategy, device) for _ in range(layers)]
             except torch.OutOfMemoryError as exc:
                 raise RuntimeError(
                     f"layers ({layers}) x {shape.layer_bytes / 2**30:.2f} GiB of {shape.label} "

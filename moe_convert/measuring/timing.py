@@ -26,7 +26,7 @@ import torch
 from ..formats.table import (
     AnyShape,
     convert_layer,
-    layer_tensors,
+    strategy_input,
     strategy_record,
     warm_layer_strategy,
 )
@@ -293,9 +293,10 @@ def time_layer(
 def _conversion(
     shape: AnyShape, strategy: str, device: torch.device
 ) -> tuple[list[torch.Tensor], Callable[[], object], bool]:
-    """A fresh, seeded ``shape`` layer on ``device`` (every tensor of it), one conversion of it
-    with ``strategy`` (its caches warmed) and whether that conversion is in place."""
-    layer = layer_tensors(shape, device)
+    """A fresh, seeded layer of what ``strategy`` takes for ``shape`` (``strategy_input``) on
+    ``device`` (every tensor of it), one conversion of it with ``strategy`` (its caches warmed)
+    and whether that conversion is in place."""
+    layer = strategy_input(shape, strategy, device)
     warm_layer_strategy(shape, strategy, next(iter(layer.values())).device)
     return (
         list(layer.values()),

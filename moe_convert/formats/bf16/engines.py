@@ -229,13 +229,13 @@ def register_engine(engine: Engine, adapter: Callable, *, needs: str) -> Form | 
     """Register ``adapter`` as ``engine.strategy`` with the form of the installed function.
 
     The form is read from the engine's code (``engine_form``); its figures and whether it works
-    in place go on the record. BF16: where the engine is not installed or its function cannot
-    be called, the record goes to ``UNAVAILABLE``, ``needs`` saying what is missing (with the
-    newest form's figures). Quantized: registered only where callable (``UNCALLABLE`` says why
-    not). Called on import, and again by the tests after they install a fake engine. Returns
-    the form.
+    in place go on the record. Where the engine is not installed or its function cannot be
+    called, the record goes to ``UNAVAILABLE`` (a quantized one's to ``QUANT_UNAVAILABLE``),
+    ``needs`` saying what is missing (with the newest form's figures; a quantized engine's
+    ``UNCALLABLE`` says why too). Called on import, and again by the tests after they install
+    a fake engine. Returns the form.
     """
-    from ..quant.registry import QUANT_STRATEGIES, register_quant
+    from ..quant.registry import register_quant
 
     form = engine_form(engine) if engine.installed else None
     if isinstance(form, Form) and engine.cuda_only and not torch.cuda.is_available():
@@ -264,14 +264,17 @@ def register_engine(engine: Engine, adapter: Callable, *, needs: str) -> Form | 
             available=found is not None,
             **shown.record_figures(),
         )(adapter_of_the_form)
-    elif found:
-        figures = found.record_figures()
-        figures.pop("cpu_allocator_extra", None)
-        register_quant(engine.strategy, inplace=found.inplace, origin=origin, **figures)(
-            adapter_of_the_form
-        )
     else:
-        QUANT_STRATEGIES.pop(engine.strategy, None)
+        figures = shown.record_figures()
+        figures.pop("cpu_allocator_extra", None)
+        register_quant(
+            engine.strategy,
+            inplace=shown.inplace,
+            origin=origin,
+            needs=needs + (f" ({form})" if isinstance(form, str) else ""),
+            available=found is not None,
+            **figures,
+        )(adapter_of_the_form)
     return found
 
 

@@ -61,8 +61,8 @@ def _convert_to_block_layout(input_tensor: torch.Tensor, block_k: int) -> torch.
 
 # convert_to_block_layout copies an expert unless its rows are one 128-byte block (then the
 # permuted view is already contiguous): 1 when K = 8 S / X (bytes per row) is over 128, else 0.
-_RELAID13 = "(1 - 16 X13 // S13)"
-_RELAID2 = "(1 - 16 X2 // S2)"
+RELAID13 = "(1 - 16 X13 // S13)"
+RELAID2 = "(1 - 16 X2 // S2)"
 
 
 @register_quant(
@@ -71,9 +71,9 @@ _RELAID2 = "(1 - 16 X2 // S2)"
     origin="vLLM 0.33.0, transcribed",
     peak=Formula("max(3 T13, T13 + S13 + 2 T2 + 2 F13 + F2 // E, 2 T13 + T2 + F13 + F2)"),
     traffic=Formula(
-        f"127 T13 + 124 T2 + 9 F13 + 6 F2 + 2 E (X13 + X2) + 2 T13 {_RELAID13} + 2 T2 {_RELAID2}"
+        f"127 T13 + 124 T2 + 9 F13 + 6 F2 + 2 E (X13 + X2) + 2 T13 {RELAID13} + 2 T2 {RELAID2}"
     ),
-    launches=Formula(f"116 + {REORDER_LAUNCHES} + E (6 + {_RELAID13} + {_RELAID2})"),
+    launches=Formula(f"116 + {REORDER_LAUNCHES} + E (6 + {RELAID13} + {RELAID2})"),
 )
 def mxint4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     """vLLM 0.33.0 ``flashinfer_mxint4_moe.prepare_static_weights_for_trtllm_mxint4_moe``.

@@ -9,6 +9,7 @@ upstream path transcribed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ...checks import check_disjoint
 from ...formulas import Formula
@@ -35,9 +36,11 @@ def register_quant(
     peak: Formula | None,
     traffic: Formula | None,
     launches: Formula | None,
+    **facts: Any,
 ) -> Callable[[StrategyFunction], StrategyFunction]:
     """Decorator: register the function as strategy ``name`` (``<format>-<kind>``) of that
-    format (``formats.registry.register``)."""
+    format (``formats.registry.register``, which ``facts`` go to: ``needs``, ``available``,
+    ``takes``, ...)."""
     fmt = name.split("-", 1)[0]
     if fmt not in FORMATS:
         raise ValueError(f"strategy {name!r} must start with a format: {', '.join(FORMATS)}")
@@ -49,6 +52,7 @@ def register_quant(
         peak=peak,
         traffic=traffic,
         launches=launches,
+        **facts,
     )
 
 
@@ -65,6 +69,11 @@ def convert_quant(layer: QuantLayer, *, strategy: str, gated: bool = True) -> Qu
             f"unknown strategy {strategy!r}; quantized strategies: "
             f"{', '.join(sorted(QUANT_STRATEGIES))}"
         ) from None
+    if record.takes != record.format:
+        raise ValueError(
+            f"strategy {strategy!r} takes a {record.takes} layer, not a {record.format} one: "
+            "convert it with formats.table.convert_layer"
+        )
     check_quant_layer(layer, FORMATS[record.format], gated=gated)
     if record.inplace:  # out-of-place strategies only read their input: overlap is harmless
         check_disjoint(layer.w13, layer.w2)
