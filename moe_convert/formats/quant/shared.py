@@ -44,7 +44,7 @@ from __future__ import annotations
 import torch
 
 from ...formulas import Formula
-from ...load.allocator import K_MIN_LARGE_ALLOC
+from ...units import K_MIN_LARGE_ALLOC
 from ..quant_ops import (
     gather_rows,
     gather_scales,
