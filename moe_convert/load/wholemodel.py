@@ -32,7 +32,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from ..formats.bf16.shapes import shape_from_label
-from ..formats.table import AnyShape, Layer, convert_layer, layer_tensors, warm_layer_strategy
+from ..formats.shape import LayerShape
+from ..formats.table import Layer, convert_layer, layer_tensors, warm_layer_strategy
 from ..measuring.memory import require_cuda
 from ..nvtx import nvtx_range
 from .allocator import MiB, Pool
@@ -206,7 +207,7 @@ class RankLoad:
         return found
 
 
-def _loaded_layer(shape: AnyShape, device: torch.device) -> Layer:
+def _loaded_layer(shape: LayerShape, device: torch.device) -> Layer:
     """One layer's tensors as the checkpoint loader leaves them on ``device``: uninitialised (the
     bytes do not matter), each its own allocation, in the order and sizes its replay loads them
     (``formats.layer_tensors``' on ``meta``: BF16's w13 and w2; a quantized format's weights,
@@ -217,7 +218,7 @@ def _loaded_layer(shape: AnyShape, device: torch.device) -> Layer:
 
 
 def run_load(
-    shape: AnyShape,
+    shape: LayerShape,
     strategy: str,
     *,
     layers: int | None = None,
