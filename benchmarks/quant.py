@@ -72,7 +72,7 @@ CPU_PROFILE_QUANT_SHAPES = (
 
 
 def full_quant_shape(label: str):
-    """The full-size ``QuantLayerShape`` of ``label`` (``model/tpN``), through the package's
+    """The full-size layer shape of ``label`` (``model/tpN``), through the package's
     ``quant_layer_shape``: every commit with the formats exports it, whatever module holds it."""
     import moe_convert
 
@@ -376,10 +376,10 @@ class _RankLoadH200(_RankLoad):
 class _LayerTime(_Grid, common.LayerTimeFigures):
     """One quantized layer's time, its ratio to a same-size copy of all its tensors and the whole
     model's seconds: ``common.LayerTimeFigures``, by ``bench_convert.LayerTime``'s rules
-    (``moe_convert.measuring.timing.time_layer`` of a ``QuantLayerShape``, ``bench_convert.REPEATS``
-    calls), every format's cells measured once in ``setup_cache``; the cpu profile times
-    ``CPU_PROFILE_QUANT_SHAPES`` (the other shapes n/a, saying so). Judged by the paired A/B
-    in the PR gate."""
+    (``moe_convert.measuring.timing.time_layer`` of the format's ``LayerShape``,
+    ``bench_convert.REPEATS`` calls), every format's cells measured once in ``setup_cache``; the
+    cpu profile times ``CPU_PROFILE_QUANT_SHAPES`` (the other shapes n/a, saying so). Judged by
+    the paired A/B in the PR gate."""
 
     version = "1"
 

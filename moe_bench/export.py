@@ -162,7 +162,7 @@ def _models(labels: set[str]) -> dict[str, _Model]:
             raise ResultsError(
                 f"shape {label!r} of the results is not in this checkout's catalogs ({err}); "
                 "export from a checkout whose moe_convert/formats/bf16/shapes.py or "
-                "formats/quant/formats.py has it"
+                "formats/quant/catalog.py has it"
             ) from None
         inputs = {
             name: {

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from moe_convert.formats.quant.catalog import shape_format
-from moe_convert.formats.quant.formats import SHAPE_FORMATS, format_title
+from moe_convert.formats.records import FORMATS
 from moe_convert.load.loadtime import DeviceCosts, read_costs
 
 from .document import Block, Cell, Image, Link, to_html, to_markdown
@@ -285,14 +285,14 @@ def format_blocks(table: pd.DataFrame) -> list[Block]:
                 text=tuple(_hardware_notes(rows)),
             )
         )
-        for fmt in SHAPE_FORMATS:  # a table per format, BF16 first
+        for fmt, record in FORMATS.items():  # a table per format, BF16 first
             of_format = rows[rows["format"] == fmt]
             if of_format.empty:
                 continue
             shown = of_format[["shape", "strategy"]].reset_index(drop=True)
             for column in _HEADERS:
                 shown[_HEADERS[column]] = [_cell(row, column) for _, row in of_format.iterrows()]
-            blocks.append(Block(format_title(fmt), level=4, table=shown))
+            blocks.append(Block(record.title, level=4, table=shown))
         tally = f"{regressed} regressed figure(s) against the previous results."
         blocks.append(Block(text=(tally,)))
     return blocks

@@ -6,8 +6,9 @@ format, function, in place or not, origin, figures as ``Formula``s of the shape)
 of a format gives byte-identical output. ``convert(w13, w2, strategy=NAME)`` runs a BF16 one
 (``STRATEGIES``, BF16's view of the registry), ``convert_quant(layer, strategy=NAME)`` a
 quantized ``QuantLayer``'s (weights, scale factors, biases; ``QUANT_STRATEGIES``), and
-``convert_layer`` a layer of any format as named tensors. ``CATALOG`` and ``QUANT_CATALOG``
-hold the model shapes.
+``convert_layer`` a layer of any format as named tensors. A ``LayerShape`` is a format (its
+record in ``FORMATS``: BF16's, NVFP4's, ...) and a layer's sizes; ``CATALOG`` and
+``QUANT_CATALOG`` hold the model shapes.
 """
 
 from .checks import check_weights
@@ -20,7 +21,6 @@ from .formats.bf16 import (  # noqa: F401 (imported for their registrations, not
 )
 from .formats.bf16.shapes import (
     CATALOG,
-    LayerShape,
     ModelSpec,
     layer_shape,
     shape_from_hf_config,
@@ -30,19 +30,13 @@ from .formats.layout import unconvert
 from .formats.quant import (
     engines as quant_engines,  # noqa: F401 (registers "<format>-vllm" where vLLM's can run)
 )
-from .formats.quant import (  # noqa: F401 (imported for their registrations, not their names)
-    flashinfer,  # registers "<format>-flashinfer", FlashInfer's helpers, where they can run
-    fp8,  # registers "fp8-legacy" and ours, "fp8-preallocated", "-inplace", "-fast"
-    fp8block,  # registers "fp8block-legacy" and ours
-    mxfp4,  # registers "mxfp4-legacy" and ours
-    mxfp8,  # registers "mxfp8-legacy" and ours
-    mxint4,  # registers "mxint4-legacy", "-preallocated" and ours
-    nvfp4,  # registers "nvfp4-legacy", "nvfp4-preallocated" and ours
+from .formats.quant import (
+    flashinfer,  # noqa: F401 (registers "<format>-flashinfer" where FlashInfer's helpers run)
 )
 from .formats.quant.catalog import QUANT_CATALOG, quant_layer_shape
-from .formats.quant.formats import FORMATS, QuantLayerShape
 from .formats.quant.layer import QuantLayer, check_quant_layer
-from .formats.quant.registry import QuantStrategy, convert_quant, register_quant
+from .formats.quant.registry import QuantStrategy, register_quant
+from .formats.records import FORMATS  # imports each format's module, which registers its own
 from .formats.registry import (
     QUANT_STRATEGIES,
     QUANT_UNAVAILABLE,
@@ -52,10 +46,12 @@ from .formats.registry import (
     convert,
     register,
 )
+from .formats.shape import LayerShape
 from .formats.table import (
     LAYER_FORMATS,
     LayerFormat,
     convert_layer,
+    convert_quant,
     layer_call,
     layer_format,
     layer_tensors,
@@ -76,7 +72,6 @@ __all__ = [
     "LayerShape",
     "ModelSpec",
     "QuantLayer",
-    "QuantLayerShape",
     "QuantStrategy",
     "Strategy",
     "check_quant_layer",

@@ -1,10 +1,10 @@
 """Figures of a layer shape written as formulas: peak transient bytes, traffic, launches.
 
-Legend (``LEGEND``, each a size of a ``LayerShape``): E experts; T13, T2 bytes of the whole w13,
-w2 tensor; S13, S2 bytes of one expert of each; X13 = 8 M13, X2 = 8 H bytes of one int64 row
-index of w13, w2 (M13 rows of one w13 expert); MiB = 2^20. The quantized formats
-(``formats.quant.formats``) add F13, F2, the bytes of the whole w13, w2 scale-factor tensor,
-and B13, B2, of the whole float32 w13, w2 bias (all 0 for BF16). N13, N2 count the segments of one
+Legend (``LEGEND``, each a size of a ``formats.shape.LayerShape``): E experts; T13, T2 bytes of
+the whole w13, w2 tensor; S13, S2 bytes of one expert of each; X13 = 8 M13, X2 = 8 H bytes of
+one int64 row index of w13, w2 (M13 rows of one w13 expert); MiB = 2^20. The quantized formats
+(``formats.format``) add F13, F2, the bytes of the whole w13, w2 scale-factor tensor, and B13,
+B2, of the whole float32 w13, w2 bias (all 0 for BF16). N13, N2 count the segments of one
 expert's 128-byte cell cycles (``formats.bf16.cycles``), which the cycle-walking strategy saves
 the first cell of.
 
@@ -23,9 +23,12 @@ import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .formats.bf16.cycles import segment_count
-from .formats.bf16.shapes import LayerShape
+
+if TYPE_CHECKING:  # a shape reads its format's record, whose module's strategies use formulas
+    from .formats.shape import LayerShape
 
 __all__ = ["LEGEND", "Formula", "Symbol", "sizes"]
 

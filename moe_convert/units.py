@@ -1,4 +1,5 @@
-"""Human units for the figures the library prints: bytes in binary units, seconds as s/ms/us.
+"""Human units for the figures the library prints: bytes in binary units, seconds as s/ms/us;
+and the byte sizes the formats and the load share (``MiB``, PyTorch's ``kMinLargeAlloc``).
 
 Figures are kept in bytes and seconds; these only format them (``python -m moe_convert``'s
 tables and messages, gpu-check's report ``moe_bench.gpucheck.report``). ``moe_bench`` formats
@@ -8,7 +9,12 @@ and ``moe_bench`` reads results without importing torch; the two agree on binary
 
 from __future__ import annotations
 
-__all__ = ["format_bytes", "format_seconds"]
+__all__ = ["K_MIN_LARGE_ALLOC", "MiB", "format_bytes", "format_seconds"]
+
+MiB = 1 << 20
+# CUDACachingAllocator.cpp's kMinLargeAlloc: from here a request gets its own segment
+# (``load.allocator`` models it; the formats' strategies size their scratches by it).
+K_MIN_LARGE_ALLOC = 10 * MiB
 
 #: ``(label, divisor)`` of the scaled byte units, largest first.
 BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))

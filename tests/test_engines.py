@@ -20,7 +20,7 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import STRATEGIES, convert, register
+from moe_convert import STRATEGIES, LayerShape, convert, convert_quant, register
 from moe_convert.cli import commands as cli
 from moe_convert.formats.bf16.engines import (
     ENGINES,
@@ -36,9 +36,8 @@ from moe_convert.formats.bf16.engines import (
 from moe_convert.formats.bf16.inputs import random_weights
 from moe_convert.formats.bf16.reference import flashinfer_reference
 from moe_convert.formats.quant.engines import QUANT_ENGINES, register_quant_engines
-from moe_convert.formats.quant.formats import QuantLayerShape
 from moe_convert.formats.quant.layer import quant_layer_tensors
-from moe_convert.formats.quant.registry import QUANT_STRATEGIES, convert_quant
+from moe_convert.formats.quant.registry import QUANT_STRATEGIES
 from moe_convert.formats.registry import UNAVAILABLE
 
 
@@ -439,7 +438,7 @@ def test_fp8_adapter_of_vllm_0_16_converts_gated_layers_only(fake_vllm):
     fake_vllm("0.16.0", PREPARE_FP8.replace("(w13, w2, True)", "(w13, w2)"))
     fp8 = next(engine for engine in QUANT_ENGINES if engine.format == "fp8")
     assert registered_form(fp8).releases == "0.16.0" and registered_form(fp8).gated_only
-    shape = QuantLayerShape("small", 1, "fp8", 2, 64, 128, 1, gated=False)
+    shape = LayerShape("small", 1, 2, 64, 128, 1, gated=False, format="fp8")
     layer = quant_layer_tensors(shape, "cpu")
     with pytest.raises(NotImplementedError, match="converts gated layers only"):
         convert_quant(layer, strategy="fp8-vllm", gated=False)

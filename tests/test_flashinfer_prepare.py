@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import QuantLayer, QuantLayerShape, convert_quant
+from moe_convert import LayerShape, QuantLayer, convert_quant
 from moe_convert.formats.registry import MISSING, QUANT_UNAVAILABLE, REGISTRY
 from moe_convert.formats.swizzle import block_scale_interleave
 from moe_convert.formats.table import (
@@ -45,9 +45,9 @@ FP8_SHAPES = [
 MXINT4_SHAPES = [(1, 256, 256, True), (2, 512, 256, True), (3, 256, 512, True)]
 
 
-def shape_of(fmt: str, dims: tuple[int, int, int, bool]) -> QuantLayerShape:
+def shape_of(fmt: str, dims: tuple[int, int, int, bool]) -> LayerShape:
     experts, hidden, inter, gated = dims
-    return QuantLayerShape("helper", 1, fmt, experts, hidden, inter, 1, gated)
+    return LayerShape("helper", 1, experts, hidden, inter, 1, gated, format=fmt)
 
 
 def record_of(name: str):
@@ -64,7 +64,7 @@ def mxint4_here(monkeypatch):
     return fp4_quantization
 
 
-def assert_legacy_bytes_of_stored(shape: QuantLayerShape, name: str) -> None:
+def assert_legacy_bytes_of_stored(shape: LayerShape, name: str) -> None:
     """The helper's output is ``-legacy``'s of its own quantizer's layer, byte for byte, and
     its BF16 input is left as it was."""
     layer = strategy_input(shape, name, "cpu", seed=shape.experts)
@@ -79,7 +79,7 @@ def assert_legacy_bytes_of_stored(shape: QuantLayerShape, name: str) -> None:
     assert all(torch.equal(layer[key], before[key]) for key in before)  # out of place
 
 
-def assert_registered_figures(shape: QuantLayerShape, name: str) -> None:
+def assert_registered_figures(shape: LayerShape, name: str) -> None:
     record = REGISTRY[name]
     assert measure_memory(layer_call(shape, name, "cpu")).peak_bytes == record.peak.evaluate(shape)
     counted = measure_traffic(layer_call(shape, name, "cpu"))

@@ -15,7 +15,7 @@ import torch
 
 from moe_bench.gpucheck import exact, load, memory, plan, report, timing
 from moe_bench.gpucheck.__main__ import main, plan_lines
-from moe_convert import FORMATS, QUANT_STRATEGIES, STRATEGIES, QuantLayerShape
+from moe_convert import FORMATS, QUANT_STRATEGIES, STRATEGIES
 from moe_convert.load.replay import rank_load
 from moe_convert.load.wholemodel import DEVICE_141GB_BYTES, PR45589_SHAPE, VLLM_LOAD_MAX_SPLIT_MB
 
@@ -102,8 +102,7 @@ def test_the_load_step_loads_vllm_45589s_rank():
 
 def test_the_quantized_shapes_cover_every_format_once():
     labels = plan.quant_check_shapes()
-    assert sorted(plan.shape(label).format for label in labels) == sorted(FORMATS)
-    assert all(isinstance(plan.shape(label), QuantLayerShape) for label in labels)
+    assert sorted(plan.shape(label).format for label in labels) == sorted(set(FORMATS) - {"bf16"})
     assert set(plan.strategies(plan.shape("kimi-k2-nvfp4/tp8"))) == {
         "nvfp4-legacy",
         "nvfp4-preallocated",

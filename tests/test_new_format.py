@@ -15,7 +15,7 @@ import pytest
 from moe_bench.gpucheck import plan
 from moe_bench.metrics import FORMAT_FIGURES, METRICS, format_figure, metric, quant_sibling
 from moe_convert.formats.quant.catalog import QUANT_CATALOG
-from moe_convert.formats.quant.formats import FORMATS
+from moe_convert.formats.records import FORMATS
 from moe_convert.formats.table import LAYER_FORMATS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,12 +32,12 @@ def fake_format(monkeypatch) -> str:
     """``FAKE`` in the format table, its format record and the catalog (as a new format's module
     and catalog entries put it there); its catalog shape's label."""
     spec = dataclasses.replace(QUANT_CATALOG[TWIN], name=MODEL, format=FAKE)
-    monkeypatch.setitem(FORMATS, FAKE, dataclasses.replace(FORMATS["nvfp4"], name=FAKE))
+    record = dataclasses.replace(FORMATS["nvfp4"], name=FAKE, title=FAKE.upper())
+    monkeypatch.setitem(FORMATS, FAKE, record)
     monkeypatch.setitem(QUANT_CATALOG, MODEL, spec)
     fmt = dataclasses.replace(
         LAYER_FORMATS["nvfp4"],
         name=FAKE,
-        title=FAKE.upper(),
         catalog=lambda: [spec.shape(tp) for tp in spec.tp_sizes],
         catalog_names=(MODEL,),
     )

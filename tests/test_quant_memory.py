@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from moe_convert import QUANT_STRATEGIES, QuantLayerShape
+from moe_convert import QUANT_STRATEGIES, LayerShape
 from moe_convert.formats.quant.catalog import quant_catalog_shapes
 from moe_convert.formats.table import layer_call
 from moe_convert.measuring.memory import measure_memory
@@ -23,17 +23,17 @@ CATALOG_CASES = [
     if record.format == shape.format and record.peak is not None and not record.not_on_meta
 ]
 SMALL = [
-    QuantLayerShape("small", 1, "nvfp4", 3, 256, 128, 1),
-    QuantLayerShape("small", 1, "nvfp4", 2, 256, 256, 1, gated=False),
-    QuantLayerShape("small", 1, "mxfp4", 3, 384, 256, 1),
-    QuantLayerShape("small", 1, "fp8", 3, 96, 64, 1),
-    QuantLayerShape("small", 1, "fp8", 2, 64, 96, 1, gated=False),
-    QuantLayerShape("small", 1, "fp8block", 3, 384, 256, 1),
-    QuantLayerShape("small", 1, "fp8block", 2, 256, 384, 1, gated=False),
-    QuantLayerShape("small", 1, "mxfp8", 3, 384, 256, 1),
-    QuantLayerShape("small", 1, "mxfp8", 2, 256, 384, 1, gated=False),
-    QuantLayerShape("small", 1, "mxint4", 1, 256, 256, 1),  # one 128-byte block per row
-    QuantLayerShape("small", 1, "mxint4", 3, 512, 768, 1),
+    LayerShape("small", 1, 3, 256, 128, 1, format="nvfp4"),
+    LayerShape("small", 1, 2, 256, 256, 1, gated=False, format="nvfp4"),
+    LayerShape("small", 1, 3, 384, 256, 1, format="mxfp4"),
+    LayerShape("small", 1, 3, 96, 64, 1, format="fp8"),
+    LayerShape("small", 1, 2, 64, 96, 1, gated=False, format="fp8"),
+    LayerShape("small", 1, 3, 384, 256, 1, format="fp8block"),
+    LayerShape("small", 1, 2, 256, 384, 1, gated=False, format="fp8block"),
+    LayerShape("small", 1, 3, 384, 256, 1, format="mxfp8"),
+    LayerShape("small", 1, 2, 256, 384, 1, gated=False, format="mxfp8"),
+    LayerShape("small", 1, 1, 256, 256, 1, format="mxint4"),  # one 128-byte block per row
+    LayerShape("small", 1, 3, 512, 768, 1, format="mxint4"),
 ]
 SMALL_CASES = [
     (name, shape)
@@ -46,7 +46,7 @@ META_SMALL_CASES = [
 ]
 
 
-def case_id(case: tuple[str, QuantLayerShape]) -> str:
+def case_id(case: tuple[str, LayerShape]) -> str:
     name, shape = case
     dims = f"E{shape.experts}H{shape.hidden}I{shape.intermediate}g{int(shape.gated)}"
     return f"{name}-{shape.label}-{dims}"

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import FORMATS, QUANT_STRATEGIES, QuantLayer, QuantLayerShape, convert_quant
+from moe_convert import FORMATS, QUANT_STRATEGIES, LayerShape, QuantLayer, convert_quant
 from moe_convert.formats.layout import swap_w13_to_w31
 from moe_convert.formats.quant.layer import quant_layer_tensors
 from moe_convert.formats.quant_ops import row_index
@@ -53,7 +53,7 @@ SHAPES = {
     ],
 }  # fmt: skip
 CASES = [
-    QuantLayerShape("test", 1, fmt, experts, hidden, inter, 1, gated)
+    LayerShape("test", 1, experts, hidden, inter, 1, gated, fmt)
     for fmt, shapes in SHAPES.items()
     for experts, hidden, inter, gated in shapes
 ]
@@ -68,7 +68,7 @@ CLAMP_IN_PLACE = "fp8block-legacy"
 SIGN_IN_PLACE = "mxint4-legacy"
 
 
-def case_id(shape: QuantLayerShape) -> str:
+def case_id(shape: LayerShape) -> str:
     return f"{shape.format}-E{shape.experts}H{shape.hidden}I{shape.intermediate}g{int(shape.gated)}"
 
 

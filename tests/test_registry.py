@@ -163,7 +163,7 @@ def test_one_registry_holds_every_format_and_its_views_split_it():
     assert set(REGISTRY) == set(STRATEGIES) | set(QUANT_STRATEGIES)
     assert not set(STRATEGIES) & set(QUANT_STRATEGIES)
     assert {r.format for r in STRATEGIES.values()} == {"bf16"}
-    assert {r.format for r in QUANT_STRATEGIES.values()} == set(FORMATS)
+    assert {r.format for r in QUANT_STRATEGIES.values()} == set(FORMATS) - {"bf16"}
     assert REGISTRY["nvfp4-fast"].kind == "fast" and REGISTRY["legacy"].kind == "legacy"
     assert QuantStrategy is Strategy
 
@@ -179,6 +179,18 @@ def test_the_views_write_into_the_one_registry(monkeypatch):
     assert "nvfp4-probe" not in registry.REGISTRY
     with pytest.raises(ValueError, match="'nvfp4-fast' is of format 'nvfp4'"):
         STRATEGIES["nvfp4-fast"] = REGISTRY["nvfp4-fast"]
+
+
+def test_a_quantized_name_is_format_dash_kind_and_its_format_is_read_at_conversion(monkeypatch):
+    monkeypatch.setattr(registry, "REGISTRY", dict(REGISTRY))
+    with pytest.raises(ValueError, match="'fast' must be named <format>-<kind>"):
+        register_quant("fast", inplace=False, origin="t", peak=None, traffic=None, launches=None)
+    register_quant(
+        "fp3-probe", inplace=False, origin="test", peak=None, traffic=None, launches=None
+    )(lambda layer, gated: layer)
+    layer = quant_layer_tensors(quant_layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1), "meta")
+    with pytest.raises(ValueError, match="unknown format 'fp3'; formats: bf16, nvfp4"):
+        convert_quant(layer, strategy="fp3-probe")
 
 
 def test_convert_layer_takes_the_format_from_the_record():

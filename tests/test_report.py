@@ -203,7 +203,7 @@ def test_the_summary_has_a_table_per_format_bf16_first(results):
     assert fast["regressions"] == ("peak_bytes",)
     text = to_markdown(format_blocks(table))
     headers = [line for line in text.splitlines() if line.startswith("#### ")]
-    # SHAPE_FORMATS' order, not the run's; each format's title
+    # FORMATS' order, not the run's; each format's title
     assert headers == ["#### BF16", "#### NVFP4", "#### FP8 per-tensor", "#### MXINT4"]
     nvfp4 = text[text.index("#### NVFP4") : text.index("#### FP8")]
     assert "qwen3-235b-a22b-nvfp4/tp4 | fast" in nvfp4 and "**1.69 GiB** ⚠ +50%" in nvfp4

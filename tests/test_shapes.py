@@ -8,7 +8,15 @@ import json
 import pytest
 import torch
 
-from moe_convert import CATALOG, check_weights, layer_shape, shape_from_hf_config
+from moe_convert import (
+    CATALOG,
+    FORMATS,
+    LayerShape,
+    check_weights,
+    layer_shape,
+    quant_layer_shape,
+    shape_from_hf_config,
+)
 from moe_convert.formats.bf16.shapes import (
     TP_SIZES,
     catalog_shapes,
@@ -163,6 +171,26 @@ def test_with_experts_keeps_geometry():
     shape = layer_shape("deepseek-v3", 4).with_experts(2)
     assert shape.w13_shape == (2, 1024, 7168) and shape.w2_shape == (2, 7168, 512)
     assert shape.moe_layers == 58 and shape.label == "deepseek-v3/tp4"
+
+
+def test_bf16_is_a_format_like_the_quantized_ones():
+    bf16, nvfp4 = layer_shape("qwen3-235b-a22b", 4), quant_layer_shape("qwen3-235b-a22b-nvfp4", 4)
+    assert type(bf16) is type(nvfp4) is LayerShape and list(FORMATS)[:2] == ["bf16", "nvfp4"]
+    assert bf16.fmt is FORMATS["bf16"] and nvfp4.fmt is FORMATS["nvfp4"]
+    # BF16's layer holds w13 and w2 and nothing else; NVFP4's its block scales too
+    assert bf16.tensor_specs == {
+        "w13": ((128, 768, 4096), torch.bfloat16),
+        "w2": ((128, 4096, 384), torch.bfloat16),
+    }
+    assert list(nvfp4.tensor_specs) == ["w13", "w2", "w13_scale", "w2_scale"]
+    assert bf16.layer_bytes == bf16.w13_bytes + bf16.w2_bytes and bf16.w13_scale_bytes == 0
+    # one e4m3 scale byte per 16 e2m1 elements, 8 bytes of them
+    assert nvfp4.w13_scale_bytes == nvfp4.w13_bytes // 8 == 2 * nvfp4.w2_scale_bytes
+    # the same numbers, either format: the kernel's alignment is BF16's record's alone
+    explicit = LayerShape("x", 1, 2, 256, 192, 1, format="nvfp4")
+    assert explicit.valid and not LayerShape("x", 1, 2, 256, 192, 1).valid
+    with pytest.raises(ValueError, match="unknown format 'fp3'; formats: bf16, nvfp4, mxfp4"):
+        LayerShape("x", 1, 2, 256, 128, 1, format="fp3")
 
 
 def test_shape_from_qwen3_moe_config(tmp_path):

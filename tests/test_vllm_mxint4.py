@@ -17,7 +17,7 @@ import textwrap
 import pytest
 import torch
 
-from moe_convert import QUANT_STRATEGIES, QuantLayer, QuantLayerShape, convert_quant
+from moe_convert import QUANT_STRATEGIES, LayerShape, QuantLayer, convert_quant
 from moe_convert.formats.quant.layer import quant_layer_tensors
 from moe_convert.formats.swizzle import block_scale_interleave
 
@@ -55,7 +55,7 @@ def vllm_prepare(monkeypatch):
 
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "E{}H{}I{}".format(*d))
 def test_every_mxint4_strategy_is_vllms_function(dims, vllm_prepare):
-    layer = quant_layer_tensors(QuantLayerShape("vllm", 1, "mxint4", *dims, 1), "cpu")
+    layer = quant_layer_tensors(LayerShape("vllm", 1, *dims, 1, format="mxint4"), "cpu")
     given = copy_of(layer)
     out = vllm_prepare(given.w13, given.w13_scale, given.w2, given.w2_scale)
     want = (out["gemm1_weights"], out["gemm2_weights"], out["gemm1_scales"], out["gemm2_scales"])

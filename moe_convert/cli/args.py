@@ -20,10 +20,11 @@ from typing import NoReturn
 import torch
 
 from ..formats.bf16.engines import UNCALLABLE
-from ..formats.bf16.shapes import CATALOG, MAX_SIZE, LayerShape, ModelSpec, spec_from_hf_config
+from ..formats.bf16.shapes import CATALOG, MAX_SIZE, ModelSpec, spec_from_hf_config
 from ..formats.quant.catalog import QUANT_CATALOG, QuantModelSpec
 from ..formats.registry import MISSING
-from ..formats.table import LAYER_FORMATS, AnyShape, layer_format
+from ..formats.shape import LayerShape
+from ..formats.table import LAYER_FORMATS, layer_format
 from ..units import format_bytes as _bytes
 
 __all__ = [
@@ -193,7 +194,7 @@ def _model_spec(model: str) -> ModelSpec | QuantModelSpec:
     )
 
 
-def resolve_shape(args: argparse.Namespace) -> AnyShape:
+def resolve_shape(args: argparse.Namespace) -> LayerShape:
     """The layer shape named by ``--model``/``--tp`` (catalog name or config.json path) or by
     explicit ``--experts --hidden --intermediate``, with ``--experts`` limiting a model's experts.
 
@@ -257,7 +258,7 @@ def resolve_shape(args: argparse.Namespace) -> AnyShape:
     return shape
 
 
-def resolve_strategies(shape: AnyShape, names: list[str] | None) -> list[str]:
+def resolve_strategies(shape: LayerShape, names: list[str] | None) -> list[str]:
     """The strategies ``--strategy`` names for ``shape`` (``strategy_list``'s; ``None``: every
     one of its format's); ``UsageError`` for a strategy of another format."""
     fmt = layer_format(shape)
@@ -274,7 +275,7 @@ def resolve_strategies(shape: AnyShape, names: list[str] | None) -> list[str]:
     return names
 
 
-def check_fits(shape: AnyShape, device: str, layers: int) -> None:
+def check_fits(shape: LayerShape, device: str, layers: int) -> None:
     """``UsageError`` unless ``layers`` copies of the layer fit in ``device``'s total memory: a
     lower bound (strategies' transients come on top), so that a shape that can never run fails
     now rather than out of memory after minutes. Nothing to check on meta."""

@@ -27,9 +27,9 @@ from tqdm import tqdm
 from ..formats.bf16.engines import ENGINES, check_engine, registered_form
 from ..formats.quant.engines import QUANT_ENGINES
 from ..formats.registry import strategies_markdown, update_markdown
+from ..formats.shape import LayerShape
 from ..formats.table import (
     LAYER_FORMATS,
-    AnyShape,
     convert_layer,
     every_catalog_shape,
     layer_tensors,
@@ -68,7 +68,7 @@ def _progress(steps: int, args: argparse.Namespace, desc: str) -> tqdm:
     return tqdm(total=steps, desc=desc, disable=True if args.quiet else None, leave=False)
 
 
-def _kernel_note(shape: AnyShape) -> str:
+def _kernel_note(shape: LayerShape) -> str:
     return f"  note: the SM100 kernel cannot take this shape: {shape.invalid_reason}"
 
 
@@ -167,7 +167,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _measure_record(
-    shape: AnyShape, name: str, device: str, repeats: int, threads: int | None
+    shape: LayerShape, name: str, device: str, repeats: int, threads: int | None
 ) -> dict:
     """Every figure of one strategy on ``shape``: dispatch-level memory everywhere; on cpu/cuda the
     layer's timing against a copy and the whole-model time derived from it (``time_layer``); on cpu
@@ -373,7 +373,7 @@ def _print_replay_tables(results: list[RankLoad], max_splits: list[int | None]) 
         _print_rows(rows)
 
 
-def _on_meta(shape: AnyShape, names: list[str], instead: str) -> list[str]:
+def _on_meta(shape: LayerShape, names: list[str], instead: str) -> list[str]:
     """``names`` less those that cannot run on meta (FlashInfer's helpers: ``not_on_meta``),
     each said on stderr; ``UsageError`` (saying ``instead``) when none is left."""
     off = {name: strategy_record(shape, name).not_on_meta for name in names}

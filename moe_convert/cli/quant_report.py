@@ -18,6 +18,7 @@ import sys
 
 from ..formats.quant.catalog import quant_catalog_shapes
 from ..formats.quant.registry import QUANT_STRATEGIES
+from ..formats.records import FORMATS
 from ..load.replay import rank_load, replay_load
 from ..load.wholemodel import LOAD_DEVICES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 from ..units import format_bytes
@@ -52,7 +53,7 @@ def strategies_markdown() -> str:
     for name, record in sorted(QUANT_STRATEGIES.items()):
         result = "new tensors"
         if record.inplace:
-            result = "in place (biases new)" if record.fmt.has_bias else "in place"
+            result = "in place (biases new)" if FORMATS[record.format].has_bias else "in place"
         figures = " | ".join(
             "not stated" if f is None else f.describe("`")
             for f in (record.peak, record.traffic, record.launches)

@@ -4,27 +4,27 @@ command line and the suite never ask which type a layer or a shape is.
 A layer is a format plus named tensors, ``dict[str, Tensor]`` in load order: BF16's holds
 ``w13`` bf16 ``[E, M13, H]`` and ``w2`` bf16 ``[E, H, I]``; a quantized format's its weights,
 block scales and biases (``quant_layer.QuantLayer``'s fields, ``None`` ones left out). A shape
-names its format (``shape.format``: ``LayerShape``'s is ``bf16``, ``QuantLayerShape``'s its
-own); ``layer_format(shape)`` is its entry in ``LAYER_FORMATS``, which says how to make a
-fresh layer of it, how to convert one, its strategies (``strategies()``: the registry of the
-format, read at call time) and its catalog.
+names its format (``LayerShape.format``, whose record, ``records.FORMATS``, gives its tensors);
+``layer_format(shape)`` is its entry in ``LAYER_FORMATS``, which says how to make a fresh layer
+of it, how to convert one, its strategies (``strategies()``: the registry of the format, read
+at call time) and its catalog. ``convert_quant`` converts a quantized ``QuantLayer``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from ..checks import check_bf16_layer
+from ..checks import check_bf16_layer, check_disjoint
 from .bf16 import reference
 from .bf16.inputs import layer_weights
-from .bf16.shapes import CATALOG, LayerShape, catalog_shapes, shape_from_label
+from .bf16.shapes import CATALOG, catalog_shapes, shape_from_label
 from .quant.catalog import QUANT_CATALOG, quant_catalog_shapes, quant_shape_from_label
-from .quant.formats import FORMATS, SHAPE_FORMATS, QuantLayerShape, format_title
-from .quant.layer import QuantLayer, quant_layer_tensors
-from .quant.registry import convert_quant
+from .quant.layer import QuantLayer, check_quant_layer, quant_layer_tensors
+from .records import FORMATS, format_record
 from .registry import (
     QUANT_STRATEGIES,
     QUANT_UNAVAILABLE,
@@ -34,15 +34,16 @@ from .registry import (
     Strategy,
     convert,
 )
+from .shape import LayerShape
 
 __all__ = [
     "LAYER_FORMATS",
-    "AnyShape",
     "Layer",
     "StrategyRecord",
     "LayerFormat",
     "any_shape_from_label",
     "convert_layer",
+    "convert_quant",
     "every_catalog_shape",
     "layer_call",
     "layer_format",
@@ -54,8 +55,6 @@ __all__ = [
     "warm_layer_strategy",
 ]
 
-#: A layer shape of any format, for annotations (which type it is, only this package asks).
-AnyShape = LayerShape | QuantLayerShape
 #: A strategy's record of any format (``formats.registry.Strategy``).
 StrategyRecord = Strategy
 #: One layer's tensors by name, in the order a checkpoint loader allocates them.
@@ -67,21 +66,25 @@ class LayerFormat:
     """What the library does with one format's layers; every function takes that format's
     shapes and strategies only."""
 
-    name: str  # "bf16" or a key of quant.formats.FORMATS
-    title: str  # how reports name it: "BF16", "NVFP4", ...
+    name: str  # a key of records.FORMATS: the record of what its layers hold
     strategies: Callable[[], dict[str, StrategyRecord]]  # name -> record, registered here
     # (shape, device, seed) -> a fresh layer of the shape: random bytes of the seed (meta: empty)
-    tensors: Callable[[AnyShape, torch.device | str, int], Layer]
+    tensors: Callable[[LayerShape, torch.device | str, int], Layer]
     convert: Callable[[Layer, str, bool], Layer]  # (layer, strategy, gated) -> converted layer
-    catalog: Callable[[], list[AnyShape]]  # the catalog's shapes of this format
+    catalog: Callable[[], list[LayerShape]]  # the catalog's shapes of this format
     catalog_names: tuple[str, ...]  # the catalog's model names of this format
     upstream: str  # the strategy every other must match byte for byte: the engines' own path
     # name -> record of a strategy documented but not registered here (what it ``needs`` is
     # missing: FlashInfer, Triton, an engine)
     unavailable: Callable[[], dict[str, StrategyRecord]] = dict
 
+    @property
+    def title(self) -> str:
+        """How reports name it: ``BF16``, ``NVFP4``, ... (its record's)."""
+        return format_record(self.name).title
 
-def _bf16_tensors(shape: AnyShape, device: torch.device | str, seed: int) -> Layer:
+
+def _bf16_tensors(shape: LayerShape, device: torch.device | str, seed: int) -> Layer:
     w13, w2 = layer_weights(shape, device, seed=seed)
     return {"w13": w13, "w2": w2}
 
@@ -95,7 +98,7 @@ def _bf16_convert(layer: Layer, strategy: str, gated: bool) -> Layer:
     return {"w13": w13, "w2": w2}
 
 
-def _quant_tensors(shape: AnyShape, device: torch.device | str, seed: int) -> Layer:
+def _quant_tensors(shape: LayerShape, device: torch.device | str, seed: int) -> Layer:
     return quant_layer_tensors(shape, device, seed=seed).tensors()
 
 
@@ -106,7 +109,6 @@ def _quant_convert(layer: Layer, strategy: str, gated: bool) -> Layer:
 def _quant_format(name: str) -> LayerFormat:
     return LayerFormat(
         name,
-        format_title(name),
         lambda: {k: r for k, r in QUANT_STRATEGIES.items() if r.format == name},
         _quant_tensors,
         _quant_convert,
@@ -117,11 +119,11 @@ def _quant_format(name: str) -> LayerFormat:
     )
 
 
-#: Every format, in the order reports show them (``quant.formats.SHAPE_FORMATS``).
+#: Every format of ``records.FORMATS``, in its order: BF16's layers, then the quantized
+#: formats' (weights, block scales, biases), one entry each.
 LAYER_FORMATS: dict[str, LayerFormat] = {
     "bf16": LayerFormat(
         "bf16",
-        format_title("bf16"),
         lambda: STRATEGIES,
         _bf16_tensors,
         _bf16_convert,
@@ -130,23 +132,22 @@ LAYER_FORMATS: dict[str, LayerFormat] = {
         "legacy",
         lambda: UNAVAILABLE,
     ),
-    **{name: _quant_format(name) for name in FORMATS},
+    **{name: _quant_format(name) for name in FORMATS if name != "bf16"},
 }
-assert tuple(LAYER_FORMATS) == SHAPE_FORMATS
 
 
-def layer_format(shape: AnyShape) -> LayerFormat:
-    """The entry of ``shape.format`` (a ``LayerShape`` or a ``QuantLayerShape``)."""
+def layer_format(shape: LayerShape) -> LayerFormat:
+    """The entry of ``shape.format``."""
     return LAYER_FORMATS[shape.format]
 
 
-def layer_tensors(shape: AnyShape, device: torch.device | str, *, seed: int = 0) -> Layer:
+def layer_tensors(shape: LayerShape, device: torch.device | str, *, seed: int = 0) -> Layer:
     """A fresh layer of ``shape`` on ``device``: random bytes of ``seed``, ``torch.empty`` on
     meta (``inputs.layer_weights``, ``quant_layer.quant_layer_tensors``). New tensors."""
     return layer_format(shape).tensors(shape, device, seed)
 
 
-def strategy_record(shape: AnyShape, strategy: str) -> StrategyRecord:
+def strategy_record(shape: LayerShape, strategy: str) -> StrategyRecord:
     """The record of ``strategy`` among ``shape``'s format's; ``ValueError`` naming the
     format's strategies otherwise."""
     fmt = layer_format(shape)
@@ -159,29 +160,18 @@ def strategy_record(shape: AnyShape, strategy: str) -> StrategyRecord:
     return records[strategy]
 
 
-def taken_shape(shape: AnyShape, strategy: str) -> AnyShape:
+def taken_shape(shape: LayerShape, strategy: str) -> LayerShape:
     """The shape of the layer ``strategy`` (of ``shape``'s format) takes to make a layer of
     ``shape``: ``shape`` itself, or for a strategy that takes a BF16 layer
     (``Strategy.takes``: FlashInfer's helpers) the BF16 ``LayerShape`` of its E, H, I and
     gating (``w13`` ``[E, M13, H]`` in the checkpoint's ``[w1; w3]`` order, ``w2`` ``[E, H, I]``).
     """
     takes = strategy_record(shape, strategy).takes
-    if takes == shape.format:
-        return shape
-    assert takes == "bf16", f"{strategy} takes a {takes} layer: no shape of it is made here"
-    return LayerShape(
-        shape.model,
-        shape.tp,
-        shape.experts,
-        shape.hidden,
-        shape.intermediate,
-        shape.moe_layers,
-        shape.gated,
-    )
+    return shape if takes == shape.format else dataclasses.replace(shape, format=takes)
 
 
 def strategy_input(
-    shape: AnyShape, strategy: str, device: torch.device | str, *, seed: int = 0
+    shape: LayerShape, strategy: str, device: torch.device | str, *, seed: int = 0
 ) -> Layer:
     """A fresh layer of what ``strategy`` takes to make a ``shape`` layer (``taken_shape``):
     ``layer_tensors``' of ``shape`` for a strategy of the format's own layer; for one that
@@ -214,7 +204,32 @@ def convert_layer(layer: Layer, *, strategy: str, gated: bool = True) -> Layer:
     return LAYER_FORMATS[record.takes].convert(layer, strategy, gated)
 
 
-def warm_layer_strategy(shape: AnyShape, strategy: str, device: torch.device) -> None:
+def convert_quant(layer: QuantLayer, *, strategy: str, gated: bool = True) -> QuantLayer:
+    """Convert one quantized layer with strategy ``strategy``, after ``check_quant_layer`` of its
+    format's record (``REGISTRY[strategy].format``).
+
+    Bad input raises ``TypeError``/``ValueError`` before any byte is written. Every strategy
+    of a format returns the same bytes (``QuantLayer``'s docstring gives the shapes).
+    """
+    try:
+        record = QUANT_STRATEGIES[strategy]
+    except KeyError:
+        raise ValueError(
+            f"unknown strategy {strategy!r}; quantized strategies: "
+            f"{', '.join(sorted(QUANT_STRATEGIES))}"
+        ) from None
+    if record.takes != record.format:
+        raise ValueError(
+            f"strategy {strategy!r} takes a {record.takes} layer, not a {record.format} one: "
+            "convert it with formats.table.convert_layer"
+        )
+    check_quant_layer(layer, format_record(record.format), gated=gated)
+    if record.inplace:  # out-of-place strategies only read their input: overlap is harmless
+        check_disjoint(layer.w13, layer.w2)
+    return record.function(layer, gated)
+
+
+def warm_layer_strategy(shape: LayerShape, strategy: str, device: torch.device) -> None:
     """Fill the index caches ``strategy`` keeps per row count and device: one call on a
     1-expert layer of ``shape``'s per-expert geometry (``device``: the tensors'
     ``tensor.device``, ``cuda:0`` not ``cuda``, part of the cache key)."""
@@ -229,7 +244,7 @@ def warm_layer_strategy(shape: AnyShape, strategy: str, device: torch.device) ->
     convert_layer(layer, strategy=strategy, gated=small.gated)
 
 
-def layer_call(shape: AnyShape, strategy: str, device: torch.device | str) -> Callable[[], Layer]:
+def layer_call(shape: LayerShape, strategy: str, device: torch.device | str) -> Callable[[], Layer]:
     """A fresh layer of what ``strategy`` takes (``strategy_input``) on ``device``, the
     strategy's index caches warmed, and one conversion of it to a ``shape`` layer to call: what
     every measurement of a (shape, strategy) takes."""
@@ -239,7 +254,7 @@ def layer_call(shape: AnyShape, strategy: str, device: torch.device | str) -> Ca
 
 
 def reference_conversion(
-    shape: AnyShape, strategy: str | None = None
+    shape: LayerShape, strategy: str | None = None
 ) -> tuple[str, Callable[[Layer], Layer]]:
     """What every strategy of ``shape``'s format is checked against: its name, and a function of
     a layer (left unchanged) to the bytes every strategy must return. BF16: FlashInfer's helpers
@@ -271,13 +286,13 @@ def reference_conversion(
     )
 
 
-def every_catalog_shape() -> list[AnyShape]:
+def every_catalog_shape() -> list[LayerShape]:
     """Every catalog shape of every format: BF16's at the usual TPs, then each quantized
     format's at its listed TPs."""
     return [shape for fmt in LAYER_FORMATS.values() for shape in fmt.catalog()]
 
 
-def any_shape_from_label(label: str) -> AnyShape:
+def any_shape_from_label(label: str) -> LayerShape:
     """The full-size shape of ``label`` (``model/tpN``) of any format's catalog."""
     model = label.rpartition("/tp")[0]
     return quant_shape_from_label(label) if model in QUANT_CATALOG else shape_from_label(label)

@@ -37,6 +37,8 @@ import bisect
 from dataclasses import dataclass
 from typing import Literal
 
+from ..units import K_MIN_LARGE_ALLOC, MiB
+
 __all__ = [
     "MiB",
     "K_MIN_BLOCK_SIZE",
@@ -57,13 +59,12 @@ __all__ = [
     "Allocator",
 ]
 
-MiB = 1 << 20
-
 # Constants of CUDACachingAllocator.cpp (and c10/core/AllocatorConfig for the last two).
 K_MIN_BLOCK_SIZE = 512  # kMinBlockSize: all sizes are rounded to at least 512 bytes
 K_SMALL_SIZE = 1 * MiB  # kSmallSize: largest "small" request
 K_SMALL_BUFFER = 2 * MiB  # kSmallBuffer: the segment size of the small pool
-K_MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc: from here a request gets its own segment
+# kMinLargeAlloc (K_MIN_LARGE_ALLOC, from here a request gets its own segment) and MiB: in
+# moe_convert.units, which the formats' strategies share.
 K_ROUND_LARGE = 2 * MiB  # kRoundLarge: large segments are multiples of this
 K_LARGE_BUFFER = 20 * MiB  # kLargeBuffer: the segment of a 1-10 MiB request
 # AllocatorConfig's default max_non_split_rounding_size (= kLargeBuffer): an oversize free block

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import torch
 
 from ..formats.bf16.shapes import shape_from_label
-from ..formats.table import AnyShape, convert_layer, strategy_input, warm_layer_strategy
+from ..formats.shape import LayerShape
+from ..formats.table import convert_layer, strategy_input, warm_layer_strategy
 from ..measuring.memory import AllocationTracker, MemoryEvent
 from .allocator import Allocator, Block, MiB, OutOfMemory, Pool
 from .wholemodel import (
@@ -70,7 +71,7 @@ class LayerTrace:
     ``free``. Blocks allocated and never freed are the strategy's outputs.
     """
 
-    shape: AnyShape
+    shape: LayerShape
     strategy: str
     events: tuple[MemoryEvent, ...]
 
@@ -91,7 +92,7 @@ class WeightsDoNotFit(ValueError):
 
 
 @functools.cache
-def _meta_conversion(shape: AnyShape, strategy: str) -> tuple[LayerTrace, frozenset[str]]:
+def _meta_conversion(shape: LayerShape, strategy: str) -> tuple[LayerTrace, frozenset[str]]:
     """One steady-state conversion of a full-size ``shape`` layer on ``meta``: its trace, and the
     names of the layer's tensors whose storage the result keeps (all of them in place; a
     quantized in-place strategy's bf16 biases come back float32 in new storage; ``fp8block``'s
@@ -108,7 +109,7 @@ def _meta_conversion(shape: AnyShape, strategy: str) -> tuple[LayerTrace, frozen
     return LayerTrace(shape, strategy, events), kept
 
 
-def layer_trace(shape: AnyShape, strategy: str) -> LayerTrace:
+def layer_trace(shape: LayerShape, strategy: str) -> LayerTrace:
     """Record one steady-state conversion of a ``shape`` layer (any format) with ``strategy`` on
     ``meta``, after a warm-up call that fills its index caches.
 
@@ -118,7 +119,7 @@ def layer_trace(shape: AnyShape, strategy: str) -> LayerTrace:
     return _meta_conversion(shape, strategy)[0]
 
 
-def _tensor_bytes(shape: AnyShape, strategy: str) -> dict[str, int]:
+def _tensor_bytes(shape: LayerShape, strategy: str) -> dict[str, int]:
     """Bytes of each tensor of one loaded layer, in load order: the layer ``strategy`` takes
     (``formats.strategy_input``' on ``meta``: the checkpoint's, or a BF16 one for FlashInfer's
     helpers), what ``wholemodel.run_load`` allocates when it runs the load on CUDA."""
@@ -151,7 +152,7 @@ def _replay_trace(allocator: Allocator, trace: LayerTrace) -> None:
 LoadStep = tuple[str, object, int, bool]
 
 
-def load_steps(shape: AnyShape, strategy: str) -> list[LoadStep]:
+def load_steps(shape: LayerShape, strategy: str) -> list[LoadStep]:
     """The allocator calls of ``replay_load``'s load as a flat list, to replay elsewhere.
 
     Every tensor of ``shape.moe_layers`` layers (keys ``(name, layer)``), then each layer's
@@ -174,7 +175,7 @@ def load_steps(shape: AnyShape, strategy: str) -> list[LoadStep]:
 
 
 def replay_load(
-    shape: AnyShape,
+    shape: LayerShape,
     strategy: str,
     *,
     max_split_size_mb: int | None,
@@ -227,7 +228,7 @@ def replay_load(
     )
 
 
-def rank_load(shape: AnyShape, strategy: str, device_bytes: int) -> RankLoad:
+def rank_load(shape: LayerShape, strategy: str, device_bytes: int) -> RankLoad:
     """The rank's load as vLLM makes it without sleep mode (the default pool at
     ``VLLM_LOAD_MAX_SPLIT_MB``) on a device lending ``device_bytes`` (``wholemodel.LOAD_DEVICES``),
     replayed: its driver calls, refused ``cudaMalloc`` calls and the layer, if any, that runs out

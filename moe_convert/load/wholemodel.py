@@ -32,8 +32,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from ..formats.bf16.shapes import shape_from_label
+from ..formats.shape import LayerShape
 from ..formats.table import (
-    AnyShape,
     Layer,
     convert_layer,
     strategy_input,
@@ -213,7 +213,7 @@ class RankLoad:
         return found
 
 
-def _loaded_layer(shape: AnyShape, strategy: str, device: torch.device) -> Layer:
+def _loaded_layer(shape: LayerShape, strategy: str, device: torch.device) -> Layer:
     """One layer's tensors as the checkpoint loader leaves them on ``device`` for ``strategy``:
     uninitialised (the bytes do not matter to a layout conversion), each its own allocation, in
     the order and sizes its replay loads them (``formats.strategy_input``' on ``meta``: BF16's
@@ -228,7 +228,7 @@ def _loaded_layer(shape: AnyShape, strategy: str, device: torch.device) -> Layer
 
 
 def run_load(
-    shape: AnyShape,
+    shape: LayerShape,
     strategy: str,
     *,
     layers: int | None = None,

@@ -35,7 +35,8 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from ..formats.table import AnyShape, layer_call
+from ..formats.shape import LayerShape
+from ..formats.table import layer_call
 
 __all__ = [
     "AllocationTracker",
@@ -155,7 +156,7 @@ def require_cuda(what: str) -> torch.device:
 
 
 def strategy_memory(
-    shape: AnyShape, strategy: str, *, device: torch.device | str = "meta"
+    shape: LayerShape, strategy: str, *, device: torch.device | str = "meta"
 ) -> MemoryMeasurement:
     """Dispatch-level peak transient memory of one conversion of a fresh ``shape`` layer (any
     format's: ``formats.layer_call``).
@@ -228,7 +229,7 @@ def profiler_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Memory
     return MemoryMeasurement(peak, allocations, live, tuple(events))
 
 
-def strategy_allocator_memory(shape: AnyShape, strategy: str) -> MemoryMeasurement:
+def strategy_allocator_memory(shape: LayerShape, strategy: str) -> MemoryMeasurement:
     """``profiler_memory`` of one conversion of a fresh CPU ``shape`` layer (caches warmed)."""
     return profiler_memory(layer_call(shape, strategy, "cpu"))
 
@@ -278,6 +279,6 @@ def cuda_memory(fn: Callable[[], object]) -> CudaMemoryMeasurement:
     )
 
 
-def strategy_cuda_memory(shape: AnyShape, strategy: str) -> CudaMemoryMeasurement:
+def strategy_cuda_memory(shape: LayerShape, strategy: str) -> CudaMemoryMeasurement:
     """``cuda_memory`` of one conversion of a fresh ``shape`` layer on the current CUDA device."""
     return cuda_memory(layer_call(shape, strategy, require_cuda("strategy_cuda_memory")))

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..formats.shape import LayerShape
 from ..formats.table import (
-    AnyShape,
     convert_layer,
     strategy_input,
     strategy_record,
@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 
-def whole_model_seconds(shape: AnyShape, per_layer_seconds: float) -> float:
+def whole_model_seconds(shape: LayerShape, per_layer_seconds: float) -> float:
     """Seconds to convert every MoE layer of ``shape``'s model on one rank (layers in sequence).
 
     ``shape.moe_layers`` layers of ``shape`` (with its expert count: a shape limited by
@@ -180,7 +180,7 @@ class LayerTiming:
 
     strategy: str
     # the layer timed (the cpu profile times fewer experts than the model's)
-    shape: AnyShape
+    shape: LayerShape
     device: str
     strategy_time: Timing
     copy_time: Timing
@@ -244,7 +244,7 @@ class LayerTiming:
 
 
 def time_layer(
-    shape: AnyShape,
+    shape: LayerShape,
     strategy: str,
     *,
     device: torch.device | str = "cpu",
@@ -291,7 +291,7 @@ def time_layer(
 
 
 def _conversion(
-    shape: AnyShape, strategy: str, device: torch.device
+    shape: LayerShape, strategy: str, device: torch.device
 ) -> tuple[list[torch.Tensor], Callable[[], object], bool]:
     """A fresh, seeded layer of what ``strategy`` takes for ``shape`` (``strategy_input``) on
     ``device`` (every tensor of it), one conversion of it with ``strategy`` (its caches warmed)
@@ -306,7 +306,7 @@ def _conversion(
 
 
 def _time_interleaved(
-    shape: AnyShape,
+    shape: LayerShape,
     strategy: str,
     tensors: list[torch.Tensor],
     run: Callable[[], object],

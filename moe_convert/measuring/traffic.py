@@ -32,7 +32,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from ..formats.table import AnyShape, layer_call
+from ..formats.shape import LayerShape
+from ..formats.table import layer_call
 
 __all__ = [
     "OpTraffic",
@@ -144,7 +145,7 @@ def measure_traffic(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traffi
 
 
 def strategy_traffic(
-    shape: AnyShape, strategy: str, *, device: torch.device | str = "meta"
+    shape: LayerShape, strategy: str, *, device: torch.device | str = "meta"
 ) -> TrafficMeasurement:
     """Traffic and launches of one conversion of a fresh ``shape`` layer of any format (caches
     warmed first).

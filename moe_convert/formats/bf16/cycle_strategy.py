@@ -27,7 +27,7 @@ import functools
 import torch
 
 from ...formulas import Formula
-from ...load.allocator import K_MIN_LARGE_ALLOC
+from ...units import K_MIN_LARGE_ALLOC
 from ..layout import BLOCK_K, block_layout_view
 from ..registry import register
 from .cycles import SEGMENT_CELLS, longest_segment, segment_table

@@ -49,7 +49,9 @@ import torch
 
 from ...formulas import Formula
 from ..layout import block_layout_view, swap_w13_to_w31
+from ..records import format_record
 from ..registry import STRATEGIES, convert, register
+from ..shape import LayerShape
 from . import strategies  # noqa: F401 (the transcriptions' records, whose figures forms reuse)
 from .inputs import random_weights
 from .reference import AVAILABLE as FLASHINFER_AVAILABLE
@@ -129,7 +131,7 @@ class Engine:
     function: str  # what the adapter calls, qualified within ``module``
     transcription: str  # the strategy that transcribes it (its newest form)
     import_first: str | None = None  # a module the engine needs imported before ``module``
-    format: str = "bf16"  # the weights it converts: "bf16" or a key of quant FORMATS
+    format: str = "bf16"  # the weights it converts: a key of records.FORMATS
     # The forms its function has had, oldest first, told by its code (``Form.matches``); none:
     # the adapter is registered where the engine is installed, without reading its code.
     forms: tuple[Form, ...] = ()
@@ -492,20 +494,19 @@ def _bf16_case(engine: Engine, gated: bool, device: torch.device | str) -> tuple
 def _quant_case(engine: Engine, gated: bool, device: torch.device | str) -> tuple[list, bool]:
     """``([(name, got, want)] per tensor, aliased)``: the adapter against its format's
     ``-legacy``."""
-    from ..quant.formats import QuantLayerShape
     from ..quant.layer import quant_layer_tensors
-    from ..quant.registry import convert_quant
+    from ..table import convert_quant
 
     # Twice the BF16 check's H and I: whole 256-wide blocks, as MXINT4 and MXFP8 need.
-    shape = QuantLayerShape(
+    shape = LayerShape(
         "check",
         1,
-        engine.format,
         CHECK_EXPERTS,
         2 * CHECK_HIDDEN,
         2 * CHECK_INTERMEDIATE,
         1,
         gated=gated,
+        format=engine.format,
     )
     layer = quant_layer_tensors(shape, device)
     copies = [type(layer)(**{k: t.clone() for k, t in layer.tensors().items()}) for _ in "ab"]
@@ -541,11 +542,8 @@ def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> Engin
     form = registered_form(engine)
     case = _bf16_case if engine.format == "bf16" else _quant_case
     gated_only = form.gated_only if form else ""
-    if engine.format != "bf16":
-        from ..quant.formats import FORMATS
-
-        if FORMATS[engine.format].gated_only:
-            gated_only = gated_only or "the format is gated only"
+    if format_record(engine.format).gated_only:
+        gated_only = gated_only or "the format is gated only"
     results = []
     for gated in (True, False) if not gated_only else (True,):
         try:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from ..registry import convert
-from .shapes import LayerShape
+from ..shape import LayerShape
 
 __all__ = ["layer_weights", "random_weights", "strategy_call", "warm_strategy"]
 

@@ -1,4 +1,5 @@
-"""The model-shape catalog: per-rank MoE weight shapes of real models at each tensor-parallel size.
+"""The BF16 model-shape catalog: per-rank MoE weight shapes of real models at each tensor-parallel
+size, as ``formats.shape.LayerShape``s of format ``bf16``.
 
 Legend: E routed experts, H hidden size, I moe_intermediate_size per rank (= I_model / TP).
 Per rank and MoE layer: w13 bf16 ``[E, 2I, H]`` (``[E, I, H]`` not gated), w2 bf16 ``[E, H, I]``.
@@ -12,18 +13,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from ...checks import check_weights
-from ..geometry import LayerGeometry
+from ..shape import LayerShape
 
 __all__ = [
-    "BF16_BYTES",
     "CATALOG",
     "TP_SIZES",
-    "KERNEL_INTERMEDIATE_ALIGN",
     "MAX_SIZE",
-    "LayerShape",
     "ModelSpec",
     "catalog_shapes",
     "layer_shape",
@@ -32,10 +27,7 @@ __all__ = [
     "spec_from_hf_config",
 ]
 
-BF16_BYTES = 2
 TP_SIZES = (1, 2, 4, 8)
-# FlashInfer Bf16MoeLauncher::check_moe: intermediate_size % 128 == 0 per rank.
-KERNEL_INTERMEDIATE_ALIGN = 128
 # The largest E, H, I or layer count accepted from a user: far above any model (DeepSeek-V3: H =
 # 7168, E = 256), and it keeps E x 2I x H within int64 for the meta tensors of the checks.
 MAX_SIZE = 2**20
@@ -111,69 +103,6 @@ CATALOG: dict[str, ModelSpec] = {
         ModelSpec("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", 32, 32, 8, 4096, 14336),
     )
 }
-
-
-@dataclass(frozen=True)
-class LayerShape(LayerGeometry):
-    """One MoE layer's weights on one tensor-parallel rank. Sizes derived, in bytes
-    (``LayerGeometry``: the letters, the label, ``with_experts``)."""
-
-    model: str
-    tp: int
-    experts: int  # E
-    hidden: int  # H
-    intermediate: int  # I per rank
-    moe_layers: int
-    gated: bool = True
-
-    #: The layer's format (``formats.table``): BF16's layer holds ``w13`` and ``w2`` only.
-    format = "bf16"
-
-    #: Bytes of one weight element (bf16).
-    weight_itemsize = BF16_BYTES
-    # BF16 layers have no scale factors and no biases: the quantized formats' letters F13, F2,
-    # B13, B2 (moe_convert.formulas) are 0 for them.
-    w13_scale_bytes = w2_scale_bytes = w13_bias_bytes = w2_bias_bytes = 0
-
-    @property
-    def w13_shape(self) -> tuple[int, int, int]:
-        return (self.experts, self.rows13, self.hidden)
-
-    @property
-    def w2_shape(self) -> tuple[int, int, int]:
-        return (self.experts, self.hidden, self.intermediate)
-
-    @property
-    def invalid_reason(self) -> str | None:
-        """Why FlashInfer's BF16 TRTLLM kernel cannot take this shape, or ``None``."""
-        if self.intermediate % KERNEL_INTERMEDIATE_ALIGN:
-            return (
-                f"I/TP = {self.intermediate} is not a multiple of {KERNEL_INTERMEDIATE_ALIGN} "
-                "(Bf16MoeLauncher::check_moe; vLLM pads it up)"
-            )
-        if self.hidden % KERNEL_INTERMEDIATE_ALIGN:
-            return f"hidden {self.hidden} is not a multiple of {KERNEL_INTERMEDIATE_ALIGN}"
-        return None
-
-    @property
-    def valid(self) -> bool:
-        return self.invalid_reason is None
-
-    @property
-    def conversion_error(self) -> str | None:
-        """``check_weights``'s message for weights of this shape, or ``None`` if they convert.
-
-        Checked on ``meta`` tensors: free at any size.
-        """
-        w13, w2 = (
-            torch.empty(dims, dtype=torch.bfloat16, device="meta")
-            for dims in (self.w13_shape, self.w2_shape)
-        )
-        try:
-            check_weights(w13, w2, gated=self.gated)
-        except ValueError as error:
-            return str(error)
-        return None
 
 
 def _catalog_spec(model: str) -> ModelSpec:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from ...formulas import Formula
-from ...load.allocator import K_MIN_LARGE_ALLOC
+from ...units import K_MIN_LARGE_ALLOC
 from ..layout import (
     BLOCK_K,
     block_layout_copies,
@@ -247,7 +247,7 @@ def strided_copy(
 # Scratch sizes: the CUDA caching allocator gives every request of 1-10 MiB a slice of a shared
 # 20 MiB segment; once free, that segment is "oversize" under vLLM's max_split_size_mb=20 and
 # never serves a smaller request again, so a per-layer 6 MiB scratch strands 20 MiB per layer in
-# sleep mode (see load.replay). A request of >= 10 MiB (allocator.K_MIN_LARGE_ALLOC) gets
+# sleep mode (see load.replay). A request of >= 10 MiB (units.K_MIN_LARGE_ALLOC) gets
 # its own segment, rounded to 2 MiB, which the next layer's scratch of the same size reuses, and
 # it reserves less than 20 MiB.
 @register(

@@ -31,7 +31,7 @@ from collections.abc import Callable
 import torch
 
 from ...formulas import Formula
-from ...load.allocator import K_MIN_LARGE_ALLOC
+from ...units import K_MIN_LARGE_ALLOC
 from ..layout import BLOCK_K, block_layout_shape, block_layout_view
 from ..registry import register
 

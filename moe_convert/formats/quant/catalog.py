@@ -1,5 +1,5 @@
 """The quantized catalog: public checkpoints' MoE geometry per format, and their per-rank
-layer shapes as vLLM pads them (``formats.QuantLayerShape``).
+layer shapes (``formats.shape.LayerShape``) as vLLM pads them.
 
 Each entry names the ``config.json`` fields it was read from (``QuantModelSpec.source``) and the
 TPs the suite measures it at. Labels are ``model/tpN`` (``kimi-k2-nvfp4/tp8``), the model name
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .formats import FORMATS, QuantLayerShape
+from ..records import format_record
+from ..shape import LayerShape
 
 __all__ = [
     "QUANT_CATALOG",
@@ -49,7 +50,7 @@ class QuantModelSpec:
         """``catalog TPs: ...``, for error messages (as ``ModelSpec.tp_sizes_text``)."""
         return f"catalog TPs: {', '.join(map(str, self.tp_sizes))}"
 
-    def shape(self, tp: int) -> QuantLayerShape:
+    def shape(self, tp: int) -> LayerShape:
         """The gated per-rank shape at ``tp``: I split over the ranks, then H and I padded.
 
         ``ValueError`` naming the valid TPs unless ``tp`` is a positive divisor of I.
@@ -59,15 +60,15 @@ class QuantModelSpec:
                 f"{self.name}: tp must be a positive divisor of the intermediate size "
                 f"{self.intermediate}, got {tp!r}; {self.tp_sizes_text}"
             )
-        fmt = FORMATS[self.format]
-        return QuantLayerShape(
+        fmt = format_record(self.format)
+        return LayerShape(
             self.name,
             tp,
-            self.format,
             self.experts,
             _round_up(self.hidden, fmt.hidden_align),
             _round_up(self.intermediate // tp, fmt.intermediate_alignment(True)),
             self.moe_layers,
+            format=self.format,
         )
 
 
@@ -190,7 +191,7 @@ QUANT_CATALOG: dict[str, QuantModelSpec] = {
 }
 
 
-def quant_layer_shape(model: str, tp: int) -> QuantLayerShape:
+def quant_layer_shape(model: str, tp: int) -> LayerShape:
     """The per-rank layer shape of quantized catalog ``model`` (exact name) at ``tp``."""
     try:
         spec = QUANT_CATALOG[model]
@@ -201,8 +202,8 @@ def quant_layer_shape(model: str, tp: int) -> QuantLayerShape:
     return spec.shape(tp)
 
 
-def quant_shape_from_label(label: str) -> QuantLayerShape:
-    """The per-rank layer shape of ``label``, ``model/tpN`` (``QuantLayerShape.label``'s
+def quant_shape_from_label(label: str) -> LayerShape:
+    """The per-rank layer shape of ``label``, ``model/tpN`` (``LayerShape.label``'s
     inverse); ``ValueError`` naming the label unless it is a quantized catalog model at a valid
     TP (``quant_layer_shape``)."""
     model, slash_tp, tp = label.rpartition("/tp")
@@ -218,6 +219,6 @@ def shape_format(label: str) -> str:
     return "bf16" if spec is None else spec.format
 
 
-def quant_catalog_shapes() -> list[QuantLayerShape]:
+def quant_catalog_shapes() -> list[LayerShape]:
     """Every quantized catalog model at each of its listed TPs."""
     return [spec.shape(tp) for spec in QUANT_CATALOG.values() for tp in spec.tp_sizes]

@@ -1,6 +1,6 @@
 """FP8 per-tensor: vLLM's path and this library's kinds.
 
-The format's record is ``formats.FORMATS["fp8"]``. ``fp8-legacy``: vLLM 0.33.0's
+Its record, ``FP8``, is defined here first and used directly. ``fp8-legacy``: vLLM 0.33.0's
 ``prepare_fp8_moe_layer_for_fi`` (``quantization/utils/flashinfer_utils.py``), its per-tensor
 path for TRTLLM-gen, transcribed under ``shared``'s rules: a ``QuantLayer`` of new tensors.
 Ours: ``fp8-preallocated``, ``-inplace``, ``-fast`` (``shared``'s kinds).
@@ -11,16 +11,29 @@ from __future__ import annotations
 import torch
 
 from ...formulas import Formula
+from ..format import Format
 from ..layout import (
     gated_interleave_index,
     shuffle_row_index,
     swap_w13_to_w31,
 )
-from .layer import QuantLayer
+from .layer import QuantLayer, check_quant_tensors
 from .registry import register_quant
 from .shared import register_kinds
 
-__all__ = ["fp8_legacy"]
+__all__ = ["FP8", "fp8_legacy"]
+
+# Its scales are one float per expert, never relaid: a layer of it is its weights alone.
+# flashinfer_utils.py::prepare_fp8_moe_layer_for_fi: align_moe_weights_for_fi's min_alignment
+# "16 if is_gated else 128".
+FP8 = Format(
+    name="fp8",
+    title="FP8 per-tensor",
+    check=check_quant_tensors,
+    weight_dtype=torch.float8_e4m3fn,
+    intermediate_align=16,
+    nongated_intermediate_align=128,
+)
 
 
 @register_quant(
@@ -75,7 +88,7 @@ def fp8_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
 
 
 register_kinds(
-    "fp8",
+    FP8,
     {
         "preallocated": ("2 (T13 + T2) + E (X13 + X2)", "2 E"),
         "inplace": ("4 (T13 + T2) + E (X13 + X2)", "4 E"),

@@ -1,7 +1,7 @@
 """DeepSeek block-FP8 (128x128 float32 block scales): vLLM's path and this library's kinds.
 
-The format's record is ``formats.FORMATS["fp8block"]``. ``fp8block-legacy``: vLLM 0.33.0's
-``prepare_fp8_moe_layer_for_fi``, its block-FP8 path for TRTLLM-gen, transcribed under
+Its record, ``FP8BLOCK``, is defined here first and used directly. ``fp8block-legacy``: vLLM
+0.33.0's ``prepare_fp8_moe_layer_for_fi``, its block-FP8 path for TRTLLM-gen, transcribed under
 ``shared``'s rules: new weights, but it clamps w2's scales (and a non-gated w13's) in place and
 returns them, the input's own tensors. Ours, its own three (``shared``'s kinds do not fit: the
 weights come out in BlockMajorK, ``quant_ops.gather_block_rows``, and the float32 scales are
@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ...formulas import Formula
+from ..format import Format
 from ..layout import (
     BLOCK_K,
     SHUFFLE_BLOCK_TILE64,
@@ -26,11 +27,26 @@ from ..quant_ops import (
     relay_rows_in_place,
     row_index,
 )
-from .layer import QuantLayer
+from .layer import QuantLayer, check_quant_tensors
 from .registry import register_quant
 from .shared import scratch_of
 
-__all__ = ["block_fast", "block_inplace", "block_preallocated", "fp8block_legacy"]
+__all__ = ["FP8BLOCK", "block_fast", "block_inplace", "block_preallocated", "fp8block_legacy"]
+
+# DeepSeek block-FP8 (weight_block_size [128, 128]): float32 scales per 128x128 block.
+# prepare_fp8_moe_layer_for_fi pads nothing for block quantization; oracle/fp8.py's
+# pad_tp_shard_to_weight_blocks rounds I per rank up to whole blocks for TRTLLM-gen, and H must
+# already be a multiple of 128 (it raises otherwise).
+FP8BLOCK = Format(
+    name="fp8block",
+    title="DeepSeek block-FP8",
+    check=check_quant_tensors,
+    weight_dtype=torch.float8_e4m3fn,
+    scale_dtype=torch.float32,
+    scale_block=128,
+    scale_block_rows=128,
+    intermediate_align=128,
+)
 
 
 @register_quant(

@@ -1,7 +1,7 @@
 """A quantized MoE layer (weights, their scale factors, gpt-oss's biases), its checks, its inputs.
 
-Legend as in ``formats.quant.formats``: E experts, H hidden, I intermediate per rank, M13
-rows of w13, epb elements per byte, V elements per scale factor.
+Legend as in ``formats.format``: E experts, H hidden, I intermediate per rank, M13 rows of w13,
+V elements per scale factor; epb elements per stored byte (``H/epb`` packed bytes per w13 row).
 
 ``check_quant_layer`` runs before any byte is written: each failure is one line naming the
 tensor, its shape and dtype, what was expected and the fix.
@@ -10,15 +10,19 @@ tensor, its shape and dtype, what was expected and the fix.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import torch
 
 from ...checks import _fail as fail
+from ..format import Format
 from ..layout import SHUFFLE_BLOCK
 from ..swizzle import COLS_PER_TILE, ROWS_PER_TILE
-from .formats import QuantFormat, QuantLayerShape
 
-__all__ = ["QuantLayer", "check_quant_layer", "quant_layer_tensors"]
+if TYPE_CHECKING:  # the shape reads its format's record, defined by modules that import this one
+    from ..shape import LayerShape
+
+__all__ = ["QuantLayer", "check_quant_layer", "check_quant_tensors", "quant_layer_tensors"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,7 @@ class QuantLayer:
             f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
         }
 
-    def expected_shapes(self, fmt: QuantFormat, gated: bool) -> dict[str, tuple[int, ...] | None]:
+    def expected_shapes(self, fmt: Format, gated: bool) -> dict[str, tuple[int, ...] | None]:
         """The shape each field must have, from the weights' shapes (``None``: must be absent)."""
         experts, rows13, packed13 = self.w13.shape
         hidden = packed13 * fmt.elements_per_item
@@ -65,13 +69,13 @@ class QuantLayer:
         }
 
 
-def _dtype_of(fmt: QuantFormat, name: str) -> torch.dtype | None:
+def _dtype_of(fmt: Format, name: str) -> torch.dtype | None:
     if name in ("w13", "w2"):
         return fmt.weight_dtype
     return fmt.scale_dtype if name.endswith("scale") else torch.bfloat16
 
 
-def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> None:
+def check_quant_layer(layer: QuantLayer, fmt: Format, *, gated: bool) -> None:
     """``TypeError``/``ValueError`` where ``layer`` cannot be converted as ``fmt``; reads no byte.
 
     Checked: every tensor present or absent as the format says, its dtype, 3-D (biases 2-D),
@@ -148,7 +152,7 @@ def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> No
                     f"{row_bytes} bytes per row, not whole {fmt.weight_row_align}-byte blocks "
                     "(BlockMajorK)",
                     f"pad the hidden / intermediate size to a multiple of "
-                    f"{fmt.weight_row_align * fmt.elements_per_byte}",
+                    f"{fmt.weight_row_align * fmt.elements_per_item // fmt.weight_dtype.itemsize}",
                 )
     for name in ("w13", "w2"):
         rows = getattr(layer, name).shape[1]
@@ -193,21 +197,24 @@ def check_quant_layer(layer: QuantLayer, fmt: QuantFormat, *, gated: bool) -> No
             )
 
 
+def check_quant_tensors(layer: dict[str, torch.Tensor], fmt: Format, gated: bool) -> None:
+    """``check_quant_layer`` of a layer's tensors by name: a quantized format's ``Format.check``."""
+    check_quant_layer(QuantLayer(**layer), fmt, gated=gated)
+
+
 def quant_layer_tensors(
-    shape: QuantLayerShape, device: torch.device | str, *, seed: int = 0
+    shape: LayerShape, device: torch.device | str, *, seed: int = 0
 ) -> QuantLayer:
-    """A fresh layer of ``shape`` on ``device``: random bytes of ``seed``, ``torch.empty`` on meta.
+    """A fresh layer of ``shape`` (``LayerShape.tensor_specs``) on ``device``: random bytes of
+    ``seed``, ``torch.empty`` on meta.
 
     Every byte value occurs (FP8 and e4m3 scales included: conversions move bytes and never
     read them as numbers). New tensors.
     """
     device = torch.device(device)
-    fmt = shape.fmt
     gen = None if device.type == "meta" else torch.Generator(device=device).manual_seed(seed)
 
-    def make(dims: tuple[int, ...] | None, dtype: torch.dtype | None) -> torch.Tensor | None:
-        if dims is None:
-            return None
+    def make(dims: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         if gen is None:
             return torch.empty(dims, dtype=dtype, device=device)
         itemsize = torch.empty((), dtype=dtype).element_size()
@@ -216,10 +223,5 @@ def quant_layer_tensors(
         return raw.view(dtype)
 
     return QuantLayer(
-        make(shape.w13_shape, fmt.weight_dtype),
-        make(shape.w2_shape, fmt.weight_dtype),
-        make(shape.w13_scale_shape, fmt.scale_dtype),
-        make(shape.w2_scale_shape, fmt.scale_dtype),
-        make(shape.w13_bias_shape, torch.bfloat16),
-        make(shape.w2_bias_shape, torch.bfloat16),
+        **{name: make(dims, dtype) for name, (dims, dtype) in shape.tensor_specs.items()}
     )

@@ -1,6 +1,6 @@
 """MXFP4 (gpt-oss): vLLM's path and this library's kinds.
 
-The format's record is ``formats.FORMATS["mxfp4"]``. ``mxfp4-legacy``: vLLM 0.33.0's
+Its record, ``MXFP4``, is defined here first and used directly. ``mxfp4-legacy``: vLLM 0.33.0's
 ``oracle/mxfp4.py`` transcribed under ``shared``'s rules, a ``QuantLayer`` of new tensors.
 Ours: ``mxfp4-preallocated``, ``-inplace``, ``-fast`` (``shared``'s kinds, w13 in gpt-oss's
 row pairs).
@@ -11,13 +11,29 @@ from __future__ import annotations
 import torch
 
 from ...formulas import Formula
+from ..format import Format
 from ..layout import shuffle_row_index
 from ..swizzle import block_scale_interleave
-from .layer import QuantLayer
+from .layer import QuantLayer, check_quant_tensors
 from .registry import register_quant
 from .shared import register_kinds
 
-__all__ = ["mxfp4_legacy"]
+__all__ = ["MXFP4", "mxfp4_legacy"]
+
+# oracle/mxfp4.py::mxfp4_round_up_hidden_size_and_intermediate_size, TRTLLM backends.
+MXFP4 = Format(
+    name="mxfp4",
+    title="MXFP4",
+    check=check_quant_tensors,
+    weight_dtype=torch.uint8,
+    elements_per_item=2,
+    scale_dtype=torch.uint8,
+    scale_block=32,
+    has_bias=True,
+    gated_only=True,
+    hidden_align=256,
+    intermediate_align=128,
+)
 
 
 def _swap_every_two_rows(x: torch.Tensor, axis: int = -1) -> torch.Tensor:
@@ -126,7 +142,7 @@ def mxfp4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
 # reads 8 bytes of index per scale factor of one expert (quant_ops.scale_index).
 _BIAS_TRAFFIC = "5 (B13 + B2) // 2 + X13 + X2"
 register_kinds(
-    "mxfp4",
+    MXFP4,
     {
         "preallocated": (
             f"2 (T13 + T2) + 6 (F13 + F2) + 2 E (X13 + X2) + {_BIAS_TRAFFIC}",

@@ -1,6 +1,6 @@
 """MXFP8 (uint8 block scales): vLLM's path and this library's kinds.
 
-The format's record is ``formats.FORMATS["mxfp8"]``. ``mxfp8-legacy``: vLLM 0.33.0's
+Its record, ``MXFP8``, is defined here first and used directly. ``mxfp8-legacy``: vLLM 0.33.0's
 ``prepare_fp8_moe_layer_for_fi``, its MXFP8 path for TRTLLM-gen, transcribed under ``shared``'s
 rules: a ``QuantLayer`` of new tensors. vLLM's gate index is a CPU tensor (FlashInfer's helper
 builds it there), so each of its two gathers also copies it to the device first; here it is
@@ -12,17 +12,33 @@ from __future__ import annotations
 import torch
 
 from ...formulas import Formula
+from ..format import Format
 from ..layout import (
     gated_interleave_index,
     shuffle_row_index,
     swap_w13_to_w31,
 )
 from ..swizzle import block_scale_interleave
-from .layer import QuantLayer
+from .layer import QuantLayer, check_quant_tensors
 from .registry import register_quant
 from .shared import SCALED_FAST, SCALED_INPLACE, register_kinds
 
-__all__ = ["mxfp8_legacy"]
+__all__ = ["MXFP8", "mxfp8_legacy"]
+
+# OCP microscaling (MiniMax-M3's checkpoint): one e8m0 scale (uint8) per 32 elements of a row,
+# relaid and swizzled as NVFP4's are. flashinfer_utils.py::prepare_fp8_moe_layer_for_fi, MXFP8
+# on TRTLLM-gen: align_mxfp8_moe_weights_for_fi_trtllm pads I to 128 (gated or not), H to 256.
+MXFP8 = Format(
+    name="mxfp8",
+    title="MXFP8",
+    check=check_quant_tensors,
+    weight_dtype=torch.float8_e4m3fn,
+    scale_dtype=torch.uint8,
+    scale_block=32,
+    relaid_scale_dtype=torch.uint8,
+    hidden_align=256,
+    intermediate_align=128,
+)
 
 
 def _shuffle_mxfp8_moe_weights(
@@ -92,7 +108,7 @@ def mxfp8_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
 
 
 register_kinds(
-    "mxfp8",
+    MXFP8,
     {
         "preallocated": ("2 (T13 + T2) + 6 (F13 + F2) + 2 E (X13 + X2)", "8 E"),
         "inplace": SCALED_INPLACE,

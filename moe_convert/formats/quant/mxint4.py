@@ -1,8 +1,8 @@
 """MXINT4 (W4A16: Kimi-K2-Thinking's int4 experts) on the TRTLLM-gen MoE: vLLM 0.33.0's
 preparation transcribed (``mxint4-legacy``) and this library's kinds (``-fast``,
-``-preallocated``, ``-inplace``).
+``-preallocated``, ``-inplace``). Its record, ``MXINT4``, is defined here first.
 
-Legend as in ``moe_convert.formats.quant.formats``: E experts, H hidden, I intermediate per rank,
+Legend as in ``moe_convert.formats.format``: E experts, H hidden, I intermediate per rank,
 M13 = 2I rows of w13 (gated only: vLLM's ``TrtLlmMxint4ExpertsMonolithic`` has no non-gated
 form), K packed bytes per row (H/2 for w13, I/2 for w2).
 
@@ -28,13 +28,33 @@ from __future__ import annotations
 import torch
 
 from ...formulas import Formula
+from ..format import Format
 from ..layout import BLOCK_K, shuffle_row_index, w13_row_index
 from ..swizzle import COLS_PER_TILE, ROWS_PER_TILE, block_scale_interleave
-from .layer import QuantLayer
+from .layer import QuantLayer, check_quant_tensors
 from .registry import register_quant
 from .shared import REORDER_LAUNCHES, reorder_w1w3_to_w3w1, scratch_of
 
-__all__ = ["mxint4_fast", "mxint4_inplace", "mxint4_legacy", "mxint4_preallocated"]
+__all__ = ["MXINT4", "mxint4_fast", "mxint4_inplace", "mxint4_legacy", "mxint4_preallocated"]
+
+# Compressed-tensors' int32 words of eight uint4b8 nibbles, bf16 scales per 32 elements.
+# vLLM 0.33.0 pads nothing on its path; FlashInfer's convert_to_block_layout(block_k=128) needs
+# H/2 and I/2 bytes in whole 128-byte blocks (prepare_trtllm_mxint4_weights: H and I % 256),
+# gated only.
+MXINT4 = Format(
+    name="mxint4",
+    title="MXINT4",
+    check=check_quant_tensors,
+    weight_dtype=torch.int32,
+    elements_per_item=8,
+    scale_dtype=torch.bfloat16,
+    scale_block=32,
+    relaid_scale_dtype=torch.bfloat16,
+    gated_only=True,
+    hidden_align=256,
+    intermediate_align=256,
+    weight_row_align=128,
+)
 
 # vLLM's uint4b8 -> int4 on both nibbles of a byte: (n - 8) & 0xF == n ^ 8.
 SIGN_FLIP = 0x88

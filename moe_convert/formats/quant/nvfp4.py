@@ -1,10 +1,10 @@
 """NVFP4 (``modelopt_fp4``, ``compressed-tensors`` nvfp4): vLLM's paths and this library's kinds.
 
-The format's record is ``formats.FORMATS["nvfp4"]``. vLLM's ``flashinfer_fp4_moe.py`` transcribed
-under ``shared``'s rules: ``nvfp4-legacy`` (0.29.0) and ``nvfp4-preallocated`` (#55407, 0.33.0),
-each returning a ``QuantLayer`` of new tensors after reordering a gated w13 and its scales to
-``[w3; w1]`` in place, as vLLM does: they leave the input so. Ours: ``nvfp4-inplace``,
-``nvfp4-fast`` (``shared``'s kinds).
+Its record, ``NVFP4``, is defined here first and used directly. vLLM's ``flashinfer_fp4_moe.py``
+transcribed under ``shared``'s rules: ``nvfp4-legacy`` (0.29.0) and ``nvfp4-preallocated``
+(#55407, 0.33.0), each returning a ``QuantLayer`` of new tensors after reordering a gated w13
+and its scales to ``[w3; w1]`` in place, as vLLM does: they leave the input so. Ours:
+``nvfp4-inplace``, ``nvfp4-fast`` (``shared``'s kinds).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from __future__ import annotations
 import torch
 
 from ...formulas import Formula
+from ..format import Format
 from ..layout import shuffle_row_index, w13_row_index
 from ..swizzle import block_scale_interleave
-from .layer import QuantLayer
+from .layer import QuantLayer, check_quant_tensors
 from .registry import register_quant
 from .shared import (
     REORDER_LAUNCHES,
@@ -24,7 +25,23 @@ from .shared import (
     reorder_w1w3_to_w3w1,
 )
 
-__all__ = ["nvfp4_legacy", "nvfp4_preallocated"]
+__all__ = ["NVFP4", "nvfp4_legacy", "nvfp4_preallocated"]
+
+# flashinfer_fp4_moe.py: trtllm_hidden_alignment=256; the intermediate to 64 gated, 128 not
+# (align_fp4_moe_weights_for_fi's min_alignment "64 if is_gated else 128", so that w13's rows
+# are a multiple of 128).
+NVFP4 = Format(
+    name="nvfp4",
+    title="NVFP4",
+    check=check_quant_tensors,
+    weight_dtype=torch.uint8,
+    elements_per_item=2,
+    scale_dtype=torch.float8_e4m3fn,
+    scale_block=16,
+    hidden_align=256,
+    intermediate_align=64,
+    nongated_intermediate_align=128,
+)
 
 
 @register_quant(
@@ -177,4 +194,4 @@ def nvfp4_preallocated(layer: QuantLayer, gated: bool) -> QuantLayer:
     )
 
 
-register_kinds("nvfp4", {"inplace": SCALED_INPLACE, "fast": SCALED_FAST})
+register_kinds(NVFP4, {"inplace": SCALED_INPLACE, "fast": SCALED_FAST})

@@ -44,7 +44,8 @@ from __future__ import annotations
 import torch
 
 from ...formulas import Formula
-from ...load.allocator import K_MIN_LARGE_ALLOC
+from ...units import K_MIN_LARGE_ALLOC
+from ..format import Format
 from ..quant_ops import (
     gather_rows,
     gather_scales,
@@ -53,7 +54,6 @@ from ..quant_ops import (
     row_index,
 )
 from ..swizzle import block_scale_interleave
-from .formats import FORMATS
 from .layer import QuantLayer
 from .registry import register_quant
 
@@ -70,8 +70,8 @@ __all__ = [
 ]
 
 
-def _w13_order(fmt: str, gated: bool) -> str:
-    if fmt == "mxfp4":
+def _w13_order(fmt: Format, gated: bool) -> str:
+    if fmt.name == "mxfp4":
         return "swap_pairs"
     return "swap_halves" if gated else "shuffle"
 
@@ -81,9 +81,9 @@ def _gather_bias(bias: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor
     return None if bias is None else torch.index_select(bias, 1, index).to(torch.float32)
 
 
-def _as_scale(scale: torch.Tensor | None, fmt: str) -> torch.Tensor | None:
+def _as_scale(scale: torch.Tensor | None, fmt: Format) -> torch.Tensor | None:
     """Relaid scales viewed as the dtype vLLM returns them in (``relaid_scale_dtype``)."""
-    return None if scale is None else scale.view(FORMATS[fmt].relaid_scale_dtype)
+    return None if scale is None else scale.view(fmt.relaid_scale_dtype)
 
 
 def _weights(layer: QuantLayer, order13: str):
@@ -95,7 +95,7 @@ def _weights(layer: QuantLayer, order13: str):
     )
 
 
-def preallocated(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
+def preallocated(layer: QuantLayer, gated: bool, fmt: Format) -> QuantLayer:
     """Outputs allocated once; per expert, rows ``index_select``-ed into the expert's slot and
     scale rows into a scratch whose interleave is copied into the slot (vLLM #55407's loop).
 
@@ -134,7 +134,7 @@ def scratch_of(layer: QuantLayer) -> torch.Tensor:
     )
 
 
-def inplace(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
+def inplace(layer: QuantLayer, gated: bool, fmt: Format) -> QuantLayer:
     """One scratch of one expert's weight; per expert, rows gathered into it and copied back;
     scale rows gathered into it and swizzled back by a strided ``copy_``.
 
@@ -160,7 +160,7 @@ def inplace(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
     )
 
 
-def fast(layer: QuantLayer, gated: bool, fmt: str) -> QuantLayer:
+def fast(layer: QuantLayer, gated: bool, fmt: Format) -> QuantLayer:
     """One gather per weight over all experts; one per scale tensor, the swizzle folded in.
 
     Out of place: new tensors; the input is unchanged. Peak transient: the outputs, nothing
@@ -229,18 +229,19 @@ SCALED_INPLACE = ("4 (T13 + T2 + F13 + F2) + 2 E (X13 + X2)", "8 E")
 SCALED_FAST = ("2 (T13 + T2 + F13 + F2) + 8 (F13 // E + F2 // E) + X13 + X2", "4")
 
 
-def _bind(function, fmt: str):
+def _bind(function, fmt: Format):
     return lambda layer, gated: function(layer, gated, fmt)
 
 
-def register_kinds(fmt: str, work: dict[str, tuple[str, str]]) -> None:
-    """Register this library's kinds for ``fmt`` as ``<fmt>-<kind>``: ``work`` maps each kind
+def register_kinds(fmt: Format, work: dict[str, tuple[str, str]]) -> None:
+    """Register this library's kinds for the format ``fmt`` (its record) as
+    ``<format>-<kind>``: ``work`` maps each kind
     to register to its (traffic, launches) formulas for the format, in the letters of
     ``moe_convert.formulas``; the peak, origin and contract are the kind's."""
     for kind, (traffic, launches) in work.items():
         function, origin, inplace, peak = _KINDS[kind]
         register_quant(
-            f"{fmt}-{kind}",
+            f"{fmt.name}-{kind}",
             inplace=inplace,
             origin=origin,
             peak=peak,
