@@ -3,6 +3,7 @@ each figure in the metrics table, the grid's figures the records', and an OOM th
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 from pathlib import Path
@@ -131,11 +132,23 @@ def test_the_grid_reads_the_records_peaks_and_traffic(monkeypatch):
 
 
 @requires_flashinfer
-def test_flashinfer_helpers_cells_are_na_on_the_meta_figures_saying_why(monkeypatch):
-    # fp8-flashinfer is registered (it runs on CPU) but cannot run on meta: its PeakMemory and
-    # Traffic cells are n/a with the reason, its formulas the figures (docs/formats.md)
-    monkeypatch.setattr(quant, "QUANT_SHAPES", ("llama-4-maverick-fp8/tp8",))
+def test_fp8_helper_is_measured_on_meta_and_one_that_cannot_run_there_is_na(monkeypatch):
+    # FP8's runs on meta (its host reads answered as for finite weights) and is measured as the
+    # others; one that calls CUDA ops (mxint4-flashinfer, ... on a GPU box) cannot: its
+    # PeakMemory, Traffic and replay cells are n/a with the reason
     label = "llama-4-maverick-fp8/tp8"
+    monkeypatch.setattr(quant, "QUANT_SHAPES", (label,))
+    record = QUANT_STRATEGIES["fp8-flashinfer"]
+    shape = quant_layer_shape("llama-4-maverick-fp8", 8)
+    peak = bench_fp8.PeakMemory()
+    cache = peak.setup_cache()
+    peak.setup(cache, label, "flashinfer")
+    assert peak.track_peak_transient_bytes(cache, label, "flashinfer") == record.peak.evaluate(
+        shape
+    )
+    monkeypatch.setitem(
+        QUANT_STRATEGIES, "fp8-flashinfer", dataclasses.replace(record, not_on_meta="a CUDA op")
+    )
     for cls in (bench_fp8.PeakMemory, bench_fp8.Traffic, bench_fp8.SleepModeReplay):
         cache = cls().setup_cache()
         with pytest.raises(NotImplementedError, match="fp8-flashinfer cannot run on meta"):

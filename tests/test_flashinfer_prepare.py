@@ -152,7 +152,8 @@ def test_each_helper_takes_a_bf16_layer_of_the_formats_geometry():
     for name in HELPERS:
         record = record_of(name)
         assert (record.takes, record.inplace, record.stored is not None) == ("bf16", False, True)
-        assert record.not_on_meta and "FlashInfer" in record.origin
+        assert "FlashInfer" in record.origin
+        assert bool(record.not_on_meta) == (name in CUDA_ONLY)  # FP8's runs on meta
     with pytest.raises(ValueError, match="takes a bf16 layer"):
         convert_quant(
             QuantLayer(torch.zeros(2, 96, 64), torch.zeros(2, 64, 48)), strategy=HELPERS[0]
@@ -166,10 +167,25 @@ def test_the_cuda_ones_are_unavailable_here_with_the_reason():
         assert "CUDA" in QUANT_UNAVAILABLE[name].needs
 
 
-def test_none_runs_on_meta_saying_why():
+def test_a_helper_that_cannot_run_on_meta_says_why(monkeypatch):
     shape = shape_of("fp8", (2, 64, 48, True))
-    with pytest.raises(ValueError, match="cannot run on meta tensors .*isfinite"):
+    record = dataclasses.replace(record_of("fp8-flashinfer"), not_on_meta="a CUDA op")
+    monkeypatch.setitem(REGISTRY, "fp8-flashinfer", record)
+    with pytest.raises(ValueError, match="cannot run on meta tensors .a CUDA op."):
         warm_layer_strategy(shape, "fp8-flashinfer", torch.device("meta"))
+
+
+def test_fp8s_helper_runs_on_meta_then_on_cpu_in_one_process():
+    """On meta its host reads answer as for finite weights, so the helper as installed runs at
+    full size there; its module's permute-index cache (keyed by shape, not device) is kept per
+    device, so meta indices never reach a later CPU call of the same geometry."""
+    shape = shape_of("fp8", (2, 128, 256, True))
+    on_meta = layer_call(shape, "fp8-flashinfer", "meta")()
+    assert {name: (t.device.type, t.dtype) for name, t in on_meta.items()} == {
+        "w13": ("meta", torch.float8_e4m3fn),
+        "w2": ("meta", torch.float8_e4m3fn),
+    }
+    assert_legacy_bytes_of_stored(shape, "fp8-flashinfer")  # the same geometry, on CPU
 
 
 def test_a_non_finite_bf16_layer_is_refused_by_the_helper():

@@ -229,7 +229,7 @@ BAD = {
 def test_bad_input_is_one_line_before_any_byte_is_written(case):
     fmt, make, gated, exception, fragments = BAD[case]
     for name, record in QUANT_STRATEGIES.items():
-        if record.format != fmt:
+        if record.format != fmt or record.takes != fmt:  # FlashInfer's helpers take BF16's
             continue
         layer = make()
         before = {key: t.clone() for key, t in layer.tensors().items()}

@@ -23,18 +23,23 @@ DeepSeek block-FP8 (the same helper's other pair leaves the weights MajorK, unsh
 quantizer clamps at 1e-12) and MXFP4 (``prepare_trtllm_fp4_weights``' MXFP4 pairs quantize
 without gpt-oss's row-interleaved w13 and biases).
 
-None runs on ``meta`` (``Strategy.not_on_meta``): their figures are the records' formulas, from
-the code; FP8's and MXINT4's (its interleave as an output-only stand-in) checked on CPU by
-tests/test_flashinfer_prepare.py, NVFP4's and MXFP8's unchecked until gpu-check runs. Letters:
+FP8's runs on ``meta`` at full size (its host reads answered as for finite weights:
+``_FiniteOnMeta``), so the suite counts its figures as every other strategy's; the others call
+CUDA ops and cannot (``Strategy.not_on_meta``): their figures are their records' formulas, from
+the code, MXINT4's checked on CPU with its interleave as an output-only stand-in
+(tests/test_flashinfer_prepare.py), NVFP4's and MXFP8's unchecked until gpu-check runs. Letters:
 the format's shape's (``moe_convert.formulas``): FP8's T13 is the fp8 w13, so the BF16 input is
 ``2 T13``; MXINT4's T13 the packed int4 one, so ``4 T13``, its F13 the bf16 scales.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+from collections.abc import Iterator
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...formulas import Formula
 from ..layout import swap_w13_to_w31
@@ -53,9 +58,40 @@ _NEEDS = "flashinfer-python"
 _INTERLEAVE = "its scales go through block_scale_interleave, a CUDA op"
 _NEEDS_CUDA = f"{_NEEDS}, on a CUDA GPU ({_INTERLEAVE})"
 
-# MXINT4's helper keys its permute-index cache by shape, not device: one cache per device, as
-# BF16's ``flashinfer`` keeps. FP8's and MXFP8's helpers take none (their module's own).
+# FlashInfer keys its permute-index caches by shape, not device, and keeps the indices on the
+# device of the first call: one cache per device, as BF16's ``flashinfer`` keeps, so that meta
+# indices never reach a CPU or CUDA call (nor CPU ones a CUDA call, copied in every time). MXINT4's
+# and NVFP4's helpers take one; FP8's uses its module's own, swapped for the call (``_fp8_cache``).
 _PERMUTE_CACHES: dict[torch.device, dict] = {}
+_FP8_CACHES: dict[torch.device, dict] = {}
+
+
+@contextlib.contextmanager
+def _fp8_cache(prepare, device: torch.device) -> Iterator[None]:
+    """``prepare._TRTLLM_FP8_PER_TENSOR_PERMUTE_CACHE`` (read by name at each call) set to
+    ``device``'s own cache for the duration of a call, then put back."""
+    name = "_TRTLLM_FP8_PER_TENSOR_PERMUTE_CACHE"
+    before = getattr(prepare, name)
+    setattr(prepare, name, _FP8_CACHES.setdefault(device, {}))
+    try:
+        yield
+    finally:
+        setattr(prepare, name, before)
+
+
+class _FiniteOnMeta(TorchDispatchMode):
+    """On ``meta``, a host read (``bool(t)``, ``t.item()``) answers as for a finite checkpoint and
+    a positive calibration scale: ``True``, ``1.0``. FP8's helper reads back whether every
+    expert's amax is finite and whether each scale is positive, which a meta tensor cannot
+    answer; with this the helper as installed runs on meta at full size, every allocation and
+    copy counted as on a device (a host read allocates nothing there). Other devices: untouched."""
+
+    _READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in self._READS and args[0].device.type == "meta":
+            return True if args[0].dtype == torch.bool else 1.0
+        return func(*args, **(kwargs or {}))
 
 
 def _activation(gated: bool):
@@ -85,7 +121,6 @@ def _fp8_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
     available=AVAILABLE,
     takes="bf16",
     stored=_fp8_stored,
-    not_on_meta="its quantizer reads the amax back to the host: bool(torch.isfinite(...))",
     peak=Formula("14 T13 + 8 E", "T13 + 12 T2 + 12 E"),
     traffic=Formula(
         "47 T13 + 43 T2 + E (X13 + X2) + 216 E + 72", "43 (T13 + T2) + E (X13 + X2) + 216 E + 68"
@@ -106,21 +141,24 @@ def fp8_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLay
     scaled, the clamped) with its per-expert amax and scales (``8 E``); not gated, w2's three
     (``12 T2``) with w13's fp8 weights and scales beside them. Traffic and launches: the swap,
     twelve passes of each quantizer, per expert a row gather per weight, two stacks, and the
-    scalars (measured on CPU to the byte: the ``E`` and constant terms).
+    scalars (measured on CPU to the byte: the ``E`` and constant terms). On ``meta`` its host
+    reads answer as for finite weights (``_FiniteOnMeta``): the suite's full-size figures.
     """
-    from flashinfer.fused_moe.prepare import prepare_trtllm_fp8_per_tensor_weights
+    from flashinfer.fused_moe import prepare
 
     experts, _, hidden = w13.shape
-    prepared = prepare_trtllm_fp8_per_tensor_weights(
-        _gemm1(w13, gated),
-        w2,
-        hidden_states_scale_global=1.0,
-        intermediate_scale_global=1.0,
-        num_local_experts=experts,
-        hidden_size=hidden,
-        intermediate_size=w2.shape[2],
-        activation=_activation(gated),
-    )
+    on_meta = _FiniteOnMeta() if w13.device.type == "meta" else contextlib.nullcontext()
+    with _fp8_cache(prepare, w13.device), on_meta:
+        prepared = prepare.prepare_trtllm_fp8_per_tensor_weights(
+            _gemm1(w13, gated),
+            w2,
+            hidden_states_scale_global=1.0,
+            intermediate_scale_global=1.0,
+            num_local_experts=experts,
+            hidden_size=hidden,
+            intermediate_size=w2.shape[2],
+            activation=_activation(gated),
+        )
     return QuantLayer(prepared["gemm1_weights"], prepared["gemm2_weights"])
 
 
