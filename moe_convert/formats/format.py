@@ -69,6 +69,9 @@ class Format:
     # in BlockMajorK by whole 128-byte blocks of a row (MXINT4; block-FP8's scale blocks
     # already imply it).
     weight_row_align: int = 1
+    # A gated w13's rows as the checkpoint holds them: ``[w1; w3]`` halves (every format but
+    # one), or gpt-oss's interleaved pairs ``[w1_0, w3_0, w1_1, ...]`` (MXFP4's checkpoint).
+    interleaved_w13: bool = False
     # What the kernel needs of H and I per rank where the catalog gives them unpadded (BF16's
     # 128), and the rule's source (``kernel_rule``): a shape off it is still measured, and
     # flagged (``LayerShape.invalid_reason``). 1: the catalog pads every shape first.

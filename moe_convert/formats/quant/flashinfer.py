@@ -94,6 +94,17 @@ class _FiniteOnMeta(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _layer(prepared: dict[str, torch.Tensor]) -> QuantLayer:
+    """The format's layer of a helper's outputs: its weights and, where it returns them, their
+    scales (the kernel's scale scalars and activation parameters are not part of the layer)."""
+    return QuantLayer(
+        prepared["gemm1_weights"],
+        prepared["gemm2_weights"],
+        prepared.get("gemm1_weights_scale"),
+        prepared.get("gemm2_weights_scale"),
+    )
+
+
 def _activation(gated: bool):
     from flashinfer.fused_moe.api import ReLU2, SwiGLU
 
@@ -159,7 +170,7 @@ def fp8_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLay
             intermediate_size=w2.shape[2],
             activation=_activation(gated),
         )
-    return QuantLayer(prepared["gemm1_weights"], prepared["gemm2_weights"])
+    return _layer(prepared)
 
 
 def _mxint4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
@@ -220,12 +231,7 @@ def mxint4_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> Quant
         activation=_activation(gated),
         permute_cache=_PERMUTE_CACHES.setdefault(w13.device, {}),
     )
-    return QuantLayer(
-        prepared["gemm1_weights"],
-        prepared["gemm2_weights"],
-        prepared["gemm1_weights_scale"],
-        prepared["gemm2_weights_scale"],
-    )
+    return _layer(prepared)
 
 
 def _nvfp4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
@@ -297,12 +303,7 @@ def nvfp4_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantL
         activation=_activation(gated),
         permute_cache=_PERMUTE_CACHES.setdefault(w13.device, {}),
     )
-    return QuantLayer(
-        prepared["gemm1_weights"],
-        prepared["gemm2_weights"],
-        prepared["gemm1_weights_scale"],
-        prepared["gemm2_weights_scale"],
-    )
+    return _layer(prepared)
 
 
 def _mxfp8_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
@@ -371,9 +372,4 @@ def mxfp8_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantL
         intermediate_size=w2.shape[2],
         activation=_activation(gated),
     )
-    return QuantLayer(
-        prepared["gemm1_weights"],
-        prepared["gemm2_weights"],
-        prepared["gemm1_weights_scale"],
-        prepared["gemm2_weights_scale"],
-    )
+    return _layer(prepared)

@@ -33,6 +33,7 @@ MXFP4 = Format(
     gated_only=True,
     hidden_align=256,
     intermediate_align=128,
+    interleaved_w13=True,
 )
 
 

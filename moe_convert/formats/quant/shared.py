@@ -71,7 +71,7 @@ __all__ = [
 
 
 def _w13_order(fmt: Format, gated: bool) -> str:
-    if fmt.name == "mxfp4":
+    if fmt.interleaved_w13:
         return "swap_pairs"
     return "swap_halves" if gated else "shuffle"
 
