@@ -27,7 +27,7 @@ from asv.machine import Machine, MachineCollection
 
 from .profiles import PROFILES, default_profile
 
-__all__ = ["machine_facts", "machine_name", "record_machine"]
+__all__ = ["machine_facts", "machine_name", "record_machine", "steady_facts"]
 
 
 def _version(distribution: str) -> str:
@@ -87,13 +87,33 @@ def machine_name(facts: dict[str, str], defaults: dict[str, str]) -> str:
     return name if facts["profile"] == expected else f"{name}-{facts['profile']}-profile"
 
 
+def steady_facts(os_name: str, ram: str) -> dict[str, str]:
+    """``os`` and ``ram`` as asv's defaults give them (``Linux 6.18.44-fc-v1098``, bytes), kept
+    as the machine keeps them from one host to the next: the kernel's series (``Linux 6.18``)
+    and whole GiB (``24 GiB``).
+
+    asv draws one line per set of a machine's facts, so a fact that moves with every cloud host
+    of the same machine (the kernel's build suffix, the few KiB the hypervisor keeps) would
+    start a new line at every run and leave the dashboard's graph of the newest run a single
+    point; a real change (another kernel series, more memory) still starts one.
+    """
+    system, _, release = os_name.partition(" ")
+    series = ".".join(release.split(".")[:2])
+    steady = {"os": f"{system} {series}" if series else os_name}
+    if ram.isdigit():
+        steady["ram"] = f"{round(int(ram) / 2**30)} GiB"
+    return steady
+
+
 def record_machine(profile: str, name: str | None = None) -> str:
-    """Write this machine's entry (asv defaults + ``machine_facts``) to ``~/.asv-machine.json``.
+    """Write this machine's entry (asv defaults, ``os`` and ``ram`` as ``steady_facts`` keeps
+    them, + ``machine_facts``) to ``~/.asv-machine.json``.
 
     What ``asv machine --yes --machine NAME`` does, plus the facts. Returns the name.
     """
     facts = machine_facts(profile)
     info = Machine.get_defaults()
+    info.update(steady_facts(info.get("os", ""), info.get("ram", "")))
     info["machine"] = name or machine_name(facts, info)
     info.update(facts)
     MachineCollection.save(info["machine"], info)

@@ -58,3 +58,29 @@ def test_machine_prints_the_name_recorded(recorded, monkeypatch, capsys, argv, e
     assert cli.main(["machine", *argv]) == 0
     assert capsys.readouterr().out == out + "\n"
     assert len(recorded) == 1
+
+
+def test_one_machine_on_two_cloud_hosts_records_the_same_facts():
+    # Two runs of cpu-2core-epyc of the committed history: another kernel build, 16 KiB less RAM
+    first = machine.steady_facts("Linux 6.18.44-fc-v1045", "25275990016")
+    second = machine.steady_facts("Linux 6.18.44-fc-v1098", "25275973632")
+    assert first == second == {"os": "Linux 6.18", "ram": "24 GiB"}
+    # a real change still shows
+    assert machine.steady_facts("Linux 6.19.1", str(48 * 2**30)) == {
+        "os": "Linux 6.19",
+        "ram": "48 GiB",
+    }
+    assert machine.steady_facts("Darwin", "") == {"os": "Darwin"}  # nothing to read: as given
+
+
+def test_the_committed_results_record_steady_facts():
+    """Every committed run's os and ram as ``steady_facts`` keeps them, so a machine's history is
+    one line per figure on the dashboard (results/ was rewritten once when the rule came)."""
+    import json
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    for path in results.glob("*/*.json"):
+        data = json.loads(path.read_text())
+        params = data.get("params", data)
+        assert machine.steady_facts(params["os"], params["ram"]) == {"os": params["os"]}, path
