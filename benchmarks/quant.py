@@ -52,7 +52,7 @@ QUANT_SHAPES = tuple(label for labels in FORMAT_SHAPES.values() for label in lab
 #: The strategies of each format: the upstream path, this library's, then FlashInfer's own
 #: helper (``<format>-flashinfer``, a BF16 layer in: registered for FP8 per-tensor where
 #: FlashInfer is installed, for NVFP4, MXFP8 and MXINT4 where CUDA is too, never for MXFP4 and
-#: block-FP8; it cannot run on meta, so the meta figures are n/a, the reason given).
+#: block-FP8; FP8's runs on meta, the others' meta figures are n/a, the reason given).
 QUANT_KINDS = ("legacy", "preallocated", "inplace", "fast", "flashinfer")
 #: The shapes the cpu profile times: per format the one of the smallest expert (every shape of a
 #: format runs the same code; on CPU, time serves the paired A/B of a change). The whole grid
@@ -387,8 +387,10 @@ class _LayerTime(_Grid, common.LayerTimeFigures):
         shapes = tuple(label for label in QUANT_SHAPES if is_timed(label))
         return _measure_grid(_time, shapes, on_meta=False)
 
-    # The cpu profile's 16 cells: 30 s on the shared 2-core machine (load 3.5) for the first 12,
-    # 3.9 s for deepseek-r1-fp8block/tp8's 4 (load 1.2).
+    # The cpu profile's 16 cells of ours and the engines': 30 s on the shared 2-core machine
+    # (load 3.5) for the first 12, 3.9 s for deepseek-r1-fp8block/tp8's 4 (load 1.2);
+    # llama-4-maverick-fp8/tp8's fp8-flashinfer cell 22.0 s alone, fp8-legacy's 4.3 s beside it
+    # (`quant._time` of each under the cpu profile, load 0.06-0.43).
     setup_cache.timeout = 900.0
 
 

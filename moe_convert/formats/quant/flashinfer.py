@@ -116,6 +116,13 @@ def _gemm1(w13: torch.Tensor, gated: bool) -> torch.Tensor:
     return swap_w13_to_w31(w13) if gated else w13
 
 
+def _stored_layer(quantize, w13: torch.Tensor, w2: torch.Tensor) -> QuantLayer:
+    """The layer of ``quantize(weight) -> (weights, scales)`` of w13 and of w2, each as the
+    checkpoint stores it."""
+    (q13, s13), (q2, s2) = quantize(w13), quantize(w2)
+    return QuantLayer(q13, q2, s13, s2)
+
+
 def _fp8_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
     """FP8's ``_quantize_fp8_per_expert`` of each weight: its fp8 weights (one scale per whole
     expert, so the same bytes in either row order)."""
@@ -179,12 +186,11 @@ def _mxint4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLay
     XOR 8) in int32 words, bf16 scales ``[E, rows, K/32]``."""
     from flashinfer.fused_moe.prepare import _mxint4_quantize
 
-    stored = []
-    for weight in (w13, w2):
+    def stored(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         packed, scales = _mxint4_quantize(weight)
-        stored.append(((packed ^ 0x88).view(torch.int32), scales.reshape(*weight.shape[:2], -1)))
-    (q13, s13), (q2, s2) = stored
-    return QuantLayer(q13, q2, s13, s2)
+        return (packed ^ 0x88).view(torch.int32), scales.reshape(*weight.shape[:2], -1)
+
+    return _stored_layer(stored, w13, w2)
 
 
 @register_quant(
@@ -240,8 +246,7 @@ def _nvfp4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLaye
     packed uint8 ``[E, rows, K/2]``, float8_e4m3fn scales ``[E, rows, K/16]``."""
     from flashinfer.fp4_quantization import fp4_quantize
 
-    stored = []
-    for weight in (w13, w2):
+    def stored(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         experts, rows, cols = weight.shape
         packed, scales = fp4_quantize(
             weight.reshape(experts * rows, cols),
@@ -250,14 +255,12 @@ def _nvfp4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLaye
             sf_use_ue8m0=False,
             is_sf_swizzled_layout=False,
         )
-        stored.append(
-            (
-                packed.view(torch.uint8).reshape(experts, rows, cols // 2),
-                scales.view(torch.float8_e4m3fn).reshape(experts, rows, cols // 16),
-            )
+        return (
+            packed.view(torch.uint8).reshape(experts, rows, cols // 2),
+            scales.view(torch.float8_e4m3fn).reshape(experts, rows, cols // 16),
         )
-    (q13, s13), (q2, s2) = stored
-    return QuantLayer(q13, q2, s13, s2)
+
+    return _stored_layer(stored, w13, w2)
 
 
 @register_quant(
@@ -312,20 +315,15 @@ def _mxfp8_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLaye
     ``[E, rows, K]``, uint8 scales ``[E, rows, K/32]``."""
     from flashinfer.quantization.fp8_quantization import mxfp8_quantize
 
-    stored = []
-    for weight in (w13, w2):
+    def stored(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         quantized = [mxfp8_quantize(expert, is_sf_swizzled_layout=False) for expert in weight]
         rows, cols = weight.shape[1:]
-        stored.append(
-            (
-                torch.stack([q for q, _ in quantized]),
-                torch.stack(
-                    [sf.view(torch.uint8).reshape(rows, cols // 32) for _, sf in quantized]
-                ),
-            )
+        return (
+            torch.stack([q for q, _ in quantized]),
+            torch.stack([sf.view(torch.uint8).reshape(rows, cols // 32) for _, sf in quantized]),
         )
-    (q13, s13), (q2, s2) = stored
-    return QuantLayer(q13, q2, s13, s2)
+
+    return _stored_layer(stored, w13, w2)
 
 
 @register_quant(
