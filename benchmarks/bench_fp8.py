@@ -1,7 +1,8 @@
-"""FP8 per-tensor experts (Llama-4-Maverick FP8): ``benchmarks.quant``'s figures of the format, its
-classes named as BF16's (``PeakMemory``, ``LayerTime``, ...), so the dashboard lists them together.
+"""FP8 per-tensor experts (Llama-4-Maverick FP8): ``benchmarks.formats``' figures of the format, its
+classes named as BF16's (``PeakMemory``, ``LayerTime``, ...), so the dashboard lists them
+together.
 """
 
-from . import quant
+from . import formats
 
-globals().update(quant.format_benchmarks("fp8", __name__))
+globals().update(formats.format_benchmarks("fp8", __name__))

@@ -1,7 +1,8 @@
-"""MXFP4 experts (gpt-oss-120b and gpt-oss-20b): ``benchmarks.quant``'s figures of the format, its
-classes named as BF16's (``PeakMemory``, ``LayerTime``, ...), so the dashboard lists them together.
+"""MXFP4 experts (gpt-oss-120b and gpt-oss-20b): ``benchmarks.formats``' figures of the format, its
+classes named as BF16's (``PeakMemory``, ``LayerTime``, ...), so the dashboard lists them
+together.
 """
 
-from . import quant
+from . import formats
 
-globals().update(quant.format_benchmarks("mxfp4", __name__))
+globals().update(formats.format_benchmarks("mxfp4", __name__))

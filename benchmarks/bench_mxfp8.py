@@ -1,8 +1,8 @@
 """MXFP8 experts (MiniMax-M3-MXFP8: fp8 weights, an e8m0 scale per 32 elements, swizzled):
-``benchmarks.quant``'s figures of the format, its classes named as BF16's (``PeakMemory``,
+``benchmarks.formats``' figures of the format, its classes named as BF16's (``PeakMemory``,
 ``LayerTime``, ...), so the dashboard lists them together.
 """
 
-from . import quant
+from . import formats
 
-globals().update(quant.format_benchmarks("mxfp8", __name__))
+globals().update(formats.format_benchmarks("mxfp8", __name__))

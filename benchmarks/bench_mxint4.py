@@ -1,8 +1,8 @@
-"""MXINT4 experts (Kimi-K2-Thinking: int4 weights packed in int32, a bf16 scale per 32
-elements, swizzled; BlockMajorK weights): ``benchmarks.quant``'s figures of the format, its
-classes named as BF16's (``PeakMemory``, ``LayerTime``, ...), so the dashboard lists them together.
+"""MXINT4 experts (Kimi-K2-Thinking: int4 weights packed in int32, a bf16 scale per 32 elements,
+swizzled; BlockMajorK weights): ``benchmarks.formats``' figures of the format, its classes named
+as BF16's (``PeakMemory``, ``LayerTime``, ...), so the dashboard lists them together.
 """
 
-from . import quant
+from . import formats
 
-globals().update(quant.format_benchmarks("mxint4", __name__))
+globals().update(formats.format_benchmarks("mxint4", __name__))

@@ -1,8 +1,8 @@
 """NVFP4 experts (Kimi-K2, DeepSeek-R1 and Qwen3-235B-A22B, NVIDIA's NVFP4 checkpoints):
-``benchmarks.quant``'s figures of the format, its classes named as BF16's (``PeakMemory``,
+``benchmarks.formats``' figures of the format, its classes named as BF16's (``PeakMemory``,
 ``LayerTime``, ...), so the dashboard lists them together.
 """
 
-from . import quant
+from . import formats
 
-globals().update(quant.format_benchmarks("nvfp4", __name__))
+globals().update(formats.format_benchmarks("nvfp4", __name__))

@@ -1,9 +1,8 @@
-"""Shared axes, the profile and the skip helper of the asv suite.
+"""BF16's axes, the profile, the device, the skip helpers and the cells' worker of the asv suite.
 
-Legend: E experts, I intermediate size per rank, H hidden; w13 bf16 ``[E, 2I, H]``, w2 bf16
-``[E, H, I]``. Parameter values are readable names: shapes ``model/tpN``, strategies by their
-registry name. Nothing heavy happens at import: every input is made by ``formats.bf16.inputs``
-when a benchmark measures.
+Parameter values are readable names: shapes ``model/tpN``, strategies by their registry name
+(``benchmarks.formats`` makes every format's grid). Nothing heavy happens at import: every input
+is made when a benchmark measures.
 
 The profile (``MOE_BENCH_PROFILE``: ``full`` or ``cpu``; default ``full`` where CUDA is
 available, ``cpu`` elsewhere: ``moe_bench.profiles`` decides, scripts/ export it) sets how many
@@ -16,7 +15,6 @@ in the results, so a cpu-profile figure can never pass for a full one.
 
 from __future__ import annotations
 
-import abc
 import functools
 from collections.abc import Callable
 from typing import TypeVar
@@ -24,9 +22,7 @@ from typing import TypeVar
 import moe_convert
 from moe_bench.profiles import detect_device, profile_from_env
 
-from . import isolation, library
-
-shapes = library.module("formats.bf16.shapes")
+from . import isolation
 
 __all__ = [
     "SHAPES",
@@ -37,17 +33,9 @@ __all__ = [
     "CELL_TIMEOUT_S",
     "profile",
     "device",
-    "full_shape",
-    "timed_shape",
     "skip",
-    "require_strategy",
     "require_cuda",
-    "ShapeStrategyGrid",
-    "RankLoadFigures",
-    "LayerTimeFigures",
     "measure_cells",
-    "measure_grid",
-    "grid_cell",
 ]
 
 T = TypeVar("T")
@@ -123,181 +111,10 @@ def profile() -> str:
     return profile_from_env(device())
 
 
-def full_shape(label: str) -> shapes.LayerShape:
-    """The full per-rank layer shape of ``label`` (``model/tpN``)."""
-    return shapes.shape_from_label(label)
-
-
-def timed_shape(label: str) -> shapes.LayerShape:
-    """The layer shape the timed benchmarks convert under the current profile."""
-    shape = full_shape(label)
-    return shape.with_experts(CPU_PROFILE_EXPERTS) if profile() == "cpu" else shape
-
-
-def require_strategy(name: str) -> None:
-    """Skip unless strategy ``name`` is registered here (optional ones need their package)."""
-    if name not in moe_convert.STRATEGIES:
-        skip(
-            f"strategy {name!r} is not registered here (its package is not installed, or it "
-            "needs a GPU)"
-        )
-
-
 def require_cuda() -> None:
     """Skip unless a CUDA device is available."""
     if device() != "cuda":
         skip("needs a CUDA device; none is available here")
-
-
-class ShapeStrategyGrid:
-    """Base of the benchmarks over ``SHAPES`` x ``STRATEGY_AXIS``; skips a strategy not
-    registered here. No benchmark itself: asv runs only methods named ``time_``/``track_``."""
-
-    params = [list(SHAPES), list(STRATEGY_AXIS)]
-    param_names = ["shape", "strategy"]
-    timeout = 300.0
-
-    def setup(self, shape: str, strategy: str) -> None:
-        require_strategy(strategy)
-
-
-class RankLoadFigures(abc.ABC):
-    """The figures of a replayed rank load (``load.wholemodel.RankLoad``), shared by every
-    grid that replays one (``bench_allocator.RankLoadReplay``, each format's ``RankLoadGB200``
-    and ``RankLoadH200``: ``benchmarks.quant``); ``self.result`` is the cell's load, set by the
-    grid's ``setup``.
-
-    Every figure counts the conversions' events (from the end of loading), as
-    ``torch.cuda.memory_stats()`` names them: ``num_device_alloc`` (segments made:
-    ``cudaMalloc``), ``num_device_free`` (segments given back: ``cudaFree``, each waiting for the
-    device), ``num_device_alloc_failed`` (``cudaMalloc`` calls the full device refused: the
-    model's own count) and ``num_alloc_retries`` (full releases of the cache); then the peak
-    reserved bytes and the layers an OOM left unconverted (0 when the load fits).
-
-    Abstract (asv skips it): a grid says which load in its own ``setup_cache``, which must be
-    written in each class, since asv shares one ``setup_cache`` between the classes that inherit
-    it (its cache key is the function's file and line).
-    """
-
-    result: object  # the cell's RankLoad
-
-    @abc.abstractmethod
-    def setup_cache(self) -> dict: ...
-
-    def track_num_device_alloc(self, loads: dict, shape: str, strategy: str) -> int:
-        return self.result.num_device_alloc
-
-    track_num_device_alloc.unit = "calls"
-
-    def track_num_device_free(self, loads: dict, shape: str, strategy: str) -> int:
-        return self.result.num_device_free
-
-    track_num_device_free.unit = "calls"
-
-    def track_num_device_alloc_failed(self, loads: dict, shape: str, strategy: str) -> int:
-        return self.result.num_device_alloc_failed
-
-    track_num_device_alloc_failed.unit = "calls"
-
-    def track_num_alloc_retries(self, loads: dict, shape: str, strategy: str) -> int:
-        return self.result.num_alloc_retries
-
-    track_num_alloc_retries.unit = "retries"
-
-    def track_peak_reserved_bytes(self, loads: dict, shape: str, strategy: str) -> int:
-        return self.result.peak_reserved_bytes
-
-    track_peak_reserved_bytes.unit = "bytes"
-
-    def track_layers_lost_to_oom(self, loads: dict, shape: str, strategy: str) -> int:
-        return self.result.layers - self.result.layers_converted
-
-    track_layers_lost_to_oom.unit = "layers"
-
-
-class TrafficFigures(abc.ABC):
-    """The figures of a layer's counted traffic (``measuring.traffic.TrafficMeasurement``),
-    shared by ``bench_convert.Traffic`` and each format's (``benchmarks.quant``):
-    ``self.measured`` is the cell's count and ``self.full`` its full-size shape, set by the
-    grid's ``setup``. The ratio is to a copy of the layer (every byte read and written once).
-    Abstract as ``RankLoadFigures`` is, for the same reasons."""
-
-    measured: object  # the cell's TrafficMeasurement
-    full: object  # the cell's full-size shape (its layer_bytes)
-
-    @abc.abstractmethod
-    def setup_cache(self) -> dict: ...
-
-    def track_traffic_bytes(self, counts: dict, shape: str, strategy: str) -> int:
-        return self.measured.traffic_bytes
-
-    track_traffic_bytes.unit = "bytes"
-
-    def track_launches(self, counts: dict, shape: str, strategy: str) -> int:
-        return self.measured.launches
-
-    track_launches.unit = "launches"
-
-    def track_traffic_ratio(self, counts: dict, shape: str, strategy: str) -> float:
-        return self.measured.traffic_bytes / (2 * self.full.layer_bytes)
-
-    track_traffic_ratio.unit = "ratio"
-
-
-class CudaMemoryFigures(abc.ABC):
-    """CUDA caching-allocator peaks of one full-size layer's conversion
-    (``measuring.memory.CudaMemoryMeasurement``), shared by ``bench_convert.CudaMemory`` and
-    each format's (``benchmarks.quant``); ``self.measured`` is set by ``setup``, which skips
-    without CUDA (asv shows n/a). Abstract (asv skips it): each grid writes its ``setup``.
-
-    ``peak_allocated`` is rounded to the allocator's blocks; ``peak_reserved`` is what the
-    process holds from the driver, what an OOM is about; ``alloc_retries`` counts cache flushes
-    the allocator needed (non-zero means the conversion fragmented the cache).
-    """
-
-    unit = "bytes"
-    measured: object  # the cell's CudaMemoryMeasurement
-
-    @abc.abstractmethod
-    def setup(self, shape: str, strategy: str) -> None: ...
-
-    def track_peak_allocated_bytes(self, shape: str, strategy: str) -> int:
-        return self.measured.peak_allocated_bytes
-
-    def track_peak_reserved_bytes(self, shape: str, strategy: str) -> int:
-        return self.measured.peak_reserved_bytes
-
-    def track_alloc_retries(self, shape: str, strategy: str) -> int:
-        return self.measured.num_alloc_retries
-
-    track_alloc_retries.unit = "retries"
-
-
-class LayerTimeFigures(abc.ABC):
-    """The three figures of a timed layer (``moe_convert.measuring.timing.LayerTiming``), shared by
-    ``bench_convert.LayerTime`` and each format's (``benchmarks.quant``); ``self.measured`` is the
-    cell's timing, set by the grid's ``setup``. Abstract as ``RankLoadFigures`` is, for the
-    same reasons."""
-
-    measured: object  # the cell's LayerTiming
-
-    @abc.abstractmethod
-    def setup_cache(self) -> dict: ...
-
-    def track_layer_seconds(self, timings: dict, shape: str, strategy: str) -> float:
-        return self.measured.seconds
-
-    track_layer_seconds.unit = "seconds"
-
-    def track_copy_ratio(self, timings: dict, shape: str, strategy: str) -> float:
-        return self.measured.copy_ratio
-
-    track_copy_ratio.unit = "ratio"
-
-    def track_whole_model_seconds(self, timings: dict, shape: str, strategy: str) -> float:
-        return self.measured.whole_model_seconds
-
-    track_whole_model_seconds.unit = "seconds"
 
 
 def measure_cells(
@@ -308,34 +125,9 @@ def measure_cells(
 ) -> dict[tuple[str, str], T | str]:
     """``measure(*cell)`` of each cell, one after another in a worker process
     (``isolation.measure_cells``): a cell whose call raises, kills its process or runs past
-    ``timeout_s`` gets the reason's text instead, so it fails its own figures (``grid_cell``)
-    and not the grid's. On CUDA ``measure`` must be a module-level function (the worker is
-    spawned and imports it)."""
+    ``timeout_s`` gets the reason's text instead, so it fails its own figures
+    (``formats._cell``) and not the grid's. On CUDA ``measure`` must be a module-level function
+    (the worker is spawned and imports it)."""
     # fork: torch is imported already, the worker starts at once; CUDA cannot be used after it
     start_method = "spawn" if device() == "cuda" else "fork"
     return isolation.measure_cells(measure, cells, timeout_s=timeout_s, start_method=start_method)
-
-
-def measure_grid(
-    measure: Callable[[str, str], T], *, timeout_s: float = CELL_TIMEOUT_S
-) -> dict[tuple[str, str], T | str]:
-    """``measure_cells`` of every ``SHAPES`` x ``STRATEGY_AXIS`` cell whose strategy is
-    registered here: what a grid benchmark's ``setup_cache`` returns (asv hands it to every
-    cell's process)."""
-    cells = [
-        (shape, strategy)
-        for shape in SHAPES
-        for strategy in STRATEGY_AXIS
-        if strategy in moe_convert.STRATEGIES
-    ]
-    return measure_cells(measure, cells, timeout_s=timeout_s)
-
-
-def grid_cell(results: dict[tuple[str, str], T | str], shape: str, strategy: str) -> T:
-    """The cell's result from ``measure_grid``'s: skips a strategy not registered here (n/a);
-    raises ``RuntimeError`` with the reason's text where its measurement failed."""
-    require_strategy(strategy)
-    measured = results[shape, strategy]
-    if isinstance(measured, str):
-        raise RuntimeError(f"{shape} {strategy} failed: {measured}")
-    return measured

@@ -1,7 +1,7 @@
 """Measure a grid's cells in a worker process, so that a cell that crashes or hangs costs only
 itself.
 
-A grid benchmark measures every cell in its ``setup_cache`` (``common.measure_grid``). Measured in
+A grid benchmark measures every cell in its ``setup_cache`` (``common.measure_cells``). Measured in
 that one process, a strategy that kills the interpreter (a segfault, an abort, a CUDA error that
 poisons the context) or hangs would take every figure of the grid with it. Here one worker
 process measures the cells in turn and sends each result back through a pipe as soon as it has

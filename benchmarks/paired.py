@@ -1,14 +1,14 @@
 """Paired A/B timing of two commits' conversions in one process: the PR gate's time verdict.
 
-``asv continuous`` measures all of base, then all of head: a change in the machine's load between
-the two reads as a regression (on the shared 2-core machine unchanged code was called 105x
-slower that way). Here both commits' ``moe_convert`` are loaded side by side in this process
-(each commit's tree exported with ``git archive`` into its own folder and imported under its own
-module name), and for each shape x strategy (BF16's grid, then the quantized cells the profile
-times: each format's ``LayerTime``'s, ``benchmarks.quant``, keyed by shape and kind) their calls
-alternate on the same inputs, in a seeded random order within each pair, so a load that comes and
-goes moves both alike; two identical input buffers are dealt to the two sides at random for every
-pair, so where a buffer lies in memory favours neither.
+``asv continuous`` measures all of base, then all of head: a change in the machine's load
+between the two reads as a regression (on the shared 2-core machine unchanged code was called
+105x slower that way). Here both commits' ``moe_convert`` are loaded side by side in this
+process (each commit's tree exported with ``git archive`` into its own folder and imported under
+its own module name), and for each cell that ``LayerTime`` times (``benchmarks.formats``' grid
+of every format, keyed by shape and strategy) their calls alternate on the same inputs, in a
+seeded random order within each pair, so a load that comes and goes moves both alike; two
+identical input buffers are dealt to the two sides at random for every pair, so where a buffer
+lies in memory favours neither.
 
 The verdict of a cell is read from the per-pair ratios ``head_i / base_i``: the estimate is their
 median, with a bootstrap confidence interval (``CONFIDENCE``) of that median. A regression is
@@ -20,7 +20,7 @@ What a call's time includes is what ``measuring.timing`` states: out-of-place ou
 allocated in the call and freed after the clock stops; in-place inputs are restored from a
 pristine copy before every call, outside the timed region. Each call is timed by
 ``measuring.timing.time_once``, the primitive of ``timing.time_layer`` (CUDA events on CUDA;
-the working tree's clock for both sides), on the working tree's ``formats.bf16.inputs`` weights;
+the working tree's clock for both sides), on the working tree's layer (``layer_tensors``);
 CPU calls with ``common.CPU_THREADS`` threads.
 
 Usage: ``python -m benchmarks.paired BASE HEAD [--bench REGEX] [--out FILE]``; writes the JSON
@@ -51,9 +51,8 @@ from types import ModuleType
 import torch
 
 # the modules, not their functions: asv would take a module-level ``time_once`` for a benchmark
-from . import common, library, quant
+from . import common, formats, library
 
-inputs = library.module("formats.bf16.inputs")
 timing = library.module("measuring.timing")
 
 #: A cell regresses when the whole confidence interval of head/base lies above this. Chosen so
@@ -70,8 +69,8 @@ MIN_PAIRS, BATCH_PAIRS, MAX_PAIRS = 10, 10, 400
 CELL_BUDGET_SECONDS = 20.0
 #: Untimed pairs first: index caches, first touch of inputs and outputs.
 WARMUP_PAIRS = 2
-#: The asv figures this verdict decides (they measure the same call, unpaired); the quantized
-#: formats' are their ``metrics.quant_sibling``s.
+#: The asv figures this verdict decides (they measure the same call, unpaired): BF16's; the
+#: quantized formats' are their ``metrics.quant_sibling``s.
 JUDGED_BENCHMARKS = (
     "bench_convert.LayerTime.track_layer_seconds",
     "bench_convert.LayerTime.track_copy_ratio",
@@ -152,66 +151,68 @@ def _verdict(low: float, high: float) -> str:
     return "same"
 
 
+def _records(lib: ModuleType) -> dict:
+    """``lib``'s strategies of every format: BF16's, and the quantized formats' on a commit
+    since issue 18."""
+    return {**lib.STRATEGIES, **getattr(lib, "QUANT_STRATEGIES", {})}
+
+
 def _in_place(lib: ModuleType, strategy: str) -> bool:
     """Whether ``lib`` converts ``strategy`` in place: its record says so; a commit from before
     the registry of records (issue 12) says so with a set of names, ``INPLACE``."""
     if hasattr(lib, "INPLACE"):
         return strategy in lib.INPLACE
-    return lib.STRATEGIES[strategy].inplace
+    return _records(lib)[strategy].inplace
+
+
+def _converter(lib: ModuleType, fmt: str) -> Callable[[dict, str, bool], object]:
+    """``lib``'s conversion of a layer of ``fmt`` given as its named tensors,
+    ``(layer, strategy, gated)``: ``convert_layer`` since the format axis (issue 28); on a
+    commit before it, BF16's ``convert`` of w13 and w2, or ``convert_quant`` of the side's own
+    ``QuantLayer`` of the tensors."""
+    if hasattr(lib, "convert_layer"):
+        return lambda layer, strategy, gated: lib.convert_layer(
+            layer, strategy=strategy, gated=gated
+        )
+    if fmt == "bf16":
+        return lambda layer, strategy, gated: lib.convert(
+            layer["w13"], layer["w2"], strategy=strategy, gated=gated
+        )
+    return lambda layer, strategy, gated: lib.convert_quant(
+        lib.QuantLayer(**layer), strategy=strategy, gated=gated
+    )
 
 
 def measure_cell(
-    libs: dict[str, ModuleType], label: str, strategy: str, device: torch.device, seed: int = 0
-) -> Cell:
-    """Alternate base and head calls of ``strategy`` on one shape's inputs; the paired verdict."""
-    missing = [side for side, lib in libs.items() if strategy not in lib.STRATEGIES]
-    if missing:
-        return _missing(label, strategy, missing, f"strategy {strategy!r} is not registered")
-    shape = common.timed_shape(label)  # the suite's shape: both sides convert the same bytes
-    pristine = inputs.random_weights(shape.w13_shape, shape.w2_shape, seed=seed, device=device)
-
-    def call(side: str, tensors: list[torch.Tensor]):
-        return libs[side].convert(*tensors, strategy=strategy, gated=shape.gated)
-
-    inplace = {side: _in_place(lib, strategy) for side, lib in libs.items()}
-    return _paired(label, strategy, list(pristine), call, inplace, device, seed)
-
-
-def measure_quant_cell(
     libs: dict[str, ModuleType], label: str, kind: str, device: torch.device, seed: int = 0
 ) -> Cell:
-    """``measure_cell`` for a quantized cell (``benchmarks.quant``'s grid: a shape and a kind, the
-    strategy the shape's format's), on the working tree's seeded layer of the suite's shape;
-    each side builds its own ``QuantLayer`` of the same tensors."""
+    """Alternate base and head calls of one cell of ``benchmarks.formats``' grid (a shape and
+    its format's strategy ``kind``) on the same layer: the working tree's seeded layer of the
+    suite's timed shape (``moe_convert.layer_tensors``), each side converting it through its own
+    library (``_converter``)."""
     # Imported here: asv imports this module with the measured commit's library, which may
-    # predate the formats.
-    quant_layer_tensors = library.module("formats.quant.layer").quant_layer_tensors
+    # predate the format axis.
+    from moe_convert import layer_tensors
 
-    shape = quant.timed_quant_shape(label)
-    strategy = f"{shape.format}-{kind}"
-    missing = [side for side, lib in libs.items() if strategy not in _quant_strategies(lib)]
+    fmt = formats.FORMAT_OF[label]
+    strategy = formats.strategy_name(fmt, kind)
+    missing = [side for side, lib in libs.items() if strategy not in _records(lib)]
     if missing:
-        return _missing(label, kind, missing, f"quantized strategy {strategy!r} is not registered")
-    takes = {
-        getattr(_quant_strategies(lib)[strategy], "takes", shape.format) for lib in libs.values()
-    }
-    if takes != {shape.format}:  # FlashInfer's helpers: a BF16 layer, not the checkpoint's
-        why = f"{strategy} takes a bf16 layer, not a {shape.format} one: not paired"
+        return _missing(label, kind, missing, f"strategy {strategy!r} is not registered")
+    takes = {getattr(_records(lib)[strategy], "takes", fmt) for lib in libs.values()} - {fmt}
+    if takes:  # FlashInfer's helpers: a BF16 layer, not the checkpoint's
+        why = f"{strategy} takes a {' or '.join(sorted(takes))} layer, not a {fmt} one: not paired"
         return Cell(label, kind, "n/a", error=why)
-    layer = quant_layer_tensors(shape, device)  # seed 0 is the layer's own
-    names = list(layer.tensors())
+    shape = formats.timed_shape(label)  # the suite's shape: both sides convert the same bytes
+    layer = layer_tensors(shape, device, seed=seed)
+    names = list(layer)
+    converters = {side: _converter(lib, fmt) for side, lib in libs.items()}
 
     def call(side: str, tensors: list[torch.Tensor]):
-        quant_layer = libs[side].QuantLayer(**dict(zip(names, tensors, strict=True)))
-        return libs[side].convert_quant(quant_layer, strategy=strategy, gated=shape.gated)
+        return converters[side](dict(zip(names, tensors, strict=True)), strategy, shape.gated)
 
-    inplace = {side: _quant_strategies(lib)[strategy].inplace for side, lib in libs.items()}
-    return _paired(label, kind, list(layer.tensors().values()), call, inplace, device, seed)
-
-
-def _quant_strategies(lib: ModuleType) -> dict:
-    """``lib``'s quantized strategies: none in a commit from before the formats (issue 18)."""
-    return getattr(lib, "QUANT_STRATEGIES", {})
+    inplace = {side: _in_place(lib, strategy) for side, lib in libs.items()}
+    return _paired(label, kind, list(layer.values()), call, inplace, device, seed)
 
 
 def _missing(label: str, strategy: str, missing: list[str], why: str) -> Cell:
@@ -326,20 +327,26 @@ def _selected(regex: re.Pattern | None, judged: tuple[str, ...], label: str, str
     return regex is None or any(regex.search(f"{name}('{label}', '{strategy}')") for name in judged)
 
 
-def quant_cells(regex: re.Pattern | None) -> list[tuple[str, str]]:
-    """The quantized cells (shape, kind) the profile times that ``regex`` selects: a cell is
-    selected by its format's names of ``JUDGED_BENCHMARKS`` (``bench_nvfp4.LayerTime...``)."""
+def cells(regex: re.Pattern | None) -> list[tuple[str, str]]:
+    """Every cell (shape, strategy of its format) the profile times (``formats.is_timed``) that
+    ``regex`` selects: a cell is selected by its format's names of ``JUDGED_BENCHMARKS``
+    (``bench_convert.LayerTime...`` for BF16's, ``bench_nvfp4.LayerTime...`` for NVFP4's)."""
     # Imported here: asv imports this module with the measured commit's moe_bench, which may
     # predate the quantized formats' figures.
     from moe_bench.metrics import quant_sibling
 
+    judged = {
+        fmt: JUDGED_BENCHMARKS
+        if fmt == "bf16"
+        else tuple(quant_sibling(name, fmt) for name in JUDGED_BENCHMARKS)
+        for fmt in formats.FORMAT_SHAPES
+    }
     return [
         (label, kind)
-        for fmt, labels in quant.FORMAT_SHAPES.items()
-        for label in labels
-        if quant.is_timed(label)
-        for kind in quant.QUANT_KINDS
-        if _selected(regex, tuple(quant_sibling(n, fmt) for n in JUDGED_BENCHMARKS), label, kind)
+        for label, fmt in formats.FORMAT_OF.items()
+        if formats.is_timed(label)
+        for kind in formats.kinds(fmt)
+        if _selected(regex, judged[fmt], label, kind)
     ]
 
 
@@ -357,20 +364,12 @@ def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -
             side: load_commit(commit, root, Path(folder), side)
             for side, commit in (("base", base), ("head", head))
         }
-        strategies = list(dict.fromkeys([*libs["head"].STRATEGIES, *libs["base"].STRATEGIES]))
-        cells = [
-            (measure_cell, label, strategy)
-            for label in common.SHAPES
-            for strategy in strategies
-            if _selected(regex, JUDGED_BENCHMARKS, label, strategy)
-        ]
-        if any(_quant_strategies(lib) for lib in libs.values()):
-            cells += [(measure_quant_cell, *cell) for cell in quant_cells(regex)]
+        selected = cells(regex)
         rows = []
-        for i, (measure, label, strategy) in enumerate(cells, 1):
-            cell = measure(libs, label, strategy, device)
+        for i, (label, kind) in enumerate(selected, 1):
+            cell = measure_cell(libs, label, kind, device)
             rows.append(asdict(cell))
-            say("paired", i, len(cells), cell)
+            say("paired", i, len(selected), cell)
     # The machine's noise around the run (slowest / fastest of 15 calibration copies).
     noise = {
         "copy_spread_before": noise_before,

@@ -36,7 +36,7 @@ ENGINE_STRATEGIES = ("vllm", "sglang-installed", "flashinfer")
 #: vLLM's three forms, frozen in ``moe_convert.strategies``: the reference lines.
 REFERENCE_STRATEGIES = ("legacy", "preallocated", "inplace")
 STRATEGIES = ENGINE_STRATEGIES + REFERENCE_STRATEGIES
-#: Timed calls per cell (``bench_convert.REPEATS``' reasoning: 9, each paired with a copy).
+#: Timed calls per cell (``benchmarks.formats.REPEATS``' reasoning: 9, each paired with a copy).
 REPEATS = 9
 #: Experts a timed layer converts in the cpu profile (``benchmarks.common.CPU_PROFILE_EXPERTS``).
 CPU_PROFILE_EXPERTS = 8

@@ -46,8 +46,8 @@ __all__ = [
     "WHOLE_MODEL",
     "PAIRED_TIME",
     "ENGINE_FIGURES",
-    "QUANT_CLASSES",
-    "QUANT_RANK_LOAD_DEVICES",
+    "FORMAT_CLASSES",
+    "RANK_LOAD_CLASSES",
     "RANK_LOAD_FIGURES",
     "RANK_LOAD_REPLAY",
     "RANK_LOAD_TIME",
@@ -154,17 +154,28 @@ COPY_RATIO = "bench_convert.LayerTime.track_copy_ratio"
 PEAK_BYTES = "bench_convert.PeakMemory.track_peak_transient_bytes"
 WHOLE_MODEL = "bench_convert.LayerTime.track_whole_model_seconds"
 TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
-#: BF16's classes every format's module (``bench_<format>``, one per quantized format of
-#: ``moe_convert.formats.table.LAYER_FORMATS``) has too, measuring the same way: each figure is
-#: its BF16 sibling's entry under the format's name (``quant_sibling``: unit, rule, summary
-#: column), so the summary's table of each format has BF16's columns (the PyTorch HUD's name
-#: stays BF16's alone). The formats themselves are not listed here: a figure's format is read
-#: from its name (``format_figure``), as this module imports nothing of the library, so a new
-#: format's results are judged with no edit here.
-QUANT_CLASSES = ("PeakMemory", "Traffic", "CudaMemory", "SleepModeReplay", "LayerTime", "Profile")
-#: The devices each format's whole-rank load is replayed on, a class each (``RankLoad<device>``,
-#: ``moe_convert.load.wholemodel.LOAD_DEVICES``): ``RANK_LOAD_REPLAY``'s figures.
-QUANT_RANK_LOAD_DEVICES = ("GB200", "H200")
+#: The replayed rank load's classes, one per device (``benchmarks.formats.RANK_LOAD_DEVICES``):
+#: a device as full as vLLM #45589's rank was (``RankLoadReplay``), a GB200, an H200.
+RANK_LOAD_CLASSES = ("RankLoadReplay", "RankLoadGB200", "RankLoadH200")
+#: The classes of every format's figures (``benchmarks.formats.CLASSES``): BF16's in
+#: ``bench_convert`` and ``bench_allocator``, each quantized format's all in its module
+#: (``bench_<format>``, one per quantized format of ``moe_convert.formats.table.LAYER_FORMATS``),
+#: measuring the same way: each figure of a quantized format is its BF16 sibling's entry under
+#: the format's name (``quant_sibling``: unit, rule, summary column), so the summary's table of
+#: each format has BF16's columns (the PyTorch HUD's name stays BF16's alone). The formats
+#: themselves are not listed here: a figure's format is read from its name (``format_figure``),
+#: as this module imports nothing of the library, so a new format's results are judged with no
+#: edit here. The replayed rank load has a class per device (``RANK_LOAD_CLASSES``).
+FORMAT_CLASSES = (
+    "PeakMemory",
+    "Traffic",
+    "CudaMemory",
+    "LayerTime",
+    "Profile",
+    "SleepModeReplay",
+    *RANK_LOAD_CLASSES,
+    "RankLoadTime",
+)
 
 
 def quant_sibling(benchmark: str, fmt: str) -> str:
@@ -182,7 +193,7 @@ def engine_sibling(benchmark: str) -> str:
 #: The whole rank's load: its replay's class (every figure exact) and the seconds run on CUDA.
 RANK_LOAD_REPLAY = "bench_allocator.RankLoadReplay"
 RANK_LOAD_TIME = "bench_allocator.RankLoadTime.track_load_seconds"
-#: A replayed rank load's figures and units (``benchmarks.common.RankLoadFigures``' methods).
+#: A replayed rank load's figures and units (``benchmarks.formats._RankLoad``'s methods).
 RANK_LOAD_FIGURES = (
     ("num_device_alloc", "calls"),
     ("num_device_free", "calls"),
@@ -236,10 +247,10 @@ _TABLE = [
         EXACT,
         "bytes",
     ),
-    # The whole rank's load (bench_allocator; each format's per device, ``format_figure``):
-    # driver calls replayed (exact), seconds run on CUDA.
+    # The whole rank's load: driver calls replayed on each device (exact), seconds run on CUDA.
     *(
-        Metric(f"{RANK_LOAD_REPLAY}.track_{figure}", unit, True, EXACT, unit)
+        Metric(f"bench_allocator.{cls}.track_{figure}", unit, True, EXACT, unit)
+        for cls in RANK_LOAD_CLASSES
         for figure, unit in RANK_LOAD_FIGURES
     ),
     Metric(
@@ -286,18 +297,8 @@ _TABLE = [
     Metric(PAIRED_TIME, "seconds", True, PAIRED, "seconds"),
 ]
 #: A format's figure -> its BF16 sibling's entry, by the name without its module
-#: (``PeakMemory.track_peak_transient_bytes``; ``RankLoadH200.track_num_device_alloc`` ->
-#: ``RANK_LOAD_REPLAY``'s).
-_FORMAT_SIBLINGS = {
-    **{m.short: m for m in _TABLE if m.benchmark.split(".")[1] in QUANT_CLASSES},
-    **{
-        f"RankLoad{device}.track_{figure}": next(
-            m for m in _TABLE if m.benchmark == f"{RANK_LOAD_REPLAY}.track_{figure}"
-        )
-        for device in QUANT_RANK_LOAD_DEVICES
-        for figure, _ in RANK_LOAD_FIGURES
-    },
-}
+#: (``PeakMemory.track_peak_transient_bytes``, ``RankLoadH200.track_num_device_alloc``).
+_FORMAT_SIBLINGS = {m.short: m for m in _TABLE if m.benchmark.split(".")[1] in FORMAT_CLASSES}
 #: Every figure a format's module has, ``<class>.<method>``.
 FORMAT_FIGURES = tuple(_FORMAT_SIBLINGS)
 #: An engine's history (``engine_benchmarks/bench_engine.py``, ``moe_bench.engine``): BF16's
@@ -328,7 +329,7 @@ _RETIRED_QUANT = (
     "Profile.track_timed_experts",
     *(
         f"RankLoad{device}.track_{figure}"
-        for device in QUANT_RANK_LOAD_DEVICES
+        for device in ("GB200", "H200")
         for figure, _ in RANK_LOAD_FIGURES
     ),
 )
@@ -345,10 +346,9 @@ _LISTED_MODULES = frozenset(m.benchmark.partition(".")[0] for m in _TABLE)
 
 def format_figure(benchmark: str) -> Metric | None:
     """The entry of a format's figure ``benchmark`` (``bench_<format>.<class>.<method>`` of a
-    module not listed here, whose ``<class>.<method>`` is one of BF16's: ``QUANT_CLASSES`` and
-    ``RankLoad<device>``): its BF16 sibling's under its own name; ``None`` for any other name.
-    The format is read from the name, so a format added to the library is judged with no edit
-    here."""
+    module not listed here, whose ``<class>.<method>`` is one of BF16's, of ``FORMAT_CLASSES``):
+    its BF16 sibling's under its own name; ``None`` for any other name. The format is read from
+    the name, so a format added to the library is judged with no edit here."""
     module, _, figure = benchmark.partition(".")
     if not module.startswith("bench_") or module in _LISTED_MODULES:
         return None

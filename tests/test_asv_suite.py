@@ -27,7 +27,7 @@ from moe_convert.measuring.traffic import strategy_traffic
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
-from benchmarks import bench_allocator, bench_convert, common  # noqa: E402
+from benchmarks import bench_allocator, bench_convert, common, formats  # noqa: E402
 
 GRID_CLASSES = [
     bench_convert.LayerTime,
@@ -96,7 +96,7 @@ def test_strategy_axis_is_the_same_whatever_is_installed(monkeypatch, installed)
 
 def test_every_benchmarked_shape_is_a_catalog_shape_the_kernel_runs():
     for label in common.SHAPES:
-        shape = common.full_shape(label)
+        shape = formats.full_shape(label)
         assert shape.label == label and shape.valid, label
 
 
@@ -104,21 +104,21 @@ def test_layer_time_derives_every_time_figure_from_one_measurement(monkeypatch):
     # setup_cache times the grid once (here one shape, two strategies); setup and the three
     # track_ methods read that one measurement, as asv passes it to every parameter's process.
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
-    monkeypatch.setattr(common, "SHAPES", ("qwen3-30b-a3b/tp2",))
+    monkeypatch.setattr(formats, "FORMAT_OF", {"qwen3-30b-a3b/tp2": "bf16"})
     monkeypatch.setattr(common, "STRATEGY_AXIS", ("strided_copy", "no-such-strategy"))
-    monkeypatch.setattr(bench_convert, "REPEATS", 2)
+    monkeypatch.setattr(formats, "REPEATS", 2)
     common.profile.cache_clear()
     try:
         bench = bench_convert.LayerTime()
         timings = bench.setup_cache()
-        assert set(timings) == {("qwen3-30b-a3b/tp2", "strided_copy")}  # unregistered: not timed
+        assert _measured(timings) == {("qwen3-30b-a3b/tp2", "strided_copy")}  # unregistered: n/a
         bench.setup(timings, "qwen3-30b-a3b/tp2", "strided_copy")
         measured = timings["qwen3-30b-a3b/tp2", "strided_copy"]
         assert len(measured.strategy_time.samples) == 2
         cell = (timings, "qwen3-30b-a3b/tp2", "strided_copy")
         assert bench.track_layer_seconds(*cell) == measured.seconds
         assert bench.track_copy_ratio(*cell) == measured.copy_ratio
-        full = common.full_shape("qwen3-30b-a3b/tp2")  # 8 of 128 experts timed, 48 layers
+        full = formats.full_shape("qwen3-30b-a3b/tp2")  # 8 of 128 experts timed, 48 layers
         assert bench.track_whole_model_seconds(*cell) == (
             pytest.approx(measured.seconds * full.experts / common.CPU_PROFILE_EXPERTS * 48)
         )
@@ -134,13 +134,18 @@ def test_layer_time_derives_every_time_figure_from_one_measurement(monkeypatch):
         common.profile.cache_clear()
 
 
+def _measured(cache: dict) -> set[tuple[str, str]]:
+    """The cells of a grid's ``setup_cache`` that were measured: not n/a here."""
+    return {cell for cell, value in cache.items() if not isinstance(value, formats._NotHere)}
+
+
 def _grid_cache(monkeypatch, bench, label: str, strategies: tuple[str, ...]) -> dict:
     """``bench.setup_cache()`` over ``label`` x ``strategies`` and an unregistered name: only the
     registered cells are measured, the other is n/a, and a cell whose measurement raised fails."""
-    monkeypatch.setattr(common, "SHAPES", (label,))
+    monkeypatch.setattr(formats, "FORMAT_OF", {label: "bf16"})
     monkeypatch.setattr(common, "STRATEGY_AXIS", (*strategies, "no-such-strategy"))
     cache = bench.setup_cache()
-    assert set(cache) == {(label, strategy) for strategy in strategies}
+    assert _measured(cache) == {(label, strategy) for strategy in strategies}
     with pytest.raises(NotImplementedError):
         bench.setup(cache, label, "no-such-strategy")
     with pytest.raises(RuntimeError, match="boom"):
@@ -154,7 +159,7 @@ def test_sleep_mode_replay_reads_both_figures_from_one_replay_per_cell(monkeypat
     loads = _grid_cache(monkeypatch, bench, label, ("inplace", "strided_inplace"))
     for strategy in ("inplace", "strided_inplace"):
         want = replay_load(
-            common.full_shape(label),
+            formats.full_shape(label),
             strategy,
             max_split_size_mb=20,
             pool="sleep",
@@ -172,7 +177,7 @@ def test_rank_load_replay_reads_every_figure_from_one_replay_per_cell(monkeypatc
     # the default pool at 20 MiB, the rank's weights plus PR #45589's headroom
     label, bench = "qwen3-30b-a3b/tp2", bench_allocator.RankLoadReplay()
     loads = _grid_cache(monkeypatch, bench, label, ("legacy", "preallocated"))
-    full = common.full_shape(label)
+    full = formats.full_shape(label)
     for strategy in ("legacy", "preallocated"):
         want = replay_load(
             full,
@@ -219,7 +224,7 @@ def test_rank_load_time_is_n_a_without_cuda(monkeypatch):
 def test_traffic_reads_its_three_figures_from_one_count_per_cell(monkeypatch):
     label, bench = "qwen3-30b-a3b/tp2", bench_convert.Traffic()
     counts = _grid_cache(monkeypatch, bench, label, ("strided_copy", "legacy"))
-    full = common.full_shape(label)
+    full = formats.full_shape(label)
     for strategy in ("strided_copy", "legacy"):
         want = strategy_traffic(full, strategy)
         bench.setup(counts, label, strategy)
@@ -235,7 +240,7 @@ def test_cpu_profile_keeps_expert_geometry(monkeypatch):
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
     common.profile.cache_clear()
     try:
-        full, timed = common.full_shape("deepseek-v3/tp4"), common.timed_shape("deepseek-v3/tp4")
+        full, timed = formats.full_shape("deepseek-v3/tp4"), formats.timed_shape("deepseek-v3/tp4")
         assert timed.experts == common.CPU_PROFILE_EXPERTS < full.experts == 256
         assert (timed.hidden, timed.intermediate) == (full.hidden, full.intermediate) == (7168, 512)
         monkeypatch.setenv("MOE_BENCH_PROFILE", "fast")
@@ -329,7 +334,7 @@ def test_quick_run_of_a_subset_is_read_back(scratch_config):
         (row.benchmark.split(".")[1], row.strategy): (row.value, row.unit)
         for row in frame.itertuples()
     }
-    shape = common.full_shape("qwen3-30b-a3b/tp2")
+    shape = formats.full_shape("qwen3-30b-a3b/tp2")
     assert got[("PeakMemory", "strided_copy")] == (shape.w13_bytes + shape.w2_bytes, "bytes")
     got.update(
         {
@@ -357,10 +362,11 @@ sys.path[:0] = [lib, root]
 sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in repr(f)]
 import moe_convert
 assert moe_convert.__file__.startswith(lib), moe_convert.__file__
-from benchmarks import bench_allocator, bench_convert, bench_noise, common
+from benchmarks import bench_allocator, bench_convert, bench_noise, common, formats
 shape = "qwen3-30b-a3b/tp2"
-common.SHAPES, common.STRATEGY_AXIS = (shape,), ("strided_copy", "inplace")
-bench_convert.REPEATS = 1
+formats.FORMAT_OF = {shape: "bf16", "llama-4-maverick-fp8/tp8": "fp8"}
+common.STRATEGY_AXIS = ("strided_copy", "inplace")
+formats.REPEATS = 1
 cells = {("shape", "strategy"): (shape, "inplace"), ("shape",): (shape,)}
 ran = []
 for module in (bench_allocator, bench_convert, bench_noise):
@@ -372,6 +378,8 @@ for module in (bench_allocator, bench_convert, bench_noise):
         cache = (bench.setup_cache(),) if hasattr(cls, "setup_cache") else ()
         for value in (cache[0].values() if cache else ()):
             assert not isinstance(value, str), (name, value)  # a cell whose measurement raised
+            # n/a here: the quantized formats' cells, and the devices LOAD_DEVICES later named
+            assert not isinstance(value, formats._NotHere) or "quantized" in value.reason
         cell = cells.get(tuple(getattr(cls, "param_names", ())), ())
         try:
             if hasattr(bench, "setup"):
@@ -430,10 +438,10 @@ sys.path[:0] = sys.argv[1:3]
 sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in repr(f)]  # as above
 import moe_convert
 assert moe_convert.__file__.startswith(sys.argv[1]), moe_convert.__file__
-from benchmarks import quant
+from benchmarks import formats
 label = "qwen3-235b-a22b-nvfp4/tp4"
-print(quant.full_quant_shape(label).experts, quant._peak(label, "fast"),
-      quant._traffic(label, "fast").launches, quant._rank_load("H200", label, "fast").layers)
+print(formats.full_shape(label).experts, formats._peak(label, "fast"),
+      formats._traffic(label, "fast").launches, formats._rank_loads(label, "fast")["H200"].layers)
 """
 
 
@@ -466,14 +474,14 @@ def test_bringing_back_per_expert_temporaries_fails_the_gate_without_a_gpu(monke
     """A change that makes ``preallocated`` clone, gather and stack per expert again (``legacy``'s
     body under its name) regresses the replayed driver calls, exactly, on any machine."""
     label = "qwen3-30b-a3b/tp2"
-    base = bench_allocator.rank_load_replay(label, "preallocated")
+    base = formats._rank_loads(label, "preallocated")["Replay"]
     reverted = dataclasses.replace(
         moe_convert.STRATEGIES["preallocated"], function=moe_convert.STRATEGIES["legacy"].function
     )
     monkeypatch.setitem(moe_convert.STRATEGIES, "preallocated", reverted)
     _meta_conversion.cache_clear()
     try:
-        head = bench_allocator.rank_load_replay(label, "preallocated")
+        head = formats._rank_loads(label, "preallocated")["Replay"]
     finally:
         _meta_conversion.cache_clear()
     verdict = metrics.judge(

@@ -153,11 +153,11 @@ def test_the_engine_suite_times_as_the_suite_does():
         import bench_engine
     finally:
         sys.path.pop(0)
-    from benchmarks import bench_convert, common
+    from benchmarks import common, formats
 
     assert bench_engine.CPU_PROFILE_EXPERTS == common.CPU_PROFILE_EXPERTS
     assert bench_engine.CPU_THREADS == common.CPU_THREADS
-    assert bench_engine.REPEATS == bench_convert.REPEATS
+    assert bench_engine.REPEATS == formats.REPEATS
 
 
 def test_the_config_is_asvs_with_the_engine_as_repo(history):

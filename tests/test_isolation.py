@@ -1,9 +1,10 @@
 """Fault injection in a grid benchmark's cells (``benchmarks.isolation`` through
-``common.measure_grid``): a cell that aborts, segfaults, hangs or hits a sticky CUDA error fails
-alone, with the reason, and every other cell's figures equal a clean run's exactly.
+``common.measure_cells``, which every grid's ``setup_cache`` measures with): a cell that aborts,
+segfaults, hangs or hits a sticky CUDA error fails alone, with the reason, and every other cell's
+figures equal a clean run's exactly.
 
 Real worker processes and real signals: the faulty cell really calls ``abort()``, really reads
-address 0, really sleeps past its time box. The grid is narrowed to two shapes and two strategies
+address 0, really sleeps past its time box. The grid is two shapes and three strategies
 whose traffic counts take milliseconds once warmed up (this process warms up; workers are forked
 from it): seconds a run.
 """
@@ -23,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
-from benchmarks import bench_convert, common  # noqa: E402
+from benchmarks import common, formats  # noqa: E402
 
 SHAPES = ("qwen3-30b-a3b/tp1", "deepseek-v3/tp8")
 STRATEGIES = ("strided_copy", "legacy", "batched")
@@ -50,23 +51,18 @@ def _cuda_error() -> None:
 FAULTS = {"abort": _abort, "segfault": _segfault, "hang": _hang, "cuda error": _cuda_error}
 
 
-def _narrow(patch: pytest.MonkeyPatch) -> None:
-    patch.setattr(common, "SHAPES", SHAPES)
-    patch.setattr(common, "STRATEGY_AXIS", STRATEGIES)
+CELLS = [(shape, strategy) for shape in SHAPES for strategy in STRATEGIES]
 
 
-@pytest.fixture(autouse=True)
-def narrow(monkeypatch):
-    _narrow(monkeypatch)
+def _grid(measure, timeout_s: float = common.CELL_TIMEOUT_S) -> dict:
+    return common.measure_cells(measure, CELLS, timeout_s=timeout_s)
 
 
 @pytest.fixture(scope="module")
 def clean() -> dict:
     """The Traffic grid's exact figures of a run without a fault."""
-    with pytest.MonkeyPatch.context() as patch:
-        _narrow(patch)
-        bench_convert._count_traffic(*FAULTY)  # warm up here: every forked worker starts warm
-        return common.measure_grid(bench_convert._count_traffic)
+    formats._traffic(*FAULTY)  # warm up here: every forked worker starts warm
+    return _grid(formats._traffic)
 
 
 @pytest.mark.parametrize(
@@ -82,10 +78,10 @@ def test_a_faulty_cell_costs_only_itself(clean, fault, reason):
     def measure(shape: str, strategy: str):
         if (shape, strategy) == FAULTY:
             FAULTS[fault]()
-        return bench_convert._count_traffic(shape, strategy)
+        return formats._traffic(shape, strategy)
 
     started = time.monotonic()
-    measured = common.measure_grid(measure, timeout_s=5)
+    measured = _grid(measure, timeout_s=5)
     assert time.monotonic() - started < 60
     assert reason in measured[FAULTY]
     assert {cell: value for cell, value in measured.items() if cell != FAULTY} == {
@@ -96,7 +92,7 @@ def test_a_faulty_cell_costs_only_itself(clean, fault, reason):
     )
     failed = re.escape(f"{FAULTY[0]} {FAULTY[1]} failed: ") + ".*" + re.escape(reason)
     with pytest.raises(RuntimeError, match=failed):
-        common.grid_cell(measured, *FAULTY)  # the cell's figures fail in asv, saying why
+        formats._cell(measured, *FAULTY)  # the cell's figures fail in asv, saying why
 
 
 def test_cells_after_a_sticky_cuda_error_run_in_a_fresh_process():
@@ -109,7 +105,7 @@ def test_cells_after_a_sticky_cuda_error_run_in_a_fresh_process():
             raise ValueError("an ordinary error")  # the process stays usable: no new one
         return os.getpid()
 
-    measured = common.measure_grid(measure)
+    measured = _grid(measure)
     cells = list(measured)
     before = {measured[c] for c in cells[: cells.index(FAULTY)] if c != ordinary}
     after = {measured[c] for c in cells[cells.index(FAULTY) + 1 :]}
@@ -122,13 +118,13 @@ _KILLED_PARENT = """
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
 from benchmarks import common
-common.SHAPES, common.STRATEGY_AXIS = ("qwen3-30b-a3b/tp1",), ("strided_copy",)
+
 
 def hang(shape, strategy):
     print(os.getpid(), flush=True)  # the worker's pid, for the test
     time.sleep(3600)
 
-common.measure_grid(hang)
+common.measure_cells(hang, [("qwen3-30b-a3b/tp1", "strided_copy")])
 """
 
 
@@ -163,7 +159,5 @@ def test_the_spawned_worker_of_cuda_measures_the_same(clean):
     from benchmarks import isolation
 
     cell = (SHAPES[1], "strided_copy")
-    spawned = isolation.measure_cells(
-        bench_convert._count_traffic, [cell], timeout_s=120, start_method="spawn"
-    )
+    spawned = isolation.measure_cells(formats._traffic, [cell], timeout_s=120, start_method="spawn")
     assert spawned == {cell: clean[cell]}

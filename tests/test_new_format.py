@@ -21,7 +21,7 @@ from moe_convert.formats.table import LAYER_FORMATS
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
-from benchmarks import budgets, quant  # noqa: E402
+from benchmarks import budgets, formats  # noqa: E402
 
 FAKE, TWIN = "fakefp4", "deepseek-r1-nvfp4"
 MODEL = f"deepseek-r1-{FAKE}"
@@ -47,7 +47,7 @@ def fake_format(monkeypatch) -> str:
 
 def test_a_new_formats_figures_are_judged_as_bf16s_siblings():
     # Every figure the suite makes for a format, and nothing else.
-    made = quant.format_benchmarks("nvfp4", "benchmarks.bench_nvfp4")
+    made = formats.format_benchmarks("nvfp4", "benchmarks.bench_nvfp4")
     assert set(FORMAT_FIGURES) == {
         f"{name}.{method}"
         for name, cls in made.items()
@@ -56,10 +56,7 @@ def test_a_new_formats_figures_are_judged_as_bf16s_siblings():
     }
     for figure in FORMAT_FIGURES:
         name = f"bench_{FAKE}.{figure}"
-        bf16 = next(
-            (m for m in METRICS.values() if quant_sibling(m.benchmark, FAKE) == name),
-            METRICS.get(f"bench_allocator.RankLoadReplay.{figure.partition('.')[2]}"),
-        )
+        bf16 = next(m for m in METRICS.values() if quant_sibling(m.benchmark, FAKE) == name)
         got = metric(name)
         assert name in METRICS and got.benchmark == name
         assert (got.unit, got.rule, got.column, got.factor) == (
@@ -69,9 +66,9 @@ def test_a_new_formats_figures_are_judged_as_bf16s_siblings():
             bf16.factor,
         )
         assert got.pytorch_name is None  # the HUD's names stay BF16's
-    # Not a format's figure: a BF16-only class, a method no class has, a listed module.
+    # Not a format's figure: a retired class, a method no class has, a listed module.
     for name in (
-        f"bench_{FAKE}.RankLoadReplay.track_num_device_alloc",
+        f"bench_{FAKE}.SleepModeLoad.track_peak_reserved_bytes",
         f"bench_{FAKE}.PeakMemory.track_nothing",
         "bench_noise.PeakMemory.track_peak_transient_bytes",
         "paired.PeakMemory.track_peak_transient_bytes",

@@ -21,6 +21,10 @@ sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed 
 
 from benchmarks import paired  # noqa: E402
 
+#: The quantized shapes the cpu profile times.
+QUANT_TIMED = [
+    label for label in paired.formats.CPU_PROFILE_SHAPES if label in paired.formats.QUANT_SHAPES
+]
 HEAD = subprocess.run(
     ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
 ).stdout.strip()
@@ -69,16 +73,17 @@ _buffers: dict[str, set[int]] = {"base": set(), "head": set()}
 
 @pytest.fixture
 def track_side(monkeypatch, libs):
-    """Remember which library each timed call belongs to (the fake clock needs it)."""
+    """Remember which library each timed call belongs to (the fake clock needs it) and the
+    buffers it converted (its first tensor's)."""
     for side, lib in libs.items():
-        original = lib.convert
+        original = lib.convert_layer
 
-        def convert(*args, _side_name=side, _original=original, **kwargs):
+        def convert_layer(layer, _side_name=side, _original=original, **kwargs):
             _side[0] = _side_name
-            _buffers[_side_name].add(args[0].data_ptr())
-            return _original(*args, **kwargs)
+            _buffers[_side_name].add(next(iter(layer.values())).data_ptr())
+            return _original(layer, **kwargs)
 
-        monkeypatch.setattr(lib, "convert", convert)
+        monkeypatch.setattr(lib, "convert_layer", convert_layer)
 
 
 @pytest.mark.parametrize(
@@ -130,61 +135,79 @@ def test_a_strategy_missing_in_head_fails_and_one_new_in_head_is_not_judged(monk
     assert cell.verdict == "n/a" and "not registered in base" in cell.error
 
 
-@pytest.fixture
-def track_quant_side(monkeypatch, libs):
-    """``track_side`` for the quantized conversions."""
-    for side, lib in libs.items():
-        original = lib.convert_quant
-
-        def convert_quant(layer, _side_name=side, _original=original, **kwargs):
-            _side[0] = _side_name
-            return _original(layer, **kwargs)
-
-        monkeypatch.setattr(lib, "convert_quant", convert_quant)
-
-
 @pytest.mark.parametrize("kind", ["fast", "inplace"])
-def test_a_quantized_cell_is_paired_by_the_same_rule(monkeypatch, libs, track_quant_side, kind):
-    # benchmarks.quant's cell (shape, kind): the shape's format's strategy through each side's own
-    # QuantLayer and convert_quant (in place too), judged as a BF16 cell is.
+def test_a_quantized_cell_is_paired_by_the_same_rule(monkeypatch, libs, track_side, kind):
+    # benchmarks.formats' cell (shape, kind): the shape's format's strategy through each side's
+    # own convert_layer (in place too), judged as a BF16 cell is.
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
     _fake_clock(monkeypatch, 1.3)
-    label = paired.quant.CPU_PROFILE_QUANT_SHAPES[0]
-    cell = paired.measure_quant_cell(libs, label, kind, paired.torch.device("cpu"))
+    label = QUANT_TIMED[0]
+    cell = paired.measure_cell(libs, label, kind, paired.torch.device("cpu"))
     assert (cell.shape, cell.strategy, cell.verdict) == (label, kind, "regressed")
     assert cell.ratio == pytest.approx(1.3, rel=0.05)
 
 
 def test_a_format_selects_its_own_cells(monkeypatch):
-    # -b picks cells by their format's names: bench_nvfp4's are NVFP4's alone, LayerTime all.
+    # -b picks cells by their format's names: bench_nvfp4's are NVFP4's alone, bench_convert's
+    # BF16's, LayerTime all.
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
-    timed = paired.quant.CPU_PROFILE_QUANT_SHAPES
-    nvfp4 = paired.quant_cells(re.compile(r"bench_nvfp4\."))
+    formats = paired.formats
+    nvfp4 = paired.cells(re.compile(r"bench_nvfp4\."))
     assert {label for label, _ in nvfp4} == {
-        label for label in timed if label in paired.quant.FORMAT_SHAPES["nvfp4"]
+        label for label in QUANT_TIMED if label in formats.FORMAT_SHAPES["nvfp4"]
     }
-    assert len(nvfp4) == len(paired.quant.QUANT_KINDS)
-    everything = paired.quant_cells(re.compile("LayerTime"))
-    assert everything == paired.quant_cells(None)
-    assert {label for label, _ in everything} == set(timed)
-    assert paired.quant_cells(re.compile(r"bench_fp8\..*'fast'\)")) == [
-        (paired.quant.FORMAT_SHAPES["fp8"][0], "fast")
+    assert len(nvfp4) == len(formats.QUANT_KINDS)
+    bf16 = paired.cells(re.compile(r"bench_convert\."))
+    assert bf16 == [
+        (label, strategy)
+        for label in formats.FORMAT_SHAPES["bf16"]
+        for strategy in formats.kinds("bf16")
+    ]
+    everything = paired.cells(re.compile("LayerTime"))
+    assert everything == paired.cells(None) == bf16 + [c for c in everything if c not in bf16]
+    assert {label for label, _ in everything} == set(formats.CPU_PROFILE_SHAPES)
+    assert paired.cells(re.compile(r"bench_fp8\..*'fast'\)")) == [
+        (formats.FORMAT_SHAPES["fp8"][0], "fast")
     ]
 
 
 def test_a_base_from_before_the_formats_is_not_judged_and_a_head_without_them_fails(
     monkeypatch, libs
 ):
-    label = paired.quant.CPU_PROFILE_QUANT_SHAPES[0]
+    label = QUANT_TIMED[0]
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
     monkeypatch.setattr(libs["head"], "QUANT_STRATEGIES", {})
-    cell = paired.measure_quant_cell(libs, label, "fast", paired.torch.device("cpu"))
+    cell = paired.measure_cell(libs, label, "fast", paired.torch.device("cpu"))
     assert cell.verdict == "failed" and "not registered in head" in cell.error
     monkeypatch.undo()
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
     monkeypatch.delattr(libs["base"], "QUANT_STRATEGIES")  # a commit before issue 18
-    cell = paired.measure_quant_cell(libs, label, "fast", paired.torch.device("cpu"))
+    cell = paired.measure_cell(libs, label, "fast", paired.torch.device("cpu"))
     assert cell.verdict == "n/a" and "not registered in base" in cell.error
+
+
+@pytest.mark.parametrize("label", ["qwen3-30b-a3b/tp2", "gpt-oss-120b-mxfp4/tp2"])
+def test_a_base_from_before_the_format_axis_converts_through_its_own_functions(
+    monkeypatch, libs, label
+):
+    # No convert_layer before issue 28: BF16's convert of w13 and w2, a quantized format's
+    # convert_quant of the side's own QuantLayer.
+    monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
+    _fake_clock(monkeypatch, 1.0)
+    base = libs["base"]
+    monkeypatch.delattr(base, "convert_layer")
+    name = "convert" if paired.formats.FORMAT_OF[label] == "bf16" else "convert_quant"
+    calls, original = [], getattr(base, name)
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs["strategy"])
+        _side[0] = "base"
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(base, name, spy)
+    cell = paired.measure_cell(libs, label, "inplace", paired.torch.device("cpu"))
+    assert cell.verdict != "failed" and cell.error is None
+    assert set(calls) == {paired.formats.strategy_name(paired.formats.FORMAT_OF[label], "inplace")}
 
 
 def test_asv_can_import_it_without_scipy():

@@ -1,5 +1,6 @@
-"""The quantized formats in the suite and the replay: every catalog shape and kind benchmarked,
-each figure in the metrics table, the grid's figures the records', and an OOM the replay finds."""
+"""Every format in the suite (``benchmarks.formats``) and the quantized formats' replay: every
+catalog shape and strategy benchmarked, each figure in the metrics table, the grid's figures the
+records', and an OOM the replay finds."""
 
 from __future__ import annotations
 
@@ -11,33 +12,31 @@ from pathlib import Path
 import pytest
 from conftest import requires_flashinfer
 
-from moe_bench.metrics import (
-    METRICS,
-    QUANT_CLASSES,
-    QUANT_RANK_LOAD_DEVICES,
-    RANK_LOAD_REPLAY,
-    metric,
-)
-from moe_convert import QUANT_STRATEGIES, QUANT_UNAVAILABLE
+from moe_bench.metrics import FORMAT_CLASSES, METRICS, RANK_LOAD_CLASSES, metric
+from moe_convert import QUANT_STRATEGIES, QUANT_UNAVAILABLE, REGISTRY
 from moe_convert.formats.quant.catalog import quant_catalog_shapes, quant_layer_shape
 from moe_convert.formats.records import FORMATS
 from moe_convert.load.replay import rank_load, replay_load
-from moe_convert.load.wholemodel import LOAD_DEVICES
+from moe_convert.load.wholemodel import LOAD_DEVICES, PR45589_HEADROOM_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
 from benchmarks import (  # noqa: E402
+    bench_allocator,
+    bench_convert,
     bench_fp8,
     bench_fp8block,
     bench_mxfp4,
     bench_mxfp8,
     bench_mxint4,
     bench_nvfp4,
-    quant,
+    formats,
 )
 
+#: Each format's modules: BF16's two, each quantized format's one.
 MODULES = {
+    "bf16": (bench_convert, bench_allocator),
     "nvfp4": bench_nvfp4,
     "mxfp4": bench_mxfp4,
     "fp8": bench_fp8,
@@ -45,21 +44,29 @@ MODULES = {
     "mxfp8": bench_mxfp8,
     "mxint4": bench_mxint4,
 }
+MODULES = {fmt: m if isinstance(m, tuple) else (m,) for fmt, m in MODULES.items()}
+
+
+def narrow(monkeypatch, *labels: str) -> None:
+    """Every grid of the suite measures ``labels`` only."""
+    monkeypatch.setattr(formats, "FORMAT_OF", {label: formats.FORMAT_OF[label] for label in labels})
 
 
 def test_every_format_has_a_module_of_every_shape_and_kind():
-    assert MODULES.keys() == FORMATS.keys() - {"bf16"} == quant.FORMAT_SHAPES.keys()
+    assert MODULES.keys() == FORMATS.keys() == formats.FORMAT_SHAPES.keys()
     modules = {path.stem for path in (ROOT / "benchmarks").glob("bench_*.py")}
-    assert {f"bench_{fmt}" for fmt in MODULES} <= modules
-    for fmt, labels in quant.FORMAT_SHAPES.items():
-        assert [shape.label for shape in quant_catalog_shapes() if shape.format == fmt] == list(
-            labels
-        )
-    assert list(quant.QUANT_SHAPES) == [shape.label for shape in quant_catalog_shapes()]
+    assert {f"bench_{fmt}" for fmt in MODULES if fmt != "bf16"} <= modules
+    for fmt, labels in formats.FORMAT_SHAPES.items():
+        if fmt != "bf16":  # BF16's: tests/test_asv_suite.py
+            catalog = [shape.label for shape in quant_catalog_shapes() if shape.format == fmt]
+            assert catalog == list(labels)
+    assert list(formats.QUANT_SHAPES) == [shape.label for shape in quant_catalog_shapes()]
     records = {**QUANT_STRATEGIES, **QUANT_UNAVAILABLE}  # registered here or not
-    assert {name.split("-", 1)[1] for name in records} - {"vllm"} == set(quant.QUANT_KINDS)
+    assert {name.split("-", 1)[1] for name in records} - {"vllm"} == set(formats.QUANT_KINDS)
+    # every registered strategy's name is its format's strategy of its kind
+    assert all(formats.strategy_name(r.format, r.kind) == name for name, r in REGISTRY.items())
     for shape in quant_catalog_shapes():
-        for kind in quant.QUANT_KINDS:
+        for kind in formats.QUANT_KINDS:
             # FlashInfer has no helper of vLLM's layout for MXFP4 and block-FP8: n/a cells
             if kind != "flashinfer" or shape.format not in ("mxfp4", "fp8block"):
                 assert f"{shape.format}-{kind}" in (
@@ -67,29 +74,30 @@ def test_every_format_has_a_module_of_every_shape_and_kind():
                 )
 
 
-def test_each_format_module_has_bf16s_classes_judged_as_bf16s():
-    # Named as BF16's (QUANT_CLASSES, and a RankLoad class per device), over the format's shapes,
-    # every figure in the metrics table with its BF16 sibling's rule and summary column.
-    expected = {*QUANT_CLASSES, *(f"RankLoad{device}" for device in QUANT_RANK_LOAD_DEVICES)}
-    assert set(QUANT_RANK_LOAD_DEVICES) == LOAD_DEVICES.keys()
-    for fmt, module in MODULES.items():
+def test_each_format_has_every_figure_class_judged_as_bf16s():
+    # The same classes for every format (BF16's over its two modules), over the format's shapes
+    # and strategies, every figure in the metrics table with its BF16 sibling's rule and column.
+    assert formats.CLASSES == FORMAT_CLASSES
+    assert RANK_LOAD_CLASSES == tuple(f"RankLoad{d}" for d in formats.RANK_LOAD_DEVICES)
+    assert formats.RANK_LOAD_DEVICES[1:] == tuple(LOAD_DEVICES)
+    assert set(formats.CONVERSION) | set(formats.LOAD) == set(formats.CLASSES)
+    for fmt, modules in MODULES.items():
         classes = {
-            name: cls
+            name: (module, cls)
+            for module in modules
             for name, cls in inspect.getmembers(module, inspect.isclass)
             if cls.__module__ == module.__name__
         }
-        assert classes.keys() == expected
-        for name, cls in classes.items():
-            assert cls.params[0] == list(quant.FORMAT_SHAPES[fmt])
+        assert classes.keys() == set(FORMAT_CLASSES), fmt
+        for name, (module, cls) in classes.items():
+            assert cls.params[0] == list(formats.FORMAT_SHAPES[fmt])
             if name != "Profile":
-                assert cls.params[1] == list(quant.QUANT_KINDS)
+                assert cls.params[1] == list(formats.kinds(fmt))
                 assert cls.param_names == ["shape", "strategy"]  # what moe_bench keys results by
             for method in (m for m in dir(cls) if m.startswith("track_")):
-                got = metric(f"bench_{fmt}.{name}.{method}")
-                bf16 = (
-                    f"{RANK_LOAD_REPLAY}.{method}"
-                    if name.startswith("RankLoad")
-                    else next(m for m in METRICS if m.split(".")[1:] == [name, method])
+                got = metric(f"{module.__name__.rpartition('.')[2]}.{name}.{method}")
+                bf16 = next(
+                    m for m in METRICS if m.split(".")[1:] == [name, method] and "bench_" in m
                 )
                 assert (got.rule, got.unit, got.column) == (
                     METRICS[bf16].rule,
@@ -99,23 +107,28 @@ def test_each_format_module_has_bf16s_classes_judged_as_bf16s():
 
 
 def test_asv_measures_each_figure_once_for_every_format():
-    # asv keys a setup_cache by its function's file and line: the formats' classes of one
-    # figure share it (every format's cells measured in one run), the two devices' do not.
-    for name in ("PeakMemory", "Traffic", "SleepModeReplay", "LayerTime"):
-        caches = {getattr(module, name).setup_cache for module in MODULES.values()}
+    # asv keys a setup_cache by its function's file and line: every format's classes of one
+    # figure share it (every format's cells measured in one run), and so do the devices' rank
+    # loads (each cell's process replays the three).
+    everyone = [module for modules in MODULES.values() for module in modules]
+    for name in ("PeakMemory", "Traffic", "SleepModeReplay", "LayerTime", "RankLoadTime"):
+        caches = {getattr(m, name).setup_cache for m in everyone if hasattr(m, name)}
         assert len(caches) == 1, name
-    assert bench_nvfp4.RankLoadGB200.setup_cache is not bench_nvfp4.RankLoadH200.setup_cache
+    caches = {
+        getattr(m, c).setup_cache for m in everyone for c in RANK_LOAD_CLASSES if hasattr(m, c)
+    }
+    assert len(caches) == 1
 
 
 def test_the_grid_reads_the_records_peaks_and_traffic(monkeypatch):
-    monkeypatch.setattr(quant, "QUANT_SHAPES", ("gpt-oss-20b-mxfp4/tp1",))
+    narrow(monkeypatch, "gpt-oss-20b-mxfp4/tp1")
     shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
     peaks, traffic = bench_mxfp4.PeakMemory(), bench_mxfp4.Traffic()
     peak_cache, traffic_cache = peaks.setup_cache(), traffic.setup_cache()
     # FlashInfer has no MXFP4 helper of gpt-oss's layout: n/a, saying so
     with pytest.raises(NotImplementedError, match="mxfp4-flashinfer is not registered here"):
         peaks.setup(peak_cache, shape.label, "flashinfer")
-    for kind in quant.QUANT_KINDS[:-1]:
+    for kind in formats.QUANT_KINDS[:-1]:
         record = QUANT_STRATEGIES[f"mxfp4-{kind}"]
         peaks.setup(peak_cache, shape.label, kind)
         got = peaks.track_peak_transient_bytes(peak_cache, shape.label, kind)
@@ -137,7 +150,7 @@ def test_fp8_helper_is_measured_on_meta_and_one_that_cannot_run_there_is_na(monk
     # others; one that calls CUDA ops (mxint4-flashinfer, ... on a GPU box) cannot: its
     # PeakMemory, Traffic and replay cells are n/a with the reason
     label = "llama-4-maverick-fp8/tp8"
-    monkeypatch.setattr(quant, "QUANT_SHAPES", (label,))
+    narrow(monkeypatch, label)
     record = QUANT_STRATEGIES["fp8-flashinfer"]
     shape = quant_layer_shape("llama-4-maverick-fp8", 8)
     peak = bench_fp8.PeakMemory()
@@ -156,9 +169,18 @@ def test_fp8_helper_is_measured_on_meta_and_one_that_cannot_run_there_is_na(monk
         cls().setup(cache, label, "fast")  # the others are measured
 
 
-def test_a_library_without_quantized_formats_makes_every_cell_na():
+def test_a_library_without_quantized_formats_makes_their_cells_na(monkeypatch):
+    import moe_convert
+
+    nvfp4, bf16 = "kimi-k2-nvfp4/tp8", "qwen3-30b-a3b/tp2"
+    narrow(monkeypatch, nvfp4, bf16)
+    monkeypatch.delattr(moe_convert, "QUANT_STRATEGIES")  # a commit before issue 18
+    cache = bench_nvfp4.PeakMemory().setup_cache()
     with pytest.raises(NotImplementedError, match="no quantized formats"):
-        bench_nvfp4.PeakMemory().setup({}, "kimi-k2-nvfp4/tp8", "fast")
+        bench_nvfp4.PeakMemory().setup(cache, nvfp4, "fast")
+    with pytest.raises(NotImplementedError, match="no quantized formats"):
+        bench_nvfp4.Profile().setup(nvfp4)
+    bench_convert.PeakMemory().setup(cache, bf16, "legacy")  # BF16's are measured
 
 
 def test_cuda_memory_is_na_without_cuda(monkeypatch):
@@ -202,17 +224,17 @@ def test_the_replay_frees_the_inputs_the_result_does_not_keep():
 
 
 def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):
-    # One class per device, each with its own setup_cache; every figure read from the cell's
-    # rank_load.
-    monkeypatch.setattr(quant, "QUANT_SHAPES", ("gpt-oss-20b-mxfp4/tp1",))
+    # One class per device, one setup_cache for the three; every figure read from the cell's
+    # rank_load on the class's device: PR #45589's headroom beside the rank's weights, a GB200,
+    # an H200.
+    narrow(monkeypatch, "gpt-oss-20b-mxfp4/tp1")
     shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
-    grids = {"GB200": bench_mxfp4.RankLoadGB200, "H200": bench_mxfp4.RankLoadH200}
-    assert grids.keys() == LOAD_DEVICES.keys()
-    for device, cls in grids.items():
-        bench = cls()
-        loads = bench.setup_cache()
+    devices = {"Replay": shape.model_bytes + PR45589_HEADROOM_BYTES, **LOAD_DEVICES}
+    loads = bench_mxfp4.RankLoadReplay().setup_cache()
+    for device in formats.RANK_LOAD_DEVICES:
+        bench = getattr(bench_mxfp4, f"RankLoad{device}")()
         for kind in ("legacy", "fast"):
-            want = rank_load(shape, f"mxfp4-{kind}", LOAD_DEVICES[device])
+            want = rank_load(shape, f"mxfp4-{kind}", devices[device])
             assert want.pool == "default" and want.max_split_size_mb == 20
             bench.setup(loads, shape.label, kind)
             assert bench.track_num_device_alloc(loads, shape.label, kind) == want.num_device_alloc
@@ -220,6 +242,37 @@ def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):
                 want.peak_reserved_bytes
             )
             assert bench.track_layers_lost_to_oom(loads, shape.label, kind) == 0
+
+
+def test_a_rank_whose_weights_do_not_fit_a_device_is_na_there(monkeypatch):
+    # DeepSeek-V3 TP4's BF16 experts (58 layers, 330 GiB) fit neither a GB200 nor an H200: n/a,
+    # with the replay's reason; with PR #45589's headroom beside them they load and convert.
+    label = "deepseek-v3/tp4"
+    narrow(monkeypatch, label)
+    loads = bench_allocator.RankLoadReplay().setup_cache()
+    for device in ("GB200", "H200"):
+        with pytest.raises(NotImplementedError, match="do not fit: device_bytes"):
+            getattr(bench_allocator, f"RankLoad{device}")().setup(loads, label, "strided_copy")
+    bench = bench_allocator.RankLoadReplay()
+    bench.setup(loads, label, "strided_copy")
+    assert bench.track_layers_lost_to_oom(loads, label, "strided_copy") == 0
+
+
+@requires_flashinfer
+def test_a_helper_that_takes_bf16_weights_is_loaded_with_them(monkeypatch):
+    # fp8-flashinfer quantizes the BF16 layers the rank loads: PR #45589's device is their bytes
+    # and its headroom, not the FP8 checkpoint's.
+    label = "llama-4-maverick-fp8/tp8"
+    narrow(monkeypatch, label)
+    shape = quant_layer_shape("llama-4-maverick-fp8", 8)
+    loaded = dataclasses.replace(shape, format="bf16").model_bytes
+    assert formats._loaded_bytes(label, "flashinfer") == loaded > shape.model_bytes
+    assert formats._loaded_bytes(label, "fast") == shape.model_bytes
+    loads = bench_fp8.RankLoadReplay().setup_cache()
+    bench = bench_fp8.RankLoadReplay()
+    bench.setup(loads, label, "flashinfer")
+    want = rank_load(shape, "fp8-flashinfer", loaded + PR45589_HEADROOM_BYTES)
+    assert bench.track_num_device_alloc(loads, label, "flashinfer") == want.num_device_alloc
 
 
 def test_the_rank_load_names_the_oom_layer_and_the_refused_device_calls():
@@ -264,22 +317,22 @@ def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interle
 
 
 def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cell(monkeypatch):
-    # The cpu profile times CPU_PROFILE_QUANT_SHAPES with CPU_PROFILE_EXPERTS experts; every
-    # other shape is n/a, saying why; the three figures read one timing.time_layer each.
-    from benchmarks import bench_convert, common
+    # The cpu profile times CPU_PROFILE_SHAPES with CPU_PROFILE_EXPERTS experts; every other
+    # shape is n/a, saying why; the three figures read one timing.time_layer each.
+    from benchmarks import common
 
     monkeypatch.setattr(common, "profile", lambda: "cpu")
     monkeypatch.setattr(common, "CPU_PROFILE_EXPERTS", 1)
-    monkeypatch.setattr(bench_convert, "REPEATS", 3)
+    monkeypatch.setattr(formats, "REPEATS", 3)
     timed, untimed = "gpt-oss-20b-mxfp4/tp1", "kimi-k2-nvfp4/tp8"
-    monkeypatch.setattr(quant, "CPU_PROFILE_QUANT_SHAPES", (timed,))
+    monkeypatch.setattr(formats, "CPU_PROFILE_SHAPES", (timed,))
     bench = bench_mxfp4.LayerTime()
     timings = bench.setup_cache()
-    assert set(timings) == {(timed, kind) for kind in quant.QUANT_KINDS}
+    assert set(timings) == {(timed, kind) for kind in formats.QUANT_KINDS}
     full = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
     with pytest.raises(NotImplementedError, match="mxfp4-flashinfer is not registered here"):
         bench.setup(timings, timed, "flashinfer")  # no FlashInfer helper of gpt-oss's layout
-    for kind in quant.QUANT_KINDS[:-1]:
+    for kind in formats.QUANT_KINDS[:-1]:
         bench.setup(timings, timed, kind)
         measured = timings[timed, kind]
         assert measured.strategy == f"mxfp4-{kind}" and measured.shape.experts == 1

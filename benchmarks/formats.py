@@ -1,0 +1,741 @@
+"""Every format's figures, written once (BF16, NVFP4, MXFP4, FP8 per-tensor, DeepSeek block-FP8,
+MXFP8, MXINT4): each format's grid, its measurements and the benchmark classes each format's
+modules make their own.
+
+Each format's figures are classes of its module of the suite, made by ``format_benchmarks`` from
+this module's: ``PeakMemory``, ``Traffic``, ``CudaMemory``, ``LayerTime``, ``Profile``,
+``SleepModeReplay``, ``RankLoadReplay``, ``RankLoadGB200``, ``RankLoadH200`` and
+``RankLoadTime``. A quantized format's module is ``bench_<format>.py``, all of them
+(``bench_nvfp4.PeakMemory.track_peak_transient_bytes``); BF16's are the two modules asv has
+recorded since before the formats, ``bench_convert`` (a layer's conversion: ``CONVERSION``) and
+``bench_allocator`` (the rank's load: ``LOAD``), so their history reads on. Each figure of a
+quantized format is judged and shown as its BF16 sibling (``moe_bench.metrics.quant_sibling``).
+This module itself holds no benchmark: its classes are private, which asv's discovery skips.
+
+A format's grid is its catalog shapes (``FORMAT_SHAPES``) x its strategies (``kinds``), the
+parameters named ``shape`` and ``strategy`` as everywhere in the suite (moe_bench keys results
+by them): BF16's strategies by name (``common.STRATEGY_AXIS``), a quantized format's by kind
+(``QUANT_KINDS``: ``fast`` on ``kimi-k2-nvfp4/tp8`` is ``nvfp4-fast``, ``strategy_name``), so
+the grid reads as one row per model and one column per strategy. Every figure but time,
+``CudaMemory`` and ``RankLoadTime`` is full size on ``meta``: exact, deterministic, the same on
+every machine and in every profile. Time (``LayerTime``) converts the profile's expert count
+(``common.profile``) beside a same-size copy; the paired A/B of ``benchmarks.paired`` decides it
+in the PR gate; the cpu profile times ``CPU_PROFILE_SHAPES`` only.
+
+Each figure's ``setup_cache`` is defined here once, so asv (which keys a cache by the function's
+file and line) runs it once per run for every format's classes: it measures every format's
+cells, each in a worker process (``common.measure_cells``), and each class reads its own.
+
+asv takes this file from the checkout and the library from the measured commit: a commit
+before the quantized formats has no ``moe_convert.QUANT_STRATEGIES``, and their cells are n/a
+there; a commit before the format axis measures each format through its own functions
+(``_library``). So this module imports from the library only what every measurable commit has,
+the rest when measuring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import common, library
+
+wholemodel = library.module("load.wholemodel")
+
+#: Each format's catalog shapes, ``model/tpN``: BF16's ``common.SHAPES``, each quantized format's
+#: ``formats.quant.catalog.QUANT_CATALOG``'s, written out: parameters must not depend on the
+#: installed library.
+FORMAT_SHAPES = {
+    "bf16": common.SHAPES,
+    "nvfp4": ("kimi-k2-nvfp4/tp8", "deepseek-r1-nvfp4/tp4", "qwen3-235b-a22b-nvfp4/tp4"),
+    "mxfp4": ("gpt-oss-120b-mxfp4/tp1", "gpt-oss-120b-mxfp4/tp2", "gpt-oss-20b-mxfp4/tp1"),
+    "fp8": ("llama-4-maverick-fp8/tp8",),
+    "fp8block": ("deepseek-r1-fp8block/tp8",),
+    "mxfp8": ("minimax-m3-mxfp8/tp4",),
+    "mxint4": ("kimi-k2-thinking-mxint4/tp4", "kimi-k2-thinking-mxint4/tp8"),
+}
+#: The format of every shape of the suite.
+FORMAT_OF = {label: fmt for fmt, labels in FORMAT_SHAPES.items() for label in labels}
+#: Every quantized shape, in the catalog's order.
+QUANT_SHAPES = tuple(label for label, fmt in FORMAT_OF.items() if fmt != "bf16")
+#: The strategies of each quantized format: the upstream path, this library's, then
+#: FlashInfer's own helper (``<format>-flashinfer``, a BF16 layer in: registered for FP8
+#: per-tensor where FlashInfer is installed, for NVFP4, MXFP8 and MXINT4 where CUDA is too, never
+#: for MXFP4 and block-FP8; FP8's runs on meta, the others' meta figures are n/a, the reason
+#: given).
+QUANT_KINDS = ("legacy", "preallocated", "inplace", "fast", "flashinfer")
+#: The shapes the cpu profile times: BF16's all, and per quantized format the one of the
+#: smallest expert (every shape of a format runs the same code; on CPU, time serves the paired
+#: A/B of a change). BF16's 54 cells took 43 s on the shared 2-core machine; the quantized grid
+#: 77 s at 8 experts (load 3.7-4.0), the first three 30 s of it; deepseek-r1-fp8block/tp8's four
+#: cells 3.9 s (load 1.2-1.3); the full profile times every shape. minimax-m3-mxfp8/tp4 is not
+#: timed here: its four cells took 9.0 s (load 1.8-2.0), most of it the upstream path's 0.3 s
+#: calls, and its three kinds of ours run NVFP4's code, whose qwen3-235b-a22b-nvfp4/tp4 cells the
+#: profile times. Neither MXINT4 shape is timed here: at 8 experts mxint4-legacy's calls took
+#: 0.87-1.05 s (its sign step: 120 passes over the weights), a cell 13-14 s (load 4.5-8,
+#: /tmp/i29/cpu_time.py in docs/formats.md).
+CPU_PROFILE_SHAPES = (
+    *FORMAT_SHAPES["bf16"],
+    "qwen3-235b-a22b-nvfp4/tp4",
+    "gpt-oss-120b-mxfp4/tp2",
+    "llama-4-maverick-fp8/tp8",
+    "deepseek-r1-fp8block/tp8",
+)
+#: Timed calls per cell, each paired with the same-size copy just before it. One count for
+#: every time figure, since they all come from the same calls: 9 is Google Benchmark's "lowest
+#: reasonable" repetition count for a rank-based comparison (the copy ratio is a median of
+#: per-call ratios), and the layer's and the whole model's seconds are medians of those calls.
+REPEATS = 9
+#: The devices a rank's load is replayed on, one class each (``RankLoad<device>``): ``Replay``,
+#: so named since before the others, as full as vLLM #45589's rank was (the rank's MoE weights
+#: and ``wholemodel.PR45589_HEADROOM_BYTES``, whatever the model), then
+#: ``wholemodel.LOAD_DEVICES``' (a GB200, an H200).
+RANK_LOAD_DEVICES = ("Replay", "GB200", "H200")
+#: BF16's classes in each of its two modules: a layer's conversion (``bench_convert``) and the
+#: rank's load (``bench_allocator``).
+CONVERSION = ("PeakMemory", "Traffic", "CudaMemory", "LayerTime", "Profile")
+LOAD = ("SleepModeReplay", *(f"RankLoad{device}" for device in RANK_LOAD_DEVICES), "RankLoadTime")
+
+
+def kinds(fmt: str) -> tuple[str, ...]:
+    """The strategy axis of format ``fmt``'s grid: BF16's strategies (``common.STRATEGY_AXIS``),
+    a quantized format's kinds (``QUANT_KINDS``)."""
+    return common.STRATEGY_AXIS if fmt == "bf16" else QUANT_KINDS
+
+
+def strategy_name(fmt: str, kind: str) -> str:
+    """The library's name of format ``fmt``'s strategy ``kind`` (``Strategy.kind``'s inverse):
+    BF16's strategies are named by their kind, a quantized format's ``<format>-<kind>``."""
+    return kind if fmt == "bf16" else f"{fmt}-{kind}"
+
+
+def full_shape(label: str):
+    """The full-size layer shape of ``label`` (``model/tpN``) from its format's catalog (BF16's
+    ``shape_from_label``, the package's ``quant_layer_shape``: every measurable commit has them,
+    whatever module holds them)."""
+    import moe_convert
+
+    if FORMAT_OF[label] == "bf16":
+        return library.module("formats.bf16.shapes").shape_from_label(label)
+    model, _, tp = label.rpartition("/tp")
+    return moe_convert.quant_layer_shape(model, int(tp))
+
+
+def is_timed(label: str) -> bool:
+    """Whether the profile in use times ``label``: every shape but in the cpu profile, which
+    times ``CPU_PROFILE_SHAPES``. From the label alone: a commit without the formats answers it
+    too (its cells are n/a, not failed)."""
+    return common.profile() != "cpu" or label in CPU_PROFILE_SHAPES
+
+
+def timed_shape(label: str):
+    """The shape ``LayerTime`` converts under the profile in use: the full shape, or in the cpu
+    profile each expert's geometry kept but ``common.CPU_PROFILE_EXPERTS`` experts; ``None`` for
+    a shape it does not time (``is_timed``)."""
+    if not is_timed(label):
+        return None
+    shape = full_shape(label)
+    return shape if common.profile() != "cpu" else shape.with_experts(common.CPU_PROFILE_EXPERTS)
+
+
+def _shape_and_strategy(label: str, kind: str):
+    """The full-size shape of ``label`` and its format's strategy of ``kind``."""
+    return full_shape(label), strategy_name(FORMAT_OF[label], kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class _NotHere:
+    """A cell not measured here (asv shows n/a), and why."""
+
+    reason: str
+
+
+_NO_QUANT = "this commit's library has no quantized formats (moe_convert.QUANT_STRATEGIES)"
+
+
+def _format_missing(fmt: str) -> _NotHere | None:
+    """Why the measured commit has no ``fmt`` layers (a quantized format before issue 18)."""
+    import moe_convert
+
+    if fmt != "bf16" and not hasattr(moe_convert, "QUANT_STRATEGIES"):
+        return _NotHere(_NO_QUANT)
+    return None
+
+
+def _not_here(label: str, kind: str, *, on_meta: bool) -> _NotHere | None:
+    """Why the cell cannot be measured here: its format is not in this commit's library, its
+    strategy is not registered (what it needs, or that the library has none of that name), or,
+    for a figure measured on meta, its strategy cannot run there (``Strategy.not_on_meta``);
+    ``None`` where it can."""
+    import moe_convert
+
+    missing = _format_missing(FORMAT_OF[label])
+    if missing:
+        return missing
+    strategy = _shape_and_strategy(label, kind)[1]
+    registered = {**moe_convert.STRATEGIES, **getattr(moe_convert, "QUANT_STRATEGIES", {})}
+    record = registered.get(strategy)
+    if record is None:
+        registry = library.module("formats.registry")
+        unavailable = {
+            **getattr(registry, "UNAVAILABLE", {}),
+            **getattr(moe_convert, "QUANT_UNAVAILABLE", {}),
+        }.get(strategy)
+        why = (
+            f"it needs {unavailable.needs}" if unavailable else "this library has no such strategy"
+        )
+        return _NotHere(f"{strategy} is not registered here: {why} (docs/library.md)")
+    if on_meta and getattr(record, "not_on_meta", ""):
+        return _NotHere(
+            f"{strategy} cannot run on meta ({record.not_on_meta}): its figures are its "
+            "record's formulas (python -m moe_convert strategies)"
+        )
+    return None
+
+
+def _measure_grid(
+    measure, labels: tuple[str, ...] | None = None, *, on_meta: bool = True
+) -> dict[tuple[str, str], object]:
+    """``measure(shape, kind)`` of every cell of ``labels`` (every format's shapes, by default)
+    x its format's ``kinds``, each in a worker process (``common.measure_cells``: a cell that
+    fails holds the reason's text); a cell not measured here holds a ``_NotHere`` (``on_meta``:
+    ``measure`` runs on meta)."""
+    labels = tuple(FORMAT_OF) if labels is None else labels
+    cells = [(label, kind) for label in labels for kind in kinds(FORMAT_OF[label])]
+    not_here = {cell: _not_here(*cell, on_meta=on_meta) for cell in cells}
+    measured = common.measure_cells(measure, [cell for cell in cells if not_here[cell] is None])
+    return {cell: measured.get(cell, not_here[cell]) for cell in cells}
+
+
+def _skip_untimed(label: str) -> None:
+    common.skip(f"the {common.profile()} profile does not time {label} (CPU_PROFILE_SHAPES)")
+
+
+def _cell(results: dict, label: str, kind: str):
+    """The cell's result from ``_measure_grid``'s: skips one not measured here (n/a, saying
+    why); raises ``RuntimeError`` with the reason's text where its measurement failed."""
+    if (label, kind) not in results:
+        _skip_untimed(label)
+    measured = results[label, kind]
+    if isinstance(measured, _NotHere):
+        common.skip(measured.reason)
+    if isinstance(measured, str):
+        raise RuntimeError(f"{label} {kind} failed: {measured}")
+    return measured
+
+
+def _library(fmt: str):
+    """The measured commit's functions for a layer of ``fmt``, ``(call, replay_load)``: a
+    measurement's call (``moe_convert.layer_call``: a fresh layer, the strategy's caches warmed,
+    one conversion to call) and ``replay.replay_load``, which take every format since the format
+    axis (issue 28). On a commit before it, BF16's ``inputs.strategy_call`` and
+    ``replay.replay_load``, or the quantized formats' ``quant_registry.quant_strategy_call`` and
+    ``quant_replay.replay_quant_load``, which took the same arguments."""
+    import moe_convert
+
+    replay = library.module("load.replay")
+    if _has_format_axis():
+        return moe_convert.layer_call, replay.replay_load
+    if fmt == "bf16":
+        return library.module("formats.bf16.inputs").strategy_call, replay.replay_load
+    try:  # issue 28's first step: the format table in moe_convert.formats, modules flat
+        from moe_convert.formats import layer_call
+
+        return layer_call, replay.replay_load
+    except ImportError:  # a commit before the format axis
+        from moe_convert.quant_registry import quant_strategy_call
+        from moe_convert.quant_replay import replay_quant_load
+
+        return quant_strategy_call, replay_quant_load
+
+
+def _call(label: str, kind: str, device: str):
+    shape, strategy = _shape_and_strategy(label, kind)
+    return _library(FORMAT_OF[label])[0](shape, strategy, device)
+
+
+def _peak(label: str, kind: str) -> int:
+    measure_memory = library.module("measuring.memory").measure_memory
+
+    return measure_memory(_call(label, kind, "meta")).peak_bytes
+
+
+def _traffic(label: str, kind: str):
+    measure_traffic = library.module("measuring.traffic").measure_traffic
+
+    # Totals only: the per-op list is no figure, and every cell's process loads the cache it
+    # goes into.
+    return dataclasses.replace(measure_traffic(_call(label, kind, "meta")), ops=())
+
+
+def _cuda_memory(label: str, kind: str):
+    cuda_memory = library.module("measuring.memory").cuda_memory
+
+    return cuda_memory(_call(label, kind, common.device()))
+
+
+def _replay(label: str, kind: str):
+    """The sleep-mode load: vLLM's sleep pool at ``VLLM_LOAD_MAX_SPLIT_MB``, an unbounded device,
+    the full-size shape."""
+    shape, strategy = _shape_and_strategy(label, kind)
+    return _library(FORMAT_OF[label])[1](
+        shape,
+        strategy,
+        max_split_size_mb=wholemodel.VLLM_LOAD_MAX_SPLIT_MB,
+        pool="sleep",
+        device_bytes=None,
+    )
+
+
+def _loaded_bytes(label: str, kind: str) -> int:
+    """The rank's MoE weights as loaded for the cell's strategy (``layer_bytes`` x
+    ``moe_layers``, which every commit's shapes have): of the layers it takes
+    (``formats.table.taken_shape``: BF16 ones for FlashInfer's helpers, which quantize them
+    themselves), the format's own on a commit before such strategies."""
+    shape, strategy = _shape_and_strategy(label, kind)
+    table = library.module("formats.table") if _has_format_axis() else None
+    taken = getattr(table, "taken_shape", None)
+    loaded = shape if taken is None else taken(shape, strategy)
+    return loaded.layer_bytes * loaded.moe_layers
+
+
+def _has_format_axis() -> bool:
+    """Whether the measured commit has the format axis (issue 28): its package exports
+    ``LAYER_FORMATS`` (asked of the package, not by importing a submodule, which an editable
+    install of a newer tree could answer)."""
+    import moe_convert
+
+    return hasattr(moe_convert, "LAYER_FORMATS")
+
+
+def _rank_loads(label: str, kind: str) -> dict[str, object]:
+    """The rank's load as vLLM makes it without sleep mode (the default pool at
+    ``VLLM_LOAD_MAX_SPLIT_MB``: ``replay.rank_load``), replayed on each of
+    ``RANK_LOAD_DEVICES``: device -> its ``RankLoad``, or a ``_NotHere`` where the rank's
+    weights do not fit the device (``replay.WeightsDoNotFit``) or this commit's library does
+    not know it. One process replays all three, so a layer's trace is recorded once."""
+    replay = library.module("load.replay")
+    shape, strategy = _shape_and_strategy(label, kind)
+    devices = {
+        "Replay": _loaded_bytes(label, kind) + wholemodel.PR45589_HEADROOM_BYTES,
+        **getattr(wholemodel, "LOAD_DEVICES", {}),
+    }
+    loads: dict[str, object] = {}
+    for device in RANK_LOAD_DEVICES:
+        if device not in devices:
+            loads[device] = _NotHere(f"this commit's library has no {device} (LOAD_DEVICES)")
+            continue
+        try:
+            loads[device] = _library(FORMAT_OF[label])[1](
+                shape,
+                strategy,
+                max_split_size_mb=wholemodel.VLLM_LOAD_MAX_SPLIT_MB,
+                pool="default",
+                device_bytes=devices[device],
+            )
+        except replay.WeightsDoNotFit as error:
+            loads[device] = _NotHere(f"the weights {strategy} takes do not fit: {error}")
+    return loads
+
+
+def _time(label: str, kind: str):
+    time_layer = library.module("measuring.timing").time_layer
+
+    shape, strategy = _shape_and_strategy(label, kind)
+    return time_layer(
+        timed_shape(label),
+        strategy,
+        device=common.device(),
+        repeats=REPEATS,
+        threads=common.CPU_THREADS,
+        model_experts=shape.experts,
+    )
+
+
+def _rank_load_run(label: str, kind: str):
+    """``RankLoadTime``'s load: ``RankLoadReplay``'s, run on this CUDA device, a ballast first
+    so that it has the same headroom (``PR45589_HEADROOM_BYTES``) whatever its size. A commit
+    before the format axis runs BF16's load only."""
+    import torch
+
+    if FORMAT_OF[label] != "bf16" and not _has_format_axis():
+        return _NotHere("this commit's wholemodel.run_load takes BF16 layers only")
+    shape, strategy = _shape_and_strategy(label, kind)
+    free = torch.cuda.mem_get_info()[0]
+    loaded = _loaded_bytes(label, kind)
+    return wholemodel.run_load(
+        shape,
+        strategy,
+        max_split_size_mb=wholemodel.VLLM_LOAD_MAX_SPLIT_MB,
+        other_weights_bytes=max(0, free - loaded - wholemodel.PR45589_HEADROOM_BYTES),
+    )
+
+
+class _Grid:
+    """Base of a format's benchmarks over its shapes x ``kinds`` (``params``: set by
+    ``format_benchmarks``), every format's cells measured once per asv run in the figure's
+    ``setup_cache``. No benchmark itself."""
+
+    param_names = ["shape", "strategy"]
+    timeout = 300.0
+
+    def setup(self, results: dict, shape: str, kind: str) -> None:
+        self.measured = _cell(results, shape, kind)
+
+
+class _PeakMemory(_Grid):
+    """Exact peak transient bytes of one full-size layer, counted at dispatch level on ``meta``
+    with the strategy's index caches warmed: its record's ``peak`` (``T13 + T2`` for
+    ``strided_copy``). Deterministic: the PR gate compares it exactly."""
+
+    version = "1"
+    unit = "bytes"
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(_peak)
+
+    # BF16's 54 cells: about 1 s each in a process of their own (cold caches); the quantized
+    # 44: about 30 s on the shared 2-core machine (the folded scale indices built once);
+    # deepseek-r1-fp8block/tp8's 4 of them 3.0 s (load 1.3; each figure's alike, 3.0-3.4 s),
+    # minimax-m3-mxfp8/tp4's 3.1 s (load 1.8-2.0; each figure's 2.9-3.7 s), MXINT4's 8 7.0 s
+    # (load 4.5-5.4; traffic 8.6 s, replay 11.3 s, rank loads 8.7 and 10.0 s).
+    setup_cache.timeout = 600.0
+
+    def track_peak_transient_bytes(self, results: dict, shape: str, kind: str) -> int:
+        return self.measured
+
+
+class _Traffic(_Grid):
+    """Exact work of one full-size layer, counted at dispatch level on ``meta``: no noise at
+    all. ``traffic_bytes`` (bytes read + written), ``launches`` (data-moving ops; CUDA kernel
+    launches) and ``traffic_ratio`` (traffic / 2 x layer bytes: 1.0 is a copy of the layer, the
+    out-of-place floor), by ``measuring.traffic``'s counting rule; each strategy's record
+    states its formulas. The PR gate compares them exactly, so an extra copy, a per-expert loop
+    or a lost fusion fails it whatever the machine's load."""
+
+    version = "1"
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(_traffic)
+
+    # BF16's 54 cells: about 6 s on the shared 2-core machine; the quantized ones about 30 s.
+    setup_cache.timeout = 600.0
+
+    def setup(self, counts: dict, shape: str, kind: str) -> None:
+        super().setup(counts, shape, kind)
+        self.full = full_shape(shape)
+
+    def track_traffic_bytes(self, counts: dict, shape: str, kind: str) -> int:
+        return self.measured.traffic_bytes
+
+    track_traffic_bytes.unit = "bytes"
+
+    def track_launches(self, counts: dict, shape: str, kind: str) -> int:
+        return self.measured.launches
+
+    track_launches.unit = "launches"
+
+    def track_traffic_ratio(self, counts: dict, shape: str, kind: str) -> float:
+        return self.measured.traffic_bytes / (2 * self.full.layer_bytes)
+
+    track_traffic_ratio.unit = "ratio"
+
+
+class _CudaMemory:
+    """CUDA caching-allocator peaks of one conversion of a full-size layer (n/a without CUDA).
+
+    ``peak_allocated`` is rounded to the allocator's blocks; ``peak_reserved`` is what the
+    process holds from the driver, what an OOM is about; ``alloc_retries`` counts cache flushes
+    the allocator needed (non-zero means the conversion fragmented the cache). Measured in the
+    cell's own process: no ``setup_cache``."""
+
+    version = "1"
+    unit = "bytes"
+    param_names = _Grid.param_names
+    timeout = _Grid.timeout
+
+    def setup(self, shape: str, kind: str) -> None:
+        common.require_cuda()
+        not_here = _not_here(shape, kind, on_meta=False)
+        if not_here:
+            common.skip(not_here.reason)
+        self.measured = _cuda_memory(shape, kind)
+
+    def track_peak_allocated_bytes(self, shape: str, kind: str) -> int:
+        return self.measured.peak_allocated_bytes
+
+    def track_peak_reserved_bytes(self, shape: str, kind: str) -> int:
+        return self.measured.peak_reserved_bytes
+
+    def track_alloc_retries(self, shape: str, kind: str) -> int:
+        return self.measured.num_alloc_retries
+
+    track_alloc_retries.unit = "retries"
+
+
+class _LayerTime(_Grid):
+    """One layer's time, its ratio to a same-size copy of all its tensors and the whole model's
+    seconds.
+
+    One measurement per timed cell (``measuring.timing.time_layer``: ``REPEATS`` calls on the
+    profile's layer, each timed with CUDA events on CUDA and paired with the copy just before
+    it; in-place inputs restored before every call, untimed), read by three figures:
+
+    - ``layer_seconds``: the median seconds of one conversion of the profile's layer;
+    - ``copy_ratio``: the median of strategy / copy per call (1.0 is one read and one write of
+      every byte: the out-of-place limit). A ratio cancels most of this machine's run-to-run
+      noise;
+    - ``whole_model_seconds``: the per-layer median scaled to the model's experts (the work is
+      linear in experts; exact in the full profile), times the model's MoE layers, one rank.
+
+    Every format's timed cells are measured once per asv run, in ``setup_cache``; the cpu
+    profile times ``CPU_PROFILE_SHAPES`` (the other shapes n/a, saying so). A run that selects
+    a few cells (``-b``) still measures them all. Judged by the paired A/B in the PR gate.
+    """
+
+    # 1: one measurement for three figures (were TimeConvert, CopyRatio, WholeModel)
+    version = "1"
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(
+            _time, tuple(label for label in FORMAT_OF if is_timed(label)), on_meta=False
+        )
+
+    # The cpu profile: BF16's 54 cells 43 s on the shared 2-core machine (niced, beside other
+    # jobs); the quantized 16 of ours and the engines' 30 s (load 3.5) for the first 12, 3.9 s
+    # for deepseek-r1-fp8block/tp8's 4 (load 1.2); llama-4-maverick-fp8/tp8's fp8-flashinfer
+    # cell 22.0 s alone, fp8-legacy's 4.3 s beside it (load 0.06-0.43). The full profile: BF16's
+    # grid on an H200 about 20 s (gpu-check step 5).
+    setup_cache.timeout = 900.0
+
+    def track_layer_seconds(self, timings: dict, shape: str, kind: str) -> float:
+        return self.measured.seconds
+
+    track_layer_seconds.unit = "seconds"
+
+    def track_copy_ratio(self, timings: dict, shape: str, kind: str) -> float:
+        return self.measured.copy_ratio
+
+    track_copy_ratio.unit = "ratio"
+
+    def track_whole_model_seconds(self, timings: dict, shape: str, kind: str) -> float:
+        return self.measured.whole_model_seconds
+
+    track_whole_model_seconds.unit = "seconds"
+
+
+class _Profile:
+    """The number of experts ``LayerTime`` converts per layer under the profile in use (n/a for
+    a shape the cpu profile does not time). Full profile: the model's expert count; cpu
+    profile: ``common.CPU_PROFILE_EXPERTS``. Stored beside every run so that time figures of the
+    two profiles are never read as one series."""
+
+    version = "1"
+    unit = "experts"
+    param_names = ["shape"]
+
+    def setup(self, shape: str) -> None:
+        missing = _format_missing(FORMAT_OF[shape])
+        if missing:
+            common.skip(missing.reason)
+        self.timed = timed_shape(shape)
+        if self.timed is None:
+            _skip_untimed(shape)
+
+    def track_timed_experts(self, shape: str) -> int:
+        return self.timed.experts
+
+
+class _SleepModeReplay(_Grid):
+    """The rank's load under vLLM's sleep mode, replayed at ``max_split_size_mb`` 20 on an
+    unbounded device (``load.replay.replay_load``; not run on CUDA:
+    ``moe_convert.load.wholemodel.run_load`` is the run, checked by ``scripts/gpu-check``).
+
+    ``peak_reserved_bytes``: the peak over loading every layer's weights and converting each in
+    turn. ``reserved_growth_per_layer_bytes``: the steady-state rise of reserved memory per
+    converted layer (median over layers after the first); zero unless the strategy strands
+    segments (1-10 MiB temporaries whose 20 MiB segments stay once free), and then multiplied by
+    the model's layer count. Both figures of a cell come from one replay, in ``setup_cache``.
+    """
+
+    # 1: was SleepModeLoad (v1), renamed; the same figures.
+    version = "1"
+    unit = "bytes"
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(_replay)
+
+    # BF16's 54 cells: about 10 s on the shared 2-core machine; the quantized: about 45 s for
+    # the first 28, 3.7 s for mxfp8's 4, 11.3 s for mxint4's 8.
+    setup_cache.timeout = 600.0
+
+    def track_peak_reserved_bytes(self, results: dict, shape: str, kind: str) -> int:
+        return self.measured.peak_reserved_bytes
+
+    def track_reserved_growth_per_layer_bytes(self, results: dict, shape: str, kind: str) -> int:
+        return self.measured.reserved_growth_per_layer_bytes
+
+
+class _RankLoad(_Grid):
+    """The driver calls of the rank's load as vLLM makes it without sleep mode (the default pool
+    at ``max_split_size_mb`` 20), replayed on one device (a class per ``RANK_LOAD_DEVICES``'
+    device: a third parameter would be a column moe_bench does not key results by): exact and
+    gated. ``moe_bench`` prices the calls with a device's recorded costs
+    (``moe_convert.load.loadtime``).
+
+    Every figure counts the conversions' events (from the end of loading), as
+    ``torch.cuda.memory_stats()`` names them: ``num_device_alloc`` (segments made:
+    ``cudaMalloc``), ``num_device_free`` (segments given back: ``cudaFree``, each waiting for
+    the device), ``num_device_alloc_failed`` (``cudaMalloc`` calls the full device refused: the
+    model's own count) and ``num_alloc_retries`` (full releases of the cache); then the peak
+    reserved bytes and the layers an OOM left unconverted (0 when the load fits; the OOM's
+    layer is the rank's layers less those lost). A strategy that brings back per-layer allocator
+    churn (vLLM #45589's 10.7 s legacy load instead of 2.4 s) shows here even when its peak live
+    bytes look fine.
+
+    One ``setup_cache`` for every device (asv shares it between the classes that inherit it):
+    each cell's process replays the three loads, recording each layer's trace once.
+    """
+
+    version = "1"
+    device = ""  # a name of RANK_LOAD_DEVICES: set by each device's class
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(_rank_loads)
+
+    # Every format's cells on three devices: BF16's 54 cells 16 s with PR #45589's headroom and
+    # 8 s on the other two, the quantized 45 15 s and 10 s (one process, load 0.8-0.9,
+    # /tmp/s34/t_rank.py); legacy's 94- and 58-layer replays most of it.
+    setup_cache.timeout = 900.0
+
+    def setup(self, loads: dict, shape: str, kind: str) -> None:
+        self.result = _cell(loads, shape, kind)[self.device]
+        if isinstance(self.result, _NotHere):
+            common.skip(self.result.reason)
+
+    def track_num_device_alloc(self, loads: dict, shape: str, kind: str) -> int:
+        return self.result.num_device_alloc
+
+    track_num_device_alloc.unit = "calls"
+
+    def track_num_device_free(self, loads: dict, shape: str, kind: str) -> int:
+        return self.result.num_device_free
+
+    track_num_device_free.unit = "calls"
+
+    def track_num_device_alloc_failed(self, loads: dict, shape: str, kind: str) -> int:
+        return self.result.num_device_alloc_failed
+
+    track_num_device_alloc_failed.unit = "calls"
+
+    def track_num_alloc_retries(self, loads: dict, shape: str, kind: str) -> int:
+        return self.result.num_alloc_retries
+
+    track_num_alloc_retries.unit = "retries"
+
+    def track_peak_reserved_bytes(self, loads: dict, shape: str, kind: str) -> int:
+        return self.result.peak_reserved_bytes
+
+    track_peak_reserved_bytes.unit = "bytes"
+
+    def track_layers_lost_to_oom(self, loads: dict, shape: str, kind: str) -> int:
+        return self.result.layers - self.result.layers_converted
+
+    track_layers_lost_to_oom.unit = "layers"
+
+
+class _RankLoadReplay(_RankLoad):
+    """``_RankLoad`` on a device as full as vLLM #45589's Qwen3-235B TP4 rank was: the rank's
+    MoE weights and ``PR45589_HEADROOM_BYTES`` (29.89 GiB) to spare, whatever the model."""
+
+    device = "Replay"
+
+
+class _RankLoadGB200(_RankLoad):
+    """``_RankLoad`` on a GB200: ``wholemodel.DEVICE_GB200_BYTES`` (184 GiB)."""
+
+    device = "GB200"
+
+
+class _RankLoadH200(_RankLoad):
+    """``_RankLoad`` on an H200: ``wholemodel.DEVICE_141GB_BYTES`` (139.5 GiB of its 141 GB)."""
+
+    device = "H200"
+
+
+class _RankLoadTime(_Grid):
+    """Seconds of the whole rank's conversions, run on CUDA (``wholemodel.run_load``, the
+    default pool at 20 MiB, a ballast leaving ``RankLoadReplay``'s headroom, so its driver calls
+    are the replayed ones on any device): the load time vLLM's users see, allocator calls
+    included. CUDA only (n/a elsewhere: ``moe_bench`` shows the predicted time there); a rank
+    whose weights do not fit this device is n/a, saying so. One run per cell, all in
+    ``setup_cache``."""
+
+    version = "1"
+
+    def setup_cache(self) -> dict:
+        if common.device() != "cuda":
+            return {}
+        return _measure_grid(_rank_load_run, on_meta=False)
+
+    # Every format's shapes x their strategies: legacy's loads take seconds each on a GB200.
+    setup_cache.timeout = 1800.0
+
+    def setup(self, loads: dict, shape: str, kind: str) -> None:
+        import torch
+
+        common.require_cuda()
+        not_here = _not_here(shape, kind, on_meta=False)
+        if not_here:
+            common.skip(not_here.reason)
+        free = torch.cuda.mem_get_info()[0]
+        if _loaded_bytes(shape, kind) > free:
+            common.skip(f"{shape}'s MoE weights do not fit the {free / 2**30:.1f} GiB free here")
+        super().setup(loads, shape, kind)
+        if self.measured.oom:  # a partial load's seconds are no load time
+            raise RuntimeError(f"{shape} {kind}: {self.measured.oom_message}")
+
+    def track_load_seconds(self, loads: dict, shape: str, kind: str) -> float:
+        return self.measured.seconds
+
+    track_load_seconds.unit = "seconds"
+
+
+#: The classes each format's modules have, named without the ``_``.
+_BENCHMARKS = (
+    _PeakMemory,
+    _Traffic,
+    _CudaMemory,
+    _LayerTime,
+    _Profile,
+    _SleepModeReplay,
+    _RankLoadReplay,
+    _RankLoadGB200,
+    _RankLoadH200,
+    _RankLoadTime,
+)
+#: Every figure class a format has, by name.
+CLASSES = tuple(base.__name__.lstrip("_") for base in _BENCHMARKS)
+
+
+def format_benchmarks(fmt: str, module: str, names: tuple[str, ...] = CLASSES) -> dict[str, type]:
+    """Format ``fmt``'s benchmark classes ``names`` (all of them, by default), for its module
+    ``module`` (the ``__name__`` of the module that holds them, which asv and ``moe_bench`` name
+    them by): each made over the format's shapes (``FORMAT_SHAPES``) x its strategies
+    (``kinds``), inheriting every method, ``setup_cache`` included."""
+    shapes_and_kinds = [list(FORMAT_SHAPES[fmt]), list(kinds(fmt))]
+    classes = {}
+    for base in _BENCHMARKS:
+        name = base.__name__.lstrip("_")
+        if name not in names:
+            continue
+        classes[name] = type(
+            name,
+            (base,),
+            {
+                "__module__": module,
+                "__qualname__": name,
+                "__doc__": f"{fmt.upper()}: {base.__doc__}",
+                "params": shapes_and_kinds[: len(base.param_names)],
+            },
+        )
+    return classes
