@@ -103,7 +103,7 @@ def rank_load_markdown() -> str:
     (``replay.rank_load``) on each of ``LOAD_DEVICES``: whether it fits (else the layer that runs
     out of memory) and its driver calls: ``cudaMalloc`` / ``cudaFree`` / refused ``cudaMalloc`` /
     full cache releases (retries), the figures of each format's ``RankLoadGB200`` and
-    ``RankLoadH200`` (``benchmarks/quant.py``)."""
+    ``RankLoadH200`` (``benchmarks/formats.py``)."""
     lines = [
         "| model / TP | strategy | "
         + " | ".join(
