@@ -191,6 +191,10 @@ def test_a_quantized_name_is_format_dash_kind_and_its_format_is_read_at_conversi
     layer = quant_layer_tensors(quant_layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1), "meta")
     with pytest.raises(ValueError, match="unknown format 'fp3'; formats: bf16, nvfp4"):
         convert_quant(layer, strategy="fp3-probe")
+    # convert_layer reads the package's registry, which the copy above stands in for
+    monkeypatch.setitem(REGISTRY, "fp3-probe", registry.REGISTRY["fp3-probe"])
+    with pytest.raises(ValueError, match="takes format 'fp3', which has no record; formats: bf16"):
+        convert_layer(layer.tensors(), strategy="fp3-probe")
 
 
 def test_convert_layer_takes_the_format_from_the_record():

@@ -201,6 +201,11 @@ def convert_layer(layer: Layer, *, strategy: str, gated: bool = True) -> Layer:
         raise ValueError(
             f"unknown strategy {strategy!r}; valid strategies: {', '.join(sorted(REGISTRY))}"
         )
+    if record.takes not in LAYER_FORMATS:  # registered by a module whose record is not listed
+        raise ValueError(
+            f"strategy {strategy!r} takes format {record.takes!r}, which has no record; "
+            f"formats: {', '.join(LAYER_FORMATS)} (add its record to formats/records.py)"
+        )
     return LAYER_FORMATS[record.takes].convert(layer, strategy, gated)
 
 
