@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.common import SHAPES, full_shape
+from benchmarks.common import SHAPES
+from benchmarks.formats import full_shape
 from moe_convert.formats.bf16.cycles import (
     SEGMENT_CELLS,
     cell_permutation,
