@@ -87,9 +87,10 @@ CPU_THREADS = 1
 CPU_PROFILE_EXPERTS = 8
 
 #: Seconds one cell of a grid may take before it is stopped and recorded as failed
-#: (``measure_grid``). The slowest cell found, RankLoadReplay's legacy on qwen3-235b-a22b/tp4,
-#: took 10.6 s on the shared 2-core machine under load 4.2 (docs/reliability.md); LayerTime's
-#: whole grid, 54 cells, 43 s in the cpu profile: 120 s is room for a loaded machine, not a hang.
+#: (``measure_cells``). The slowest cell found, RankLoadReplay's legacy on qwen3-235b-a22b/tp4,
+#: took 10.6 s on the shared 2-core machine under load 4.2, its three devices' replays 3.1 s
+#: alone (docs/reliability.md); LayerTime's BF16 cells, 54, 43 s in the cpu profile: 120 s is
+#: room for a loaded machine, not a hang.
 CELL_TIMEOUT_S = 120.0
 
 
