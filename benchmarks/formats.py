@@ -55,8 +55,6 @@ FORMAT_SHAPES = {
 }
 #: The format of every shape of the suite.
 FORMAT_OF = {label: fmt for fmt, labels in FORMAT_SHAPES.items() for label in labels}
-#: Every quantized shape, in the catalog's order.
-QUANT_SHAPES = tuple(label for label, fmt in FORMAT_OF.items() if fmt != "bf16")
 #: The strategies of each quantized format: the upstream path, this library's, then
 #: FlashInfer's own helper (``<format>-flashinfer``, a BF16 layer in: registered for FP8
 #: per-tensor where FlashInfer is installed, for NVFP4, MXFP8 and MXINT4 where CUDA is too, never

@@ -23,7 +23,9 @@ from benchmarks import paired  # noqa: E402
 
 #: The quantized shapes the cpu profile times.
 QUANT_TIMED = [
-    label for label in paired.formats.CPU_PROFILE_SHAPES if label in paired.formats.QUANT_SHAPES
+    label
+    for label in paired.formats.CPU_PROFILE_SHAPES
+    if paired.formats.FORMAT_OF[label] != "bf16"
 ]
 HEAD = subprocess.run(
     ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
