@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from . import common, library
 
 wholemodel = library.module("load.wholemodel")
@@ -170,8 +172,7 @@ def _not_here(label: str, kind: str, *, on_meta: bool) -> _NotHere | None:
     if missing:
         return missing
     strategy = _shape_and_strategy(label, kind)[1]
-    registered = {**moe_convert.STRATEGIES, **getattr(moe_convert, "QUANT_STRATEGIES", {})}
-    record = registered.get(strategy)
+    record = library.strategy_records(moe_convert).get(strategy)
     if record is None:
         registry = library.module("formats.registry")
         unavailable = {
@@ -231,7 +232,7 @@ def _library(fmt: str):
     import moe_convert
 
     replay = library.module("load.replay")
-    if _has_format_axis():
+    if library.has_format_axis():
         return moe_convert.layer_call, replay.replay_load
     if fmt == "bf16":
         return library.module("formats.bf16.inputs").strategy_call, replay.replay_load
@@ -290,19 +291,10 @@ def _loaded_bytes(label: str, kind: str) -> int:
     (``formats.table.taken_shape``: BF16 ones for FlashInfer's helpers, which quantize them
     themselves), the format's own on a commit before such strategies."""
     shape, strategy = _shape_and_strategy(label, kind)
-    table = library.module("formats.table") if _has_format_axis() else None
+    table = library.module("formats.table") if library.has_format_axis() else None
     taken = getattr(table, "taken_shape", None)
     loaded = shape if taken is None else taken(shape, strategy)
     return loaded.layer_bytes * loaded.moe_layers
-
-
-def _has_format_axis() -> bool:
-    """Whether the measured commit has the format axis (issue 28): its package exports
-    ``LAYER_FORMATS`` (asked of the package, not by importing a submodule, which an editable
-    install of a newer tree could answer)."""
-    import moe_convert
-
-    return hasattr(moe_convert, "LAYER_FORMATS")
 
 
 def _rank_loads(label: str, kind: str) -> dict[str, object]:
@@ -353,9 +345,7 @@ def _rank_load_run(label: str, kind: str):
     """``RankLoadTime``'s load: ``RankLoadReplay``'s, run on this CUDA device, a ballast first
     so that it has the same headroom (``PR45589_HEADROOM_BYTES``) whatever its size. A commit
     before the format axis runs BF16's load only."""
-    import torch
-
-    if FORMAT_OF[label] != "bf16" and not _has_format_axis():
+    if FORMAT_OF[label] != "bf16" and not library.has_format_axis():
         return _NotHere("this commit's wholemodel.run_load takes BF16 layers only")
     shape, strategy = _shape_and_strategy(label, kind)
     free = torch.cuda.mem_get_info()[0]
@@ -391,11 +381,10 @@ class _PeakMemory(_Grid):
     def setup_cache(self) -> dict:
         return _measure_grid(_peak)
 
-    # BF16's 54 cells: about 1 s each in a process of their own (cold caches); the quantized
-    # 44: about 30 s on the shared 2-core machine (the folded scale indices built once);
-    # deepseek-r1-fp8block/tp8's 4 of them 3.0 s (load 1.3; each figure's alike, 3.0-3.4 s),
-    # minimax-m3-mxfp8/tp4's 3.1 s (load 1.8-2.0; each figure's 2.9-3.7 s), MXINT4's 8 7.0 s
-    # (load 4.5-5.4; traffic 8.6 s, replay 11.3 s, rank loads 8.7 and 10.0 s).
+    # Every format's 139 cells: 21.1 s on the quiet 2-core EPYC host (``setup_cache()`` of
+    # each figure timed in one process, load 0.0 -> 0.9: PeakMemory 21.1 s, Traffic 23.4 s,
+    # SleepModeReplay 32.3 s, the rank loads 51.3 s). Earlier, alone: MXINT4's 8 7.0 s (load
+    # 4.5-5.4), deepseek-r1-fp8block/tp8's 4 3.0 s, minimax-m3-mxfp8/tp4's 3.1 s.
     setup_cache.timeout = 600.0
 
     def track_peak_transient_bytes(self, results: dict, shape: str, kind: str) -> int:
@@ -415,7 +404,7 @@ class _Traffic(_Grid):
     def setup_cache(self) -> dict:
         return _measure_grid(_traffic)
 
-    # BF16's 54 cells: about 6 s on the shared 2-core machine; the quantized ones about 30 s.
+    # Every format's cells: 23.4 s (``_PeakMemory``'s timing run).
     setup_cache.timeout = 600.0
 
     def setup(self, counts: dict, shape: str, kind: str) -> None:
@@ -562,8 +551,7 @@ class _SleepModeReplay(_Grid):
     def setup_cache(self) -> dict:
         return _measure_grid(_replay)
 
-    # BF16's 54 cells: about 10 s on the shared 2-core machine; the quantized: about 45 s for
-    # the first 28, 3.7 s for mxfp8's 4, 11.3 s for mxint4's 8.
+    # Every format's cells: 32.3 s (``_PeakMemory``'s timing run).
     setup_cache.timeout = 600.0
 
     def track_peak_reserved_bytes(self, results: dict, shape: str, kind: str) -> int:
@@ -600,9 +588,8 @@ class _RankLoad(_Grid):
     def setup_cache(self) -> dict:
         return _measure_grid(_rank_loads)
 
-    # Every format's cells on three devices: BF16's 54 cells 16 s with PR #45589's headroom and
-    # 8 s on the other two, the quantized 45 15 s and 10 s (one process, load 0.8-0.9,
-    # /tmp/s34/t_rank.py); legacy's 94- and 58-layer replays most of it.
+    # Every format's cells on three devices: 51.3 s (``_PeakMemory``'s timing run); legacy's
+    # 94- and 58-layer replays most of it.
     setup_cache.timeout = 900.0
 
     def setup(self, loads: dict, shape: str, kind: str) -> None:
@@ -679,8 +666,6 @@ class _RankLoadTime(_Grid):
     setup_cache.timeout = 1800.0
 
     def setup(self, loads: dict, shape: str, kind: str) -> None:
-        import torch
-
         common.require_cuda()
         not_here = _not_here(shape, kind, on_meta=False)
         if not_here:

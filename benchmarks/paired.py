@@ -151,18 +151,12 @@ def _verdict(low: float, high: float) -> str:
     return "same"
 
 
-def _records(lib: ModuleType) -> dict:
-    """``lib``'s strategies of every format: BF16's, and the quantized formats' on a commit
-    since issue 18."""
-    return {**lib.STRATEGIES, **getattr(lib, "QUANT_STRATEGIES", {})}
-
-
 def _in_place(lib: ModuleType, strategy: str) -> bool:
     """Whether ``lib`` converts ``strategy`` in place: its record says so; a commit from before
     the registry of records (issue 12) says so with a set of names, ``INPLACE``."""
     if hasattr(lib, "INPLACE"):
         return strategy in lib.INPLACE
-    return _records(lib)[strategy].inplace
+    return library.strategy_records(lib)[strategy].inplace
 
 
 def _converter(lib: ModuleType, fmt: str) -> Callable[[dict, str, bool], object]:
@@ -196,10 +190,11 @@ def measure_cell(
 
     fmt = formats.FORMAT_OF[label]
     strategy = formats.strategy_name(fmt, kind)
-    missing = [side for side, lib in libs.items() if strategy not in _records(lib)]
+    records = {side: library.strategy_records(lib) for side, lib in libs.items()}
+    missing = [side for side, known in records.items() if strategy not in known]
     if missing:
         return _missing(label, kind, missing, f"strategy {strategy!r} is not registered")
-    takes = {getattr(_records(lib)[strategy], "takes", fmt) for lib in libs.values()} - {fmt}
+    takes = {getattr(known[strategy], "takes", fmt) for known in records.values()} - {fmt}
     if takes:  # FlashInfer's helpers: a BF16 layer, not the checkpoint's
         why = f"{strategy} takes a {' or '.join(sorted(takes))} layer, not a {fmt} one: not paired"
         return Cell(label, kind, "n/a", error=why)
