@@ -2,7 +2,7 @@
 
 A budget's ``formula`` is text in the legend of ``moe_convert.formulas`` (``T13 + T2``,
 ``max(S13, S2, 10 MiB)``), evaluated on the entry's full-size shape (``model/tpN`` of any
-format's catalog, ``moe_convert.formats.table.any_shape_from_label``: ``qwen3-235b-a22b/tp4``,
+format's catalog, ``moe_convert.formats.catalog.shape_from_label``: ``qwen3-235b-a22b/tp4``,
 ``kimi-k2-nvfp4/tp8``); its ``max`` (or ``min``) is that number. The gate (``moe_bench.gate``)
 reads only the number and never imports ``moe_convert``; this module keeps the number equal to
 the formula, and tests/test_budgets.py fails when it is not. Entries without a formula
@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from moe_convert.formats.table import any_shape_from_label
+from moe_convert.formats.catalog import shape_from_label
 from moe_convert.formulas import Formula
 
 __all__ = ["derived_limit", "stale_entries", "update"]
@@ -35,7 +35,7 @@ def derived_limit(entry: dict) -> int:
     Raises ``ValueError`` naming the entry for a formula outside the legend or an unknown shape.
     """
     try:
-        return Formula(entry["formula"]).evaluate(any_shape_from_label(entry["shape"]))
+        return Formula(entry["formula"]).evaluate(shape_from_label(entry["shape"]))
     except ValueError as error:
         where = f"{entry.get('shape')} {entry.get('strategy') or ''}".strip()
         raise ValueError(f"budget {where}: {error}") from None

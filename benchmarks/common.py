@@ -22,7 +22,7 @@ from typing import TypeVar
 import moe_convert
 from moe_bench.profiles import detect_device, profile_from_env
 
-from . import isolation
+from . import isolation, library
 
 __all__ = [
     "SHAPES",
@@ -40,7 +40,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Model shapes benchmarked, ``model/tpN`` (see ``moe_convert.formats.bf16.shapes.CATALOG``).
+#: Model shapes benchmarked, ``model/tpN`` (see ``moe_convert.formats.catalog.CATALOG``).
 SHAPES = (
     "qwen3-235b-a22b/tp4",
     "qwen3-30b-a3b/tp1",
@@ -57,7 +57,7 @@ SHAPES = (
 #: its results history, is the same on every machine: a machine without FlashInfer shows
 #: ``flashinfer`` as n/a instead of silently changing the parameter grid that the nightly history
 #: is keyed by. Written out, in registration order, because the order cannot be read back from
-#: the records: the registry files each record in ``STRATEGIES`` or ``UNAVAILABLE`` as it
+#: the records: the registry files each record in ``REGISTRY`` or ``UNAVAILABLE`` as it
 #: registers, so where some are installed and others not (an SGLang box without vLLM) the two
 #: dicts no longer tell which came first. tests/test_asv_suite.py checks that these are exactly
 #: the records with ``needs``, registered here or not.
@@ -70,10 +70,15 @@ OPTIONAL_STRATEGIES = (
     "cycle_inplace",
 )
 
-#: Every strategy that needs nothing more (registered everywhere), in registry order, then the
-#: optional ones (registered here or not), so the order too is the same on every machine.
+#: Every BF16 strategy of the measured commit that needs nothing more (registered everywhere), in
+#: registry order, then the optional ones (registered here or not), so the order too is the same
+#: on every machine.
 STRATEGY_AXIS = (
-    tuple(name for name, record in moe_convert.STRATEGIES.items() if not record.needs)
+    tuple(
+        name
+        for name, record in library.strategy_records(moe_convert).items()
+        if getattr(record, "format", "bf16") == "bf16" and not record.needs
+    )
     + OPTIONAL_STRATEGIES
 )
 

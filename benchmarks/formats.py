@@ -26,9 +26,9 @@ Each figure's ``setup_cache`` is defined here once, so asv (which keys a cache b
 file and line) runs it once per run for every format's classes: it measures every format's
 cells, each in a worker process (``common.measure_cells``), and each class reads its own.
 
-asv takes this file from the checkout and the library from the measured commit: a commit
-before the quantized formats has no ``moe_convert.QUANT_STRATEGIES``, and their cells are n/a
-there; a commit before the format axis measures each format through its own functions
+asv takes this file from the checkout and the library from the measured commit
+(``library``): a commit without a format's record (``moe_convert.FORMATS``) makes its cells
+n/a; a commit before the format axis measures each format through its own functions
 (``_library``). So this module imports from the library only what every measurable commit has,
 the rest when measuring.
 """
@@ -44,8 +44,8 @@ from . import common, library
 wholemodel = library.module("load.wholemodel")
 
 #: Each format's catalog shapes, ``model/tpN``: BF16's ``common.SHAPES``, each quantized format's
-#: ``formats.quant.catalog.QUANT_CATALOG``'s, written out: parameters must not depend on the
-#: installed library.
+#: ``formats.catalog.CATALOG``'s, written out: parameters must not depend on the installed
+#: library.
 FORMAT_SHAPES = {
     "bf16": common.SHAPES,
     "nvfp4": ("kimi-k2-nvfp4/tp8", "deepseek-r1-nvfp4/tp4", "qwen3-235b-a22b-nvfp4/tp4"),
@@ -109,15 +109,9 @@ def strategy_name(fmt: str, kind: str) -> str:
 
 
 def full_shape(label: str):
-    """The full-size layer shape of ``label`` (``model/tpN``) from its format's catalog (BF16's
-    ``shape_from_label``, the package's ``quant_layer_shape``: every measurable commit has them,
-    whatever module holds them)."""
-    import moe_convert
-
-    if FORMAT_OF[label] == "bf16":
-        return library.module("formats.bf16.shapes").shape_from_label(label)
-    model, _, tp = label.rpartition("/tp")
-    return moe_convert.quant_layer_shape(model, int(tp))
+    """The full-size layer shape of ``label`` (``model/tpN``) from the measured commit's catalog
+    (``library.layer_shape``)."""
+    return library.layer_shape(label, FORMAT_OF[label])
 
 
 def is_timed(label: str) -> bool:
@@ -149,15 +143,14 @@ class _NotHere:
     reason: str
 
 
-_NO_QUANT = "this commit's library has no quantized formats (moe_convert.QUANT_STRATEGIES)"
-
-
 def _format_missing(fmt: str) -> _NotHere | None:
-    """Why the measured commit has no ``fmt`` layers (a quantized format before issue 18)."""
+    """Why the measured commit has no ``fmt`` layers: a quantized format it has no record of
+    (``moe_convert.FORMATS``, every format's since issue 36, the quantized ones' since issue 18;
+    BF16's layers every commit has)."""
     import moe_convert
 
-    if fmt != "bf16" and not hasattr(moe_convert, "QUANT_STRATEGIES"):
-        return _NotHere(_NO_QUANT)
+    if fmt != "bf16" and fmt not in getattr(moe_convert, "FORMATS", {}):
+        return _NotHere(f"this commit's library has no {fmt} layers (moe_convert.FORMATS)")
     return None
 
 
@@ -174,11 +167,7 @@ def _not_here(label: str, kind: str, *, on_meta: bool) -> _NotHere | None:
     strategy = _shape_and_strategy(label, kind)[1]
     record = library.strategy_records(moe_convert).get(strategy)
     if record is None:
-        registry = library.module("formats.registry")
-        unavailable = {
-            **getattr(registry, "UNAVAILABLE", {}),
-            **getattr(moe_convert, "QUANT_UNAVAILABLE", {}),
-        }.get(strategy)
+        unavailable = library.unavailable_records(moe_convert).get(strategy)
         why = (
             f"it needs {unavailable.needs}" if unavailable else "this library has no such strategy"
         )

@@ -161,9 +161,11 @@ def _in_place(lib: ModuleType, strategy: str) -> bool:
 
 def _converter(lib: ModuleType, fmt: str) -> Callable[[dict, str, bool], object]:
     """``lib``'s conversion of a layer of ``fmt`` given as its named tensors,
-    ``(layer, strategy, gated)``: ``convert_layer`` since the format axis (issue 28); on a
-    commit before it, BF16's ``convert`` of w13 and w2, or ``convert_quant`` of the side's own
-    ``QuantLayer`` of the tensors."""
+    ``(layer, strategy, gated)``: ``convert`` of a layer since issue 36, ``convert_layer``
+    since the format axis (issue 28); on a commit before it, BF16's ``convert`` of w13 and w2,
+    or ``convert_quant`` of the side's own ``QuantLayer`` of the tensors."""
+    if hasattr(lib, "Layer"):
+        return lambda layer, strategy, gated: lib.convert(layer, strategy=strategy, gated=gated)
     if hasattr(lib, "convert_layer"):
         return lambda layer, strategy, gated: lib.convert_layer(
             layer, strategy=strategy, gated=gated

@@ -22,7 +22,8 @@ import dataclasses
 
 import moe_convert
 from moe_bench.profiles import detect_device, profile_from_env
-from moe_convert.formats.bf16.shapes import LayerShape, shape_from_label
+from moe_convert.formats.catalog import shape_from_label
+from moe_convert.formats.shape import LayerShape
 from moe_convert.measuring import timing
 from moe_convert.measuring.memory import strategy_memory
 from moe_convert.measuring.traffic import strategy_traffic
@@ -30,10 +31,11 @@ from moe_convert.measuring.traffic import strategy_traffic
 #: ``model/tpN``: the gated layer the engines' own figures are read on (docs/engines.md). One
 #: shape: a history has a commit a few hours, and every commit pays the whole grid.
 SHAPES = ("qwen3-235b-a22b/tp4",)
-#: The engines' own code as installed (``moe_convert.engines.ENGINES``' adapters and FlashInfer's
-#: helpers), n/a where not installed; tests/test_engine_asv.py checks it against ``ENGINES``.
+#: The engines' own code as installed (``moe_convert.formats.bf16.engines.ENGINES``' adapters
+#: and FlashInfer's helpers), n/a where not installed; tests/test_engine_asv.py checks it against
+#: ``ENGINES``.
 ENGINE_STRATEGIES = ("vllm", "sglang-installed", "flashinfer")
-#: vLLM's three forms, frozen in ``moe_convert.strategies``: the reference lines.
+#: vLLM's three forms, frozen in ``moe_convert.formats.bf16.strategies``: the reference lines.
 REFERENCE_STRATEGIES = ("legacy", "preallocated", "inplace")
 STRATEGIES = ENGINE_STRATEGIES + REFERENCE_STRATEGIES
 #: Timed calls per cell (``benchmarks.formats.REPEATS``' reasoning: 9, each paired with a copy).
@@ -85,7 +87,7 @@ def measure_grid() -> dict[tuple[str, str], Figures | str]:
     results: dict[tuple[str, str], Figures | str] = {}
     for shape in SHAPES:
         for strategy in STRATEGIES:
-            if strategy not in moe_convert.STRATEGIES:
+            if strategy not in moe_convert.REGISTRY:
                 continue
             try:
                 results[shape, strategy] = measure(shape, strategy)
@@ -109,7 +111,7 @@ class _Grid:
     setup_cache.timeout = 1800.0
 
     def setup(self, grid: dict, shape: str, strategy: str) -> None:
-        if strategy not in moe_convert.STRATEGIES:
+        if strategy not in moe_convert.REGISTRY:
             raise NotImplementedError(
                 f"strategy {strategy!r} is not registered here (its engine is not installed)"
             )

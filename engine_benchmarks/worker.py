@@ -27,7 +27,7 @@ def main() -> None:
     import moe_convert
     from moe_bench.profiles import detect_device
     from moe_convert.formats.bf16 import inputs
-    from moe_convert.formats.bf16.shapes import shape_from_label
+    from moe_convert.formats.catalog import shape_from_label
     from moe_convert.measuring import timing
 
     device = torch.device(detect_device())
@@ -42,18 +42,18 @@ def main() -> None:
                     pristine = inputs.random_weights(
                         shape.w13_shape, shape.w2_shape, seed=0, device=device
                     )
-                    record = moe_convert.STRATEGIES.get(key[1])
+                    record = moe_convert.REGISTRY.get(key[1])
                     if record is None:
                         raise KeyError(f"strategy {key[1]!r} is not registered here")
-                    buffers = [[w.clone() for w in pristine] for _ in range(2)]
+                    buffers = [moe_convert.Layer(*(w.clone() for w in pristine)) for _ in "ab"]
                     cells[key] = pristine, buffers, record.inplace, shape.gated
                 pristine, buffers, inplace, gated = cells[key]
-                tensors = buffers[request["buffer"]]
+                layer = buffers[request["buffer"]]
                 if inplace:
-                    for dst, src in zip(tensors, pristine, strict=True):
+                    for dst, src in zip(layer.values(), pristine, strict=True):
                         dst.copy_(src)
                 seconds, _ = timing.time_once(
-                    functools.partial(moe_convert.convert, *tensors, strategy=key[1], gated=gated),
+                    functools.partial(moe_convert.convert, layer, strategy=key[1], gated=gated),
                     device,
                 )
                 answer = {"seconds": seconds}

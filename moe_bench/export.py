@@ -128,42 +128,28 @@ class _Model:
 
 
 def _models(labels: set[str]) -> dict[str, _Model]:
-    """``model/tpN`` label -> its ``_Model``, from the catalogs (BF16's and the quantized one).
+    """``model/tpN`` label -> its ``_Model``, from the catalog of every format.
 
-    The one import of ``moe_convert`` in ``moe_bench``: the catalogs are the one place a
-    model's Hugging Face id is written, and a result file holds only the label. A layer's
-    tensors are its full-size shape's: BF16 ``w13``, ``w2``; a quantized layer's weights, block
-    scales and biases with their stored dtypes (``QuantLayer``'s fields, made on ``meta``).
-    ``ResultsError`` naming a label neither catalog of this checkout knows.
+    The one import of ``moe_convert`` in ``moe_bench``: the catalog is the one place a model's
+    Hugging Face id is written, and a result file holds only the label. A layer's tensors are
+    its full-size shape's (``LayerShape.tensor_specs``): BF16 ``w13``, ``w2``; a quantized
+    layer's weights, block scales and biases with their stored dtypes. ``ResultsError`` naming
+    a label the catalog of this checkout does not know.
     """
-    import torch
-
-    from moe_convert.formats.bf16.shapes import CATALOG, shape_from_label
-    from moe_convert.formats.quant.catalog import QUANT_CATALOG, quant_layer_shape
-    from moe_convert.formats.quant.layer import quant_layer_tensors
+    from moe_convert.formats.catalog import CATALOG, shape_from_label
 
     found = {}
     for label in sorted(labels):
-        model, _, tp = label.rpartition("/tp")
         try:
-            if model in QUANT_CATALOG:
-                shape = quant_layer_shape(model, int(tp))
-                hf_id, dtype = QUANT_CATALOG[model].hf_id, shape.format
-                layer = quant_layer_tensors(shape, "meta").tensors()
-                tensors = {name: (t.dtype, t.shape) for name, t in layer.items()}
-            else:
-                shape = shape_from_label(label)
-                hf_id, dtype = CATALOG[shape.model].hf_id, BF16
-                tensors = {
-                    "w13": (torch.bfloat16, shape.w13_shape),
-                    "w2": (torch.bfloat16, shape.w2_shape),
-                }
+            shape = shape_from_label(label)
         except ValueError as err:
             raise ResultsError(
-                f"shape {label!r} of the results is not in this checkout's catalogs ({err}); "
-                "export from a checkout whose moe_convert/formats/bf16/shapes.py or "
-                "formats/quant/catalog.py has it"
+                f"shape {label!r} of the results is not in this checkout's catalog ({err}); "
+                "export from a checkout whose moe_convert/formats/catalog.py has it"
             ) from None
+        hf_id = CATALOG[shape.model].hf_id
+        dtype = BF16 if shape.format == "bf16" else shape.format
+        tensors = {name: (dt, dims) for name, (dims, dt) in shape.tensor_specs.items()}
         inputs = {
             name: {
                 "dtype": str(tensor_dtype).removeprefix("torch."),

@@ -159,7 +159,7 @@ TRAFFIC_RATIO = "bench_convert.Traffic.track_traffic_ratio"
 RANK_LOAD_CLASSES = ("RankLoadReplay", "RankLoadGB200", "RankLoadH200")
 #: The classes of every format's figures (``benchmarks.formats.CLASSES``): BF16's in
 #: ``bench_convert`` and ``bench_allocator``, each quantized format's all in its module
-#: (``bench_<format>``, one per quantized format of ``moe_convert.formats.table.LAYER_FORMATS``),
+#: (``bench_<format>``, one per quantized format of ``moe_convert.FORMATS``),
 #: measuring the same way: each figure of a quantized format is its BF16 sibling's entry under
 #: the format's name (``quant_sibling``: unit, rule, summary column), so the summary's table of
 #: each format has BF16's columns (the PyTorch HUD's name stays BF16's alone). The formats

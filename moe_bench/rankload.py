@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from moe_convert import STRATEGIES
-from moe_convert.formats.bf16.shapes import shape_from_label
+from moe_convert import REGISTRY
+from moe_convert.formats.catalog import shape_from_label
 from moe_convert.load.loadtime import COSTS_FILE, DeviceCosts, predict_load_seconds
 from moe_convert.load.replay import pr45589_replay
 from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
@@ -291,7 +291,7 @@ def layer_curves() -> tuple[RankLoad, ...]:
         pr45589_replay(name, max_split_size_mb=max_split)
         for max_split in (VLLM_LOAD_MAX_SPLIT_MB, None)
         for name in CURVE_STRATEGIES
-        if name in STRATEGIES
+        if name in REGISTRY
     )
 
 

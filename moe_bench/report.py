@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from moe_convert.formats.quant.catalog import shape_format
+from moe_convert.formats.catalog import shape_format
 from moe_convert.formats.records import FORMATS
 from moe_convert.load.loadtime import DeviceCosts, read_costs
 
@@ -107,7 +107,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     -------
     DataFrame with columns ``machine, env, profile, commit, date, format, shape, strategy``
     (profile ``""`` where the machine did not record one; format the shape's,
-    ``moe_convert.formats.quant.catalog.shape_format``: ``bf16``, ``nvfp4``, ``mxfp4``, ...), the
+    ``moe_convert.formats.catalog.shape_format``: ``bf16``, ``nvfp4``, ``mxfp4``, ...), the
     figures ``time`` (s), ``speedup`` (legacy time / time), then the other summary columns of
     the metrics table (``copy_ratio``, ``traffic_ratio``, ``peak_bytes``, ``whole_model``), for
     each figure but

@@ -23,12 +23,9 @@ import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .formats.bf16.cycles import segment_count
-
-if TYPE_CHECKING:  # a shape reads its format's record, whose module's strategies use formulas
-    from .formats.shape import LayerShape
+from .formats.shape import LayerShape
 
 __all__ = ["LEGEND", "Formula", "Symbol", "sizes"]
 

@@ -22,8 +22,8 @@ import pytest
 import torch
 from conftest import requires_cuda
 
-from moe_convert import FORMATS, QUANT_STRATEGIES, STRATEGIES, layer_shape
-from moe_convert.formats.quant.catalog import quant_catalog_shapes
+from moe_convert import FORMATS, REGISTRY, layer_shape, strategies
+from moe_convert.formats.catalog import catalog_shapes
 from moe_convert.load.allocator import Allocator, MiB
 from moe_convert.load.replay import layer_trace, replay_load
 from moe_convert.load.wholemodel import RUN_POOLS, run_load
@@ -37,12 +37,12 @@ MAX_SPLIT_MB = 20
 SMALL_QWEN = dataclasses.replace(layer_shape("qwen3-235b-a22b", 4).with_experts(8), moe_layers=3)
 # Per format, its first catalog shape's per-expert geometry, 8 experts and 3 layers likewise.
 SMALL_QUANT = {
-    fmt: dataclasses.replace(
-        next(s for s in quant_catalog_shapes() if s.format == fmt).with_experts(8), moe_layers=3
-    )
+    fmt: dataclasses.replace(catalog_shapes(fmt)[0].with_experts(8), moe_layers=3)
     for fmt in FORMATS
     if fmt != "bf16"
 }
+#: Every quantized format's registered strategies.
+QUANT_STRATEGIES = {name: record for name, record in REGISTRY.items() if record.format != "bf16"}
 
 # (kind, key, bytes): the notes' worked example, then one step per rule (see test_allocator.py).
 RULE_STEPS = [
@@ -168,7 +168,7 @@ def test_reserved_bytes_match_pytorch_step_by_step(sequence):
 
 
 @pytest.mark.parametrize("pool", RUN_POOLS)
-@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("strategy", sorted(strategies("bf16")))
 def test_replay_matches_a_real_rank_load(strategy, pool):
     """The rank load run on CUDA (``run_load``: the real conversion, layer after layer, in the
     default pool or a MemPool) against the same load replayed for the device it found

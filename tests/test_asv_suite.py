@@ -18,8 +18,7 @@ from asv.util import load_json
 import moe_convert
 from moe_bench import metrics
 from moe_bench.results import load_results
-from moe_convert import QUANT_STRATEGIES, quant_layer_shape
-from moe_convert.formats.registry import UNAVAILABLE
+from moe_convert import REGISTRY, layer_shape
 from moe_convert.load.replay import _meta_conversion, replay_load  # the trace cache, cleared below
 from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES
 from moe_convert.measuring.traffic import strategy_traffic
@@ -28,6 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
 from benchmarks import bench_allocator, bench_convert, common, formats  # noqa: E402
+
+
+def bf16_records() -> dict:
+    """BF16's strategies, registered here or not (``needs`` says what is missing), read now."""
+    return {**moe_convert.strategies("bf16"), **moe_convert.strategies("bf16", available=False)}
+
 
 GRID_CLASSES = [
     bench_convert.LayerTime,
@@ -60,7 +65,7 @@ STRATEGY_AXIS = (
 def test_every_registered_strategy_and_shape_is_benchmarked():
     for cls in GRID_CLASSES:
         shapes, strategies = cls.params
-        assert set(moe_convert.STRATEGIES) <= set(strategies), cls.__name__
+        assert set(moe_convert.strategies("bf16")) <= set(strategies), cls.__name__
         # on the axis everywhere, n/a where not installed
         assert set(common.OPTIONAL_STRATEGIES) <= set(strategies), cls.__name__
         assert list(shapes) == list(common.SHAPES), cls.__name__
@@ -69,7 +74,7 @@ def test_every_registered_strategy_and_shape_is_benchmarked():
 
 
 def test_optional_strategies_are_the_records_that_need_something():
-    records = {**moe_convert.STRATEGIES, **UNAVAILABLE}
+    records = bf16_records()
     assert {name for name, record in records.items() if record.needs} == set(
         common.OPTIONAL_STRATEGIES
     )
@@ -80,13 +85,13 @@ def test_optional_strategies_are_the_records_that_need_something():
 @pytest.mark.parametrize("installed", ["nothing optional", "everything"])
 def test_strategy_axis_is_the_same_whatever_is_installed(monkeypatch, installed):
     # as if the optional strategies' packages (and a GPU) were missing, or all there
-    records = {**moe_convert.STRATEGIES, **UNAVAILABLE}
+    records = bf16_records()
     registered = {
         name: record
         for name, record in records.items()
         if installed == "everything" or not record.needs
     }
-    monkeypatch.setattr(moe_convert, "STRATEGIES", registered)
+    monkeypatch.setattr(moe_convert, "REGISTRY", registered)
     try:
         assert importlib.reload(common).STRATEGY_AXIS == STRATEGY_AXIS
     finally:
@@ -379,7 +384,9 @@ for module in (bench_allocator, bench_convert, bench_noise):
         for value in (cache[0].values() if cache else ()):
             assert not isinstance(value, str), (name, value)  # a cell whose measurement raised
             # n/a here: the quantized formats' cells, and the devices LOAD_DEVICES later named
-            assert not isinstance(value, formats._NotHere) or "quantized" in value.reason
+            assert not isinstance(value, formats._NotHere) or (
+                "layers (moe_convert.FORMATS)" in value.reason
+            )
         cell = cells.get(tuple(getattr(cls, "param_names", ())), ())
         try:
             if hasattr(bench, "setup"):
@@ -460,8 +467,8 @@ def test_the_quantized_suite_measures_a_library_from_before_its_modules(tmp_path
     )
     assert done.returncode == 0, done.stderr[-3000:]
     experts, peak, launches, layers = map(int, done.stdout.split())
-    shape = quant_layer_shape("qwen3-235b-a22b-nvfp4", 4)  # this checkout's: the same figures
-    fast = QUANT_STRATEGIES["nvfp4-fast"]
+    shape = layer_shape("qwen3-235b-a22b-nvfp4", 4)  # this checkout's: the same figures
+    fast = REGISTRY["nvfp4-fast"]
     assert (experts, peak, launches) == (
         shape.experts,
         fast.peak.evaluate(shape),
@@ -476,9 +483,9 @@ def test_bringing_back_per_expert_temporaries_fails_the_gate_without_a_gpu(monke
     label = "qwen3-30b-a3b/tp2"
     base = formats._rank_loads(label, "preallocated")["Replay"]
     reverted = dataclasses.replace(
-        moe_convert.STRATEGIES["preallocated"], function=moe_convert.STRATEGIES["legacy"].function
+        moe_convert.REGISTRY["preallocated"], function=moe_convert.REGISTRY["legacy"].function
     )
-    monkeypatch.setitem(moe_convert.STRATEGIES, "preallocated", reverted)
+    monkeypatch.setitem(moe_convert.REGISTRY, "preallocated", reverted)
     _meta_conversion.cache_clear()
     try:
         head = formats._rank_loads(label, "preallocated")["Replay"]

@@ -13,9 +13,8 @@ import pytest
 from conftest import requires_flashinfer
 
 from moe_bench.metrics import FORMAT_CLASSES, METRICS, RANK_LOAD_CLASSES, metric
-from moe_convert import QUANT_STRATEGIES, QUANT_UNAVAILABLE, REGISTRY
-from moe_convert.formats.quant.catalog import quant_catalog_shapes, quant_layer_shape
-from moe_convert.formats.records import FORMATS
+from moe_convert import FORMATS, REGISTRY, UNAVAILABLE, layer_shape
+from moe_convert.formats.catalog import catalog_shapes
 from moe_convert.load.replay import rank_load, replay_load
 from moe_convert.load.wholemodel import LOAD_DEVICES, PR45589_HEADROOM_BYTES
 
@@ -47,6 +46,16 @@ MODULES = {
 MODULES = {fmt: m if isinstance(m, tuple) else (m,) for fmt, m in MODULES.items()}
 
 
+def quant_records(records: dict) -> dict:
+    """The quantized formats' records of ``records`` (``REGISTRY`` or ``UNAVAILABLE``), read now."""
+    return {name: r for name, r in records.items() if r.format != "bf16"}
+
+
+def quant_catalog_shapes() -> list:
+    """Every quantized catalog shape, in the catalog's order."""
+    return [shape for shape in catalog_shapes() if shape.format != "bf16"]
+
+
 def narrow(monkeypatch, *labels: str) -> None:
     """Every grid of the suite measures ``labels`` only."""
     monkeypatch.setattr(formats, "FORMAT_OF", {label: formats.FORMAT_OF[label] for label in labels})
@@ -62,7 +71,8 @@ def test_every_format_has_a_module_of_every_shape_and_kind():
             assert catalog == list(labels)
     quantized = [label for label, fmt in formats.FORMAT_OF.items() if fmt != "bf16"]
     assert quantized == [shape.label for shape in quant_catalog_shapes()]
-    records = {**QUANT_STRATEGIES, **QUANT_UNAVAILABLE}  # registered here or not
+    registered = quant_records(REGISTRY)
+    records = {**registered, **quant_records(UNAVAILABLE)}  # registered here or not
     assert {name.split("-", 1)[1] for name in records} - {"vllm"} == set(formats.QUANT_KINDS)
     # every registered strategy's name is its format's strategy of its kind
     assert all(formats.strategy_name(r.format, r.kind) == name for name, r in REGISTRY.items())
@@ -70,9 +80,7 @@ def test_every_format_has_a_module_of_every_shape_and_kind():
         for kind in formats.QUANT_KINDS:
             # FlashInfer has no helper of vLLM's layout for MXFP4 and block-FP8: n/a cells
             if kind != "flashinfer" or shape.format not in ("mxfp4", "fp8block"):
-                assert f"{shape.format}-{kind}" in (
-                    QUANT_STRATEGIES if kind != "flashinfer" else records
-                )
+                assert f"{shape.format}-{kind}" in (registered if kind != "flashinfer" else records)
 
 
 def test_each_format_has_every_figure_class_judged_as_bf16s():
@@ -123,14 +131,14 @@ def test_asv_measures_each_figure_once_for_every_format():
 
 def test_the_grid_reads_the_records_peaks_and_traffic(monkeypatch):
     narrow(monkeypatch, "gpt-oss-20b-mxfp4/tp1")
-    shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
+    shape = layer_shape("gpt-oss-20b-mxfp4", 1)
     peaks, traffic = bench_mxfp4.PeakMemory(), bench_mxfp4.Traffic()
     peak_cache, traffic_cache = peaks.setup_cache(), traffic.setup_cache()
     # FlashInfer has no MXFP4 helper of gpt-oss's layout: n/a, saying so
     with pytest.raises(NotImplementedError, match="mxfp4-flashinfer is not registered here"):
         peaks.setup(peak_cache, shape.label, "flashinfer")
     for kind in formats.QUANT_KINDS[:-1]:
-        record = QUANT_STRATEGIES[f"mxfp4-{kind}"]
+        record = REGISTRY[f"mxfp4-{kind}"]
         peaks.setup(peak_cache, shape.label, kind)
         got = peaks.track_peak_transient_bytes(peak_cache, shape.label, kind)
         assert got == record.peak.evaluate(shape)
@@ -152,8 +160,8 @@ def test_fp8_helper_is_measured_on_meta_and_one_that_cannot_run_there_is_na(monk
     # PeakMemory, Traffic and replay cells are n/a with the reason
     label = "llama-4-maverick-fp8/tp8"
     narrow(monkeypatch, label)
-    record = QUANT_STRATEGIES["fp8-flashinfer"]
-    shape = quant_layer_shape("llama-4-maverick-fp8", 8)
+    record = REGISTRY["fp8-flashinfer"]
+    shape = layer_shape("llama-4-maverick-fp8", 8)
     peak = bench_fp8.PeakMemory()
     cache = peak.setup_cache()
     peak.setup(cache, label, "flashinfer")
@@ -161,7 +169,7 @@ def test_fp8_helper_is_measured_on_meta_and_one_that_cannot_run_there_is_na(monk
         shape
     )
     monkeypatch.setitem(
-        QUANT_STRATEGIES, "fp8-flashinfer", dataclasses.replace(record, not_on_meta="a CUDA op")
+        REGISTRY, "fp8-flashinfer", dataclasses.replace(record, not_on_meta="a CUDA op")
     )
     for cls in (bench_fp8.PeakMemory, bench_fp8.Traffic, bench_fp8.SleepModeReplay):
         cache = cls().setup_cache()
@@ -170,16 +178,17 @@ def test_fp8_helper_is_measured_on_meta_and_one_that_cannot_run_there_is_na(monk
         cls().setup(cache, label, "fast")  # the others are measured
 
 
-def test_a_library_without_quantized_formats_makes_their_cells_na(monkeypatch):
+def test_a_library_without_a_format_makes_its_cells_na(monkeypatch):
     import moe_convert
 
     nvfp4, bf16 = "kimi-k2-nvfp4/tp8", "qwen3-30b-a3b/tp2"
     narrow(monkeypatch, nvfp4, bf16)
-    monkeypatch.delattr(moe_convert, "QUANT_STRATEGIES")  # a commit before issue 18
+    # a commit before issue 18 (no FORMATS) or one without NVFP4's record
+    monkeypatch.setattr(moe_convert, "FORMATS", {"bf16": moe_convert.FORMATS["bf16"]})
     cache = bench_nvfp4.PeakMemory().setup_cache()
-    with pytest.raises(NotImplementedError, match="no quantized formats"):
+    with pytest.raises(NotImplementedError, match="has no nvfp4 layers"):
         bench_nvfp4.PeakMemory().setup(cache, nvfp4, "fast")
-    with pytest.raises(NotImplementedError, match="no quantized formats"):
+    with pytest.raises(NotImplementedError, match="has no nvfp4 layers"):
         bench_nvfp4.Profile().setup(nvfp4)
     bench_convert.PeakMemory().setup(cache, bf16, "legacy")  # BF16's are measured
 
@@ -195,7 +204,7 @@ def test_cuda_memory_is_na_without_cuda(monkeypatch):
 def test_the_replay_finds_the_upstream_oom_and_ours_fit():
     # gpt-oss-20b's 24 MXFP4 layers on a 15 GiB device (10.1 GiB of MoE weights): vLLM's path
     # reserves a second copy of a layer and strands segments every layer; ours fit, no growth.
-    shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
+    shape = layer_shape("gpt-oss-20b-mxfp4", 1)
     device = 15 * 2**30
 
     def load(kind: str):
@@ -215,8 +224,8 @@ def test_the_replay_frees_the_inputs_the_result_does_not_keep():
     # path: all but w2's scales, which it clamps in place and returns.
     from moe_convert.load.replay import _meta_conversion
 
-    r1 = quant_layer_shape("deepseek-r1-fp8block", 8)
-    oss = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
+    r1 = layer_shape("deepseek-r1-fp8block", 8)
+    oss = layer_shape("gpt-oss-20b-mxfp4", 1)
     scaled = {"w13", "w2", "w13_scale", "w2_scale"}
     assert _meta_conversion(r1, "fp8block-legacy")[1] == {"w2_scale"}
     assert _meta_conversion(r1, "fp8block-inplace")[1] == scaled
@@ -229,7 +238,7 @@ def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):
     # rank_load on the class's device: PR #45589's headroom beside the rank's weights, a GB200,
     # an H200.
     narrow(monkeypatch, "gpt-oss-20b-mxfp4/tp1")
-    shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
+    shape = layer_shape("gpt-oss-20b-mxfp4", 1)
     devices = {"Replay": shape.model_bytes + PR45589_HEADROOM_BYTES, **LOAD_DEVICES}
     loads = bench_mxfp4.RankLoadReplay().setup_cache()
     for device in formats.RANK_LOAD_DEVICES:
@@ -265,7 +274,7 @@ def test_a_helper_that_takes_bf16_weights_is_loaded_with_them(monkeypatch):
     # and its headroom, not the FP8 checkpoint's.
     label = "llama-4-maverick-fp8/tp8"
     narrow(monkeypatch, label)
-    shape = quant_layer_shape("llama-4-maverick-fp8", 8)
+    shape = layer_shape("llama-4-maverick-fp8", 8)
     loaded = dataclasses.replace(shape, format="bf16").model_bytes
     assert formats._loaded_bytes(label, "flashinfer") == loaded > shape.model_bytes
     assert formats._loaded_bytes(label, "fast") == shape.model_bytes
@@ -281,7 +290,7 @@ def test_the_rank_load_names_the_oom_layer_and_the_refused_device_calls():
     # fills the device with stranded segments, then each refused cudaMalloc frees the cache and
     # retries, and it still fits. With 2 GiB beside the weights its 2.4 GiB per layer runs out
     # at once; -fast's 1.5 GiB fits; the figure counts the layers lost.
-    shape = quant_layer_shape("deepseek-r1-nvfp4", 4)
+    shape = layer_shape("deepseek-r1-nvfp4", 4)
     h200 = rank_load(shape, "nvfp4-legacy", LOAD_DEVICES["H200"])
     assert h200.oom_layer is None
     assert h200.num_device_alloc_failed == h200.num_device_free == 1797
@@ -307,10 +316,11 @@ def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interle
     monkeypatch.setattr(plan, "SWIZZLE_CHECK_SHAPES", ((128, 4),))
     assert exact._quantized_exact(dry_run=True) == []
     rows = exact._quantized_exact(dry_run=False)
-    strategies = [row["strategy"] for row in rows if row["strategy"] in QUANT_STRATEGIES]
-    assert sorted(strategies) == sorted(QUANT_STRATEGIES)
-    assert all(row["exact"] for row in rows if row["strategy"] in QUANT_STRATEGIES)
-    interleaves = [row for row in rows if row["strategy"] not in QUANT_STRATEGIES]
+    registered = quant_records(REGISTRY)
+    strategies = [row["strategy"] for row in rows if row["strategy"] in registered]
+    assert sorted(strategies) == sorted(registered)
+    assert all(row["exact"] for row in rows if row["strategy"] in registered)
+    interleaves = [row for row in rows if row["strategy"] not in registered]
     # one row per scale dtype: uint8 (NVFP4, MXFP4, MXFP8) and bf16 (MXINT4)
     assert [row["shape"].split()[0] for row in interleaves] == ["uint8", "bfloat16"]
     for interleave in interleaves:
@@ -330,7 +340,7 @@ def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cel
     bench = bench_mxfp4.LayerTime()
     timings = bench.setup_cache()
     assert set(timings) == {(timed, kind) for kind in formats.QUANT_KINDS}
-    full = quant_layer_shape("gpt-oss-20b-mxfp4", 1)
+    full = layer_shape("gpt-oss-20b-mxfp4", 1)
     with pytest.raises(NotImplementedError, match="mxfp4-flashinfer is not registered here"):
         bench.setup(timings, timed, "flashinfer")  # no FlashInfer helper of gpt-oss's layout
     for kind in formats.QUANT_KINDS[:-1]:
@@ -352,7 +362,7 @@ def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cel
         profile.setup(untimed)
     monkeypatch.setattr(common, "profile", lambda: "full")
     profile.setup(untimed)
-    assert profile.track_timed_experts(untimed) == quant_layer_shape("kimi-k2-nvfp4", 8).experts
+    assert profile.track_timed_experts(untimed) == layer_shape("kimi-k2-nvfp4", 8).experts
 
 
 def test_time_layer_of_a_quantized_shape_copies_every_tensor_and_restores_in_place_inputs(
@@ -362,17 +372,14 @@ def test_time_layer_of_a_quantized_shape_copies_every_tensor_and_restores_in_pla
     # input before every call (a conversion of converted bytes would differ from the first).
     import torch
 
-    from moe_convert.formats.quant.layer import quant_layer_tensors
-    from moe_convert.formats.table import convert_quant
+    from moe_convert import convert, layer_tensors
     from moe_convert.measuring import timing
 
-    shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1)
-    pristine = quant_layer_tensors(shape, "cpu")
-    want = convert_quant(
-        quant_layer_tensors(shape, "cpu"), strategy="mxfp4-inplace", gated=shape.gated
-    )
+    shape = layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1)
+    pristine = layer_tensors(shape, "cpu")
+    want = convert(layer_tensors(shape, "cpu"), strategy="mxfp4-inplace", gated=shape.gated)
     seen = []
-    real = timing.convert_layer
+    real = timing.convert
 
     def same(a, b) -> bool:  # bytes: random fp8 and bf16 bytes hold NaNs, never equal as numbers
         return all(
@@ -381,12 +388,12 @@ def test_time_layer_of_a_quantized_shape_copies_every_tensor_and_restores_in_pla
         )
 
     def spy(layer, *, strategy, gated):
-        seen.append(same(layer, pristine.tensors()))
+        seen.append(same(layer, pristine))
         out = real(layer, strategy=strategy, gated=gated)
-        assert same(out, want.tensors())
+        assert same(out, want)
         return out
 
-    monkeypatch.setattr(timing, "convert_layer", spy)
+    monkeypatch.setattr(timing, "convert", spy)
     measured = timing.time_layer(shape, "mxfp4-inplace", repeats=3, warmup=1)
     assert seen == [True] * 4
     assert measured.bytes_moved == 2 * shape.layer_bytes

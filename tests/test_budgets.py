@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
 from benchmarks import budgets, formats  # noqa: E402
-from moe_convert import STRATEGIES  # noqa: E402
+from moe_convert import REGISTRY  # noqa: E402
 
 BUDGETS = json.loads((ROOT / "budgets.json").read_text())
 PEAK = "bench_convert.PeakMemory.track_peak_transient_bytes"
@@ -32,7 +32,7 @@ def test_budgets_json_limits_are_their_formulas():
 @pytest.mark.parametrize("entry", PEAK_ENTRIES, ids=lambda e: f"{e['shape']}-{e['strategy']}")
 def test_every_peak_budget_names_a_formula_its_strategy_meets(entry):
     assert "formula" in entry, "a peak budget names its formula; the bytes are derived from it"
-    registered = STRATEGIES[entry["strategy"]].peak.evaluate(formats.full_shape(entry["shape"]))
+    registered = REGISTRY[entry["strategy"]].peak.evaluate(formats.full_shape(entry["shape"]))
     assert registered <= entry["max"], (
         f"{entry['strategy']}'s registered peak ({registered}) is over its budget "
         f"{entry['formula']}"

@@ -205,7 +205,7 @@ def no_work(monkeypatch):
     def started(*args, **kwargs):
         raise AssertionError("work started before the arguments were checked")
 
-    for name in ("strategy_memory", "time_layer", "convert_layer", "layer_tensors"):
+    for name in ("strategy_memory", "time_layer", "convert", "layer_tensors"):
         monkeypatch.setattr(cli, name, started)
 
 
@@ -314,3 +314,17 @@ def test_the_console_scripts_resolve():
     assert set(scripts) == {"moe-convert", "moe-bench"}
     for ep in scripts.values():
         assert callable(ep.load()), ep.value
+
+
+def test_the_report_refuses_a_mistyped_table_in_one_line(capsys):
+    """``python -m moe_convert.cli.report TABLE``: a name it does not know is a usage error, not
+    the default table printed in its place."""
+    from moe_convert.cli import report
+
+    with pytest.raises(SystemExit) as stop:
+        report.main(["strategis"])
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "invalid choice: 'strategis'" in err
+    assert report.main(["strategies"]) == 0
+    assert capsys.readouterr().out.startswith("| strategy | from | result |")

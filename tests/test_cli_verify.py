@@ -9,11 +9,12 @@ import sys
 import pytest
 import torch
 
-from moe_convert import STRATEGIES, register
+from moe_convert import REGISTRY, Layer, register, strategies
 
 # verify on the smallest shape: one expert, w13 [1, 128, 128], w2 [1, 128, 64]
 from moe_convert.cli import commands as cli
 from moe_convert.formats.bf16 import reference
+from moe_convert.formats.bf16.strategies import strided_copy
 
 TINY = ["verify", "--experts", "1", "--hidden", "128", "--intermediate", "64"]
 
@@ -25,16 +26,16 @@ def broken_strategy():
 
     def add(name: str, fn, *, inplace: bool) -> None:
         names.append(name)
-        register(name, inplace=inplace, origin="test probe")(fn)
+        register(name, format="bf16", inplace=inplace, origin="test probe")(fn)
 
     yield add
     for name in names:
-        STRATEGIES.pop(name, None)
+        REGISTRY.pop(name, None)
 
 
 def flip_one_byte(w13, w2, gated):
     """Broken on purpose: ``strided_copy`` with the last byte of w2 inverted. Out of place."""
-    out13, out2 = STRATEGIES["strided_copy"].function(w13, w2, gated)
+    out13, out2 = REGISTRY["strided_copy"].function(Layer(w13, w2), gated).values()
     out2.view(torch.uint8).view(-1)[-1] ^= 0xFF
     return out13, out2
 
@@ -63,10 +64,10 @@ def test_verify_catalog_model_passes(capsys):
     assert "w13 [2, 768, 2048], w2 [2, 2048, 384]" in out
     expected = "FlashInfer's helpers" if reference.AVAILABLE else "legacy"
     assert f"against {expected}" in out
-    for name in STRATEGIES:
+    for name, record in strategies("bf16").items():
         line = next(line for line in out.splitlines() if line.split()[:1] == [name])
         assert "w13 ok" in line and "w2 ok" in line
-        assert ("in place" in line) == STRATEGIES[name].inplace
+        assert ("in place" in line) == record.inplace
     assert "all byte-identical" in out
 
 
@@ -110,7 +111,8 @@ def test_verify_fails_on_a_mismatching_strategy(broken_strategy, capsys):
 
 def test_verify_fails_when_inplace_contract_is_broken(broken_strategy, capsys):
     # Right bytes, but registered as in place while returning new tensors.
-    broken_strategy("_claims_inplace", STRATEGIES["strided_copy"].function, inplace=True)
+    # strided_copy as written, on (w13, w2, gated): register wraps it once.
+    broken_strategy("_claims_inplace", strided_copy, inplace=True)
     assert cli.main(TINY + ["--strategy", "_claims_inplace"]) != 0
     assert "WRONG" in capsys.readouterr().out
 

@@ -1,8 +1,8 @@
-"""The installed engines' adapters (``moe_convert.formats.bf16.engines``) and
-``python -m moe_convert engines``.
+"""The installed engines' adapters (``moe_convert.formats.bf16.engines``, on
+``moe_convert.formats.engines``' mechanism) and ``python -m moe_convert engines``.
 
 Where vLLM (or SGLang) is installed, its adapter is also covered by every per-strategy test in
-test_strategies.py and test_memory.py (they read ``STRATEGIES``); here: registration follows the
+test_strategies.py and test_memory.py (they read ``REGISTRY``); here: registration follows the
 installation, the adapter calls the installed function itself and never falls back, and the
 ``engines`` command reports and fails as it should. CI does not install the engines: their tests
 skip there, saying why (docs/engines.md: how the vLLM adapter was tested against vLLM 0.33.0).
@@ -20,25 +20,28 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import STRATEGIES, LayerShape, convert, convert_quant, register
-from moe_convert.cli import commands as cli
-from moe_convert.formats.bf16.engines import (
-    ENGINES,
-    SGLANG,
-    UNCALLABLE,
-    VLLM,
-    VLLM_FORMS,
-    Engine,
-    check_engine,
-    register_vllm,
-    registered_form,
+from moe_convert import (
+    REGISTRY,
+    UNAVAILABLE,
+    Layer,
+    LayerShape,
+    convert,
+    layer_tensors,
+    register,
+    strategies,
 )
+from moe_convert.cli import commands as cli
+from moe_convert.formats.bf16.engines import ENGINES, SGLANG, VLLM, VLLM_FORMS, register_vllm
 from moe_convert.formats.bf16.inputs import random_weights
 from moe_convert.formats.bf16.reference import flashinfer_reference
-from moe_convert.formats.quant.engines import QUANT_ENGINES, register_quant_engines
-from moe_convert.formats.quant.layer import quant_layer_tensors
-from moe_convert.formats.quant.registry import QUANT_STRATEGIES
-from moe_convert.formats.registry import UNAVAILABLE
+from moe_convert.formats.engines import (
+    UNCALLABLE,
+    Engine,
+    FunctionCode,
+    check_engine,
+    registered_form,
+)
+from moe_convert.formats.preparations import PREPARATIONS, register_preparations
 
 
 def requires_engine(engine: Engine) -> pytest.MarkDecorator:
@@ -51,8 +54,9 @@ def requires_engine(engine: Engine) -> pytest.MarkDecorator:
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.strategy)
 def test_adapter_registered_exactly_where_its_engine_is_installed(engine):
-    assert (engine.strategy in STRATEGIES) == engine.installed
-    assert engine.transcription in STRATEGIES and engine.transcription != engine.strategy
+    assert (engine.strategy in strategies(engine.format)) == engine.installed
+    assert engine.transcription in strategies(engine.format)
+    assert engine.transcription != engine.strategy
     assert (
         engine.version != "not installed" if engine.installed else engine.version == "not installed"
     )
@@ -76,11 +80,11 @@ def test_adapter_calls_the_installed_function_and_matches_flashinfer(engine, gat
     monkeypatch.setattr(owner, name, spy)
     w13, w2 = random_weights((3, 256 if gated else 128, 512), (3, 512, 128), seed=5)
     in13, in2 = w13.clone(), w2.clone()
-    got = convert(in13, in2, strategy=engine.strategy, gated=gated)
+    got = convert(Layer(in13, in2), strategy=engine.strategy, gated=gated)
     assert calls, f"{engine.function} never ran"  # once (vLLM) or per weight (SGLang)
-    aliased = (got[0].data_ptr(), got[1].data_ptr()) == (in13.data_ptr(), in2.data_ptr())
-    assert aliased == STRATEGIES[engine.strategy].inplace
-    for g, w in zip(got, flashinfer_reference(w13, w2, gated=gated), strict=True):
+    aliased = (got.w13.data_ptr(), got.w2.data_ptr()) == (in13.data_ptr(), in2.data_ptr())
+    assert aliased == REGISTRY[engine.strategy].inplace
+    for g, w in zip(got.values(), flashinfer_reference(w13, w2, gated=gated), strict=True):
         assert g.shape == w.shape and torch.equal(g.view(torch.uint8), w.view(torch.uint8))
 
 
@@ -99,7 +103,7 @@ def fake_engines(monkeypatch):
         """Test probe: right shapes, wrong bytes. In place. Peak transient: 0."""
         return tuple(w.view(w.shape[0], 2 * w.shape[2] // 128, w.shape[1], 64) for w in (w13, w2))
 
-    register("_wrong", inplace=True, origin="test probe")(wrong)
+    register("_wrong", format="bf16", inplace=True, origin="test probe")(wrong)
     right = Engine(
         "strided_inplace",
         "torch",
@@ -110,7 +114,7 @@ def fake_engines(monkeypatch):
     bad = Engine("_wrong", "torch", "tests", "wrong", "inplace")
     monkeypatch.setattr(cli, "ENGINES", (right,))
     yield right, bad
-    STRATEGIES.pop("_wrong")
+    REGISTRY.pop("_wrong")
 
 
 @requires_flashinfer
@@ -227,7 +231,7 @@ def fake_vllm(tmp_path):
         sys.path.insert(0, str(root))
         paths.append(str(root))
         _forget_vllm()
-        register_quant_engines()
+        register_preparations()
         return register_vllm()
 
     yield install
@@ -236,7 +240,7 @@ def fake_vllm(tmp_path):
     _forget_vllm()
     sys.modules.update(real)
     register_vllm()
-    register_quant_engines()
+    register_preparations()
 
 
 def _is_vllm(name: str) -> bool:
@@ -261,11 +265,11 @@ def _forget_vllm():
 def test_vllm_form_is_read_from_its_code(fake_vllm, version, source, form, capsys):
     found = fake_vllm(version, source)
     assert found is not None and found.name == form and registered_form(VLLM) is found
-    record = STRATEGIES[VLLM.strategy]
+    record = REGISTRY[VLLM.strategy]
     assert record.inplace == found.inplace and form in record.origin
     doc = " ".join(record.function.__doc__.split())  # the form's contract, as registered
     assert ("In place" in doc, "Out of place" in doc) == (found.inplace, not found.inplace)
-    transcription = STRATEGIES[found.transcription]
+    transcription = REGISTRY[found.transcription]
     if found.figures is None:  # the form's figures are its transcription's
         assert (record.peak, record.traffic, record.launches) == (
             transcription.peak,
@@ -273,11 +277,12 @@ def test_vllm_form_is_read_from_its_code(fake_vllm, version, source, form, capsy
             transcription.launches,
         )
     w13, w2 = random_weights((3, 256, 512), (3, 512, 128), seed=5)
-    want = STRATEGIES["legacy"].function(w13.clone(), w2.clone(), True)
+    want = REGISTRY["legacy"].function(Layer(w13.clone(), w2.clone()), True)
     in13, in2 = w13.clone(), w2.clone()
-    got = convert(in13, in2, strategy=VLLM.strategy, gated=True)
-    assert (got[0].data_ptr() == in13.data_ptr()) == found.inplace
-    for g, w in zip(got, want, strict=True):
+    got = convert(Layer(in13, in2), strategy=VLLM.strategy, gated=True)
+    assert (got.w13.data_ptr() == in13.data_ptr()) == found.inplace
+    assert list(got) == list(want) == ["w13", "w2"]
+    for g, w in zip(got.values(), want.values(), strict=True):
         assert torch.equal(g.view(torch.uint8), w.view(torch.uint8))
     out = capsys.readouterr()
     assert "fake vllm logs" not in out.out and "fake vllm logs to stdout on import" in out.err
@@ -288,7 +293,7 @@ def test_vllm_per_expert_form_converts_gated_layers_only(fake_vllm):
     w13, w2 = random_weights((2, 128, 256), (2, 256, 128))
     before = w13.clone()
     with pytest.raises(NotImplementedError, match=r"vllm 0\.23\.0 converts gated w13 only"):
-        convert(w13, w2, strategy=VLLM.strategy, gated=False)
+        convert(Layer(w13, w2), strategy=VLLM.strategy, gated=False)
     assert torch.equal(w13.view(torch.uint8), before.view(torch.uint8))
 
 
@@ -297,7 +302,7 @@ def test_vllm_result_against_its_code_is_an_error(fake_vllm):
     assert fake_vllm("0.31.0", SAYS_IN_PLACE).inplace
     w13, w2 = random_weights((2, 256, 256), (2, 256, 128))
     with pytest.raises(RuntimeError, match="returned new tensors, but its code read as the in"):
-        convert(w13, w2, strategy=VLLM.strategy, gated=True)
+        convert(Layer(w13, w2), strategy=VLLM.strategy, gated=True)
 
 
 @pytest.mark.parametrize(
@@ -309,7 +314,7 @@ def test_vllm_result_against_its_code_is_an_error(fake_vllm):
 )
 def test_vllm_it_cannot_call_is_one_line_naming_what_is_missing(fake_vllm, source, missing, capsys):
     assert fake_vllm("0.15.1", source) is None
-    assert VLLM.strategy not in STRATEGIES and missing in UNAVAILABLE[VLLM.strategy].needs
+    assert VLLM.strategy not in REGISTRY and missing in UNAVAILABLE[VLLM.strategy].needs
     args = ["measure", "--model", "qwen3-235b-a22b", "--tp", "4", "--device", "meta"]
     with pytest.raises(SystemExit) as exit_info:
         cli.main([*args, "--strategy", VLLM.strategy])
@@ -333,7 +338,7 @@ def test_vllm_adapter_raises_when_vllm_does_not_import(fake_vllm, monkeypatch):
     w13, w2 = random_weights((1, 256, 128), (1, 128, 128))
     before = w13.clone()
     with pytest.raises(ImportError, match="xgrammar"):
-        convert(w13, w2, strategy=VLLM.strategy, gated=True)
+        convert(Layer(w13, w2), strategy=VLLM.strategy, gated=True)
     assert torch.equal(w13.view(torch.uint8), before.view(torch.uint8))  # nothing converted
 
 
@@ -352,8 +357,6 @@ def test_measure_json_stays_json_lines_whatever_vllm_prints(fake_vllm, capsys):
 
 def test_vllm_forms_are_oldest_first_and_exclusive():
     """Each fake's code matches exactly one form (the first match is the installed one)."""
-    from moe_convert.formats.bf16.engines import FunctionCode
-
     codes = {
         "per-expert": FunctionCode(("cache_permute_indices", "w13_weight", "w2_weight"), {}),
         "preallocated (#45589)": FunctionCode(
@@ -374,8 +377,8 @@ def test_vllm_forms_are_oldest_first_and_exclusive():
 PREPARE_FP8 = (
     IN_PLACE
     + """
-from moe_convert.formats.quant.layer import QuantLayer
-from moe_convert.formats.quant.registry import QUANT_STRATEGIES
+from moe_convert.formats.layer import Layer
+from moe_convert.formats.registry import REGISTRY
 
 _FORMAT = {None: "fp8", (128, 128): "fp8block", (1, 32): "mxfp8"}
 
@@ -390,8 +393,8 @@ def prepare_fp8_moe_layer_for_fi(
         rotate_weights_for_fi_trtllm_fp8_per_tensor_moe(w13, w2, True)
         _shuffle_deepseek_fp8_moe_weights()
         _shuffle_mxfp8_moe_weights()
-    given = QuantLayer(w13, w2) if fmt == "fp8" else QuantLayer(w13, w2, w13_scale, w2_scale)
-    out = QUANT_STRATEGIES[fmt + "-legacy"].function(given, layer.moe_config.is_act_and_mul)
+    given = Layer(w13, w2) if fmt == "fp8" else Layer(w13, w2, w13_scale, w2_scale)
+    out = REGISTRY[fmt + "-legacy"].function(given, layer.moe_config.is_act_and_mul)
     return out.w13, out.w2, out.w13_scale, out.w2_scale
 """
 )
@@ -402,16 +405,16 @@ def test_quantized_adapters_share_the_mechanism(fake_vllm, capsys):
     """FP8 and block-FP8 run vLLM's function on CPU and give their -legacy bytes; MXFP8's and
     NVFP4's need CUDA (or their file): never registered where they cannot run, the reason said."""
     fake_vllm("0.33.0", PREPARE_FP8)
-    engines = {engine.format: engine for engine in QUANT_ENGINES}
+    engines = {engine.format: engine for engine in PREPARATIONS}
     for fmt in ("fp8", "fp8block"):
-        assert f"{fmt}-vllm" in QUANT_STRATEGIES and registered_form(engines[fmt]) is not None
+        assert f"{fmt}-vllm" in strategies(fmt) and registered_form(engines[fmt]) is not None
         check = check_engine(engines[fmt])
         assert check.identical, check.detail
         assert "gated=False: w13 ok, w2 ok" in check.detail and f"{fmt}-legacy" in check.detail
     if not torch.cuda.is_available():
-        assert "needs CUDA" in UNCALLABLE["mxfp8-vllm"] and "mxfp8-vllm" not in QUANT_STRATEGIES
+        assert "needs CUDA" in UNCALLABLE["mxfp8-vllm"] and "mxfp8-vllm" not in REGISTRY
     for fmt, module in (("nvfp4", "flashinfer_fp4_moe"), ("mxint4", "flashinfer_mxint4_moe")):
-        assert f"{fmt}-vllm" not in QUANT_STRATEGIES and module in UNCALLABLE[f"{fmt}-vllm"]
+        assert f"{fmt}-vllm" not in REGISTRY and module in UNCALLABLE[f"{fmt}-vllm"]
     assert "fake vllm logs" not in capsys.readouterr().out
     assert cli.main(["engines"]) == 0
     out = capsys.readouterr().out
@@ -429,16 +432,16 @@ def test_quantized_adapters_share_the_mechanism(fake_vllm, capsys):
 
 def test_quantized_adapter_of_a_branch_vllm_lacks_is_not_registered(fake_vllm):
     fake_vllm("0.20.0", PREPARE_FP8.replace("_shuffle_deepseek_fp8_moe_weights()", "pass"))
-    assert "fp8-vllm" in QUANT_STRATEGIES and "fp8block-vllm" not in QUANT_STRATEGIES
+    assert "fp8-vllm" in strategies("fp8") and "fp8block-vllm" not in REGISTRY
     assert "no form the adapter knows" in UNCALLABLE["fp8block-vllm"]
 
 
 def test_fp8_adapter_of_vllm_0_16_converts_gated_layers_only(fake_vllm):
     """vLLM 0.16.0 called its rotation without is_gated_activation: told by the call's arguments."""
     fake_vllm("0.16.0", PREPARE_FP8.replace("(w13, w2, True)", "(w13, w2)"))
-    fp8 = next(engine for engine in QUANT_ENGINES if engine.format == "fp8")
+    fp8 = next(engine for engine in PREPARATIONS if engine.format == "fp8")
     assert registered_form(fp8).releases == "0.16.0" and registered_form(fp8).gated_only
     shape = LayerShape("small", 1, 2, 64, 128, 1, gated=False, format="fp8")
-    layer = quant_layer_tensors(shape, "cpu")
+    layer = layer_tensors(shape, "cpu")
     with pytest.raises(NotImplementedError, match="converts gated layers only"):
-        convert_quant(layer, strategy="fp8-vllm", gated=False)
+        convert(layer, strategy="fp8-vllm", gated=False)

@@ -1,5 +1,5 @@
 """FlashInfer's own weight-preparation helpers (``fused_moe/prepare.py``, 0.7.4) as the strategies
-``<format>-flashinfer`` (``moe_convert.formats.quant.flashinfer``): each takes a BF16 layer and
+``<format>-flashinfer`` (``moe_convert.formats.flashinfer``): each takes a BF16 layer and
 gives the bytes of its format's ``-legacy`` of the helper's own quantizer's layer, as the
 checkpoint stores it (``Strategy.stored``); their figures to the byte on CPU.
 
@@ -18,11 +18,9 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import LayerShape, QuantLayer, convert_quant
-from moe_convert.formats.registry import MISSING, QUANT_UNAVAILABLE, REGISTRY
+from moe_convert import REGISTRY, UNAVAILABLE, Layer, LayerShape, convert, layer_tensors
 from moe_convert.formats.swizzle import block_scale_interleave
 from moe_convert.formats.table import (
-    convert_layer,
     layer_call,
     reference_conversion,
     strategy_input,
@@ -51,7 +49,7 @@ def shape_of(fmt: str, dims: tuple[int, int, int, bool]) -> LayerShape:
 
 
 def record_of(name: str):
-    return REGISTRY.get(name) or MISSING[name]
+    return REGISTRY.get(name) or UNAVAILABLE[name]
 
 
 @pytest.fixture
@@ -69,7 +67,7 @@ def assert_legacy_bytes_of_stored(shape: LayerShape, name: str) -> None:
     its BF16 input is left as it was."""
     layer = strategy_input(shape, name, "cpu", seed=shape.experts)
     before = {key: t.clone() for key, t in layer.items()}
-    got = convert_layer(layer, strategy=name, gated=shape.gated)
+    got = convert(layer, strategy=name, gated=shape.gated)
     _, want = reference_conversion(shape, name)
     expected = want(layer)
     assert got.keys() == expected.keys()
@@ -115,12 +113,12 @@ def test_mxint4_helper_formulas_hold_at_kimi_k2_thinkings_size_on_meta(tp, monke
     docs/formats.md's Kimi-K2-Thinking figures for the helper rest on."""
     from flashinfer.quantization import fp4_quantization
 
-    from moe_convert import quant_layer_shape
+    from moe_convert import layer_shape
 
     monkeypatch.setattr(fp4_quantization, "block_scale_interleave", torch.clone)
     record = dataclasses.replace(record_of("mxint4-flashinfer"), not_on_meta="")
     monkeypatch.setitem(REGISTRY, record.name, record)
-    shape = quant_layer_shape("kimi-k2-thinking-mxint4", tp)
+    shape = layer_shape("kimi-k2-thinking-mxint4", tp)
     assert measure_memory(layer_call(shape, record.name, "meta")).peak_bytes == (
         record.peak.evaluate(shape)
     )
@@ -135,8 +133,8 @@ def test_the_stored_layer_is_the_checkpoints(mxint4_here):
     shape = shape_of("mxint4", (2, 256, 256, True))
     layer = strategy_input(shape, "mxint4-flashinfer", "cpu")
     stored = record_of("mxint4-flashinfer").stored(layer["w13"], layer["w2"], True)
-    assert isinstance(stored, QuantLayer)
-    assert {k: (tuple(t.shape), t.dtype) for k, t in stored.tensors().items()} == {
+    assert isinstance(stored, Layer)
+    assert {k: (tuple(t.shape), t.dtype) for k, t in stored.items()} == {
         "w13": (shape.w13_shape, torch.int32),
         "w2": (shape.w2_shape, torch.int32),
         "w13_scale": (shape.w13_scale_shape, torch.bfloat16),
@@ -154,17 +152,21 @@ def test_each_helper_takes_a_bf16_layer_of_the_formats_geometry():
         assert (record.takes, record.inplace, record.stored is not None) == ("bf16", False, True)
         assert "FlashInfer" in record.origin
         assert bool(record.not_on_meta) == (name in CUDA_ONLY)  # FP8's runs on meta
-    with pytest.raises(ValueError, match="takes a bf16 layer"):
-        convert_quant(
-            QuantLayer(torch.zeros(2, 96, 64), torch.zeros(2, 64, 48)), strategy=HELPERS[0]
-        )
+    # A helper takes a BF16 layer: its own format's layer, or any other dtype, is refused.
+    for layer in (
+        layer_tensors(shape, "cpu"),
+        Layer(torch.zeros(2, 96, 64), torch.zeros(2, 64, 48)),
+    ):
+        with pytest.raises(TypeError, match="needs bfloat16 weights"):
+            convert(layer, strategy=HELPERS[0])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="registered where CUDA is")
 def test_the_cuda_ones_are_unavailable_here_with_the_reason():
     for name in CUDA_ONLY:
-        assert name in QUANT_UNAVAILABLE and name not in REGISTRY
-        assert "CUDA" in QUANT_UNAVAILABLE[name].needs
+        assert name in UNAVAILABLE and name not in REGISTRY
+        assert UNAVAILABLE[name].format != "bf16"  # a quantized format's
+        assert "CUDA" in UNAVAILABLE[name].needs
 
 
 def test_a_helper_that_cannot_run_on_meta_says_why(monkeypatch):
@@ -193,7 +195,7 @@ def test_a_non_finite_bf16_layer_is_refused_by_the_helper():
     layer = strategy_input(shape, "fp8-flashinfer", "cpu")
     layer["w13"][0, 0, 0] = float("nan")
     with pytest.raises(ValueError, match="finite"):
-        convert_layer(layer, strategy="fp8-flashinfer")
+        convert(layer, strategy="fp8-flashinfer")
 
 
 def test_deepseek_fp8_helper_leaves_weights_unshuffled():
@@ -217,4 +219,4 @@ def test_deepseek_fp8_helper_leaves_weights_unshuffled():
     want = _deepseek_fp8_quantize_weights(w13)[0]
     assert torch.equal(got["gemm1_weights"].view(torch.uint8), want.view(torch.uint8))
     assert got["gemm1_weights"].dim() == 3  # MajorK [E, M, K], not BlockMajorK [E, K/128, M, 128]
-    assert "fp8block-flashinfer" not in {*REGISTRY, *MISSING}
+    assert "fp8block-flashinfer" not in {*REGISTRY, *UNAVAILABLE}

@@ -15,11 +15,16 @@ import torch
 
 from moe_bench.gpucheck import exact, load, memory, plan, report, timing
 from moe_bench.gpucheck.__main__ import main, plan_lines
-from moe_convert import FORMATS, QUANT_STRATEGIES, STRATEGIES
+from moe_convert import FORMATS, REGISTRY, UNAVAILABLE, strategies
 from moe_convert.load.replay import rank_load
 from moe_convert.load.wholemodel import DEVICE_141GB_BYTES, PR45589_SHAPE, VLLM_LOAD_MAX_SPLIT_MB
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def quantized(records: dict) -> dict:
+    """The records of every quantized format's strategies among ``records``."""
+    return {name: record for name, record in records.items() if record.format != "bf16"}
 
 
 @pytest.fixture
@@ -49,15 +54,15 @@ def test_dry_run_memory_gives_formula_and_model_for_every_strategy(small):
     quantized = {
         (label, name)
         for label in plan.quant_check_shapes()
-        for name, record in QUANT_STRATEGIES.items()
+        for name, record in REGISTRY.items()
         if record.format == plan.shape(label).format
     }
     assert {(r["shape"], r["strategy"]) for r in rows} == quantized | {
-        (label, name) for label in plan.CHECK_SHAPES for name in STRATEGIES
+        (label, name) for label in plan.CHECK_SHAPES for name in strategies("bf16")
     }
     for row in rows:  # the model reserves whole segments, multiples of 2 MiB
         assert row["dispatch_peak_bytes"] > 0
-        record = STRATEGIES.get(row["strategy"]) or QUANT_STRATEGIES[row["strategy"]]
+        record = REGISTRY[row["strategy"]]
         if record.not_on_meta:  # FlashInfer's helpers: no meta trace to replay
             assert row["model_reserved_bytes"] is None
         else:
@@ -65,18 +70,16 @@ def test_dry_run_memory_gives_formula_and_model_for_every_strategy(small):
         assert "peak_reserved_bytes" not in row  # the CUDA part did not run
     for row in rows:  # a quantized row's dispatch peak is its record's exact formula
         if (row["shape"], row["strategy"]) in quantized:
-            want = QUANT_STRATEGIES[row["strategy"]].peak.evaluate(plan.shape(row["shape"]))
+            want = REGISTRY[row["strategy"]].peak.evaluate(plan.shape(row["shape"]))
             assert row["dispatch_peak_bytes"] == want
 
 
 def test_the_cuda_only_flashinfer_helpers_are_planned_where_registered(small, monkeypatch):
     # On a GPU with FlashInfer, MXINT4's, NVFP4's and MXFP8's helpers are registered: steps 1, 2
     # and 5 take them from the table, as every quantized strategy.
-    from moe_convert.formats.registry import MISSING, REGISTRY
-
     helpers = ("mxint4-flashinfer", "nvfp4-flashinfer", "mxfp8-flashinfer")
     for name in helpers:
-        monkeypatch.setitem(REGISTRY, name, REGISTRY.get(name) or MISSING[name])
+        monkeypatch.setitem(REGISTRY, name, REGISTRY.get(name) or UNAVAILABLE[name])
     planned = {(r["shape"], r["strategy"]) for r in memory.step_memory(dry_run=True)["rows"]}
     timed = " ".join(timing.step_timing(dry_run=True)["plan"])
     for name in helpers:
@@ -87,7 +90,7 @@ def test_the_cuda_only_flashinfer_helpers_are_planned_where_registered(small, mo
 
 def test_dry_run_allocator_replays_the_model_per_layer(small):
     rows = memory.step_allocator(dry_run=True)["rows"]
-    assert [row["strategy"] for row in rows] == list(STRATEGIES)
+    assert [row["strategy"] for row in rows] == list(strategies("bf16"))
     for row in rows:
         assert len(row["model_reserved_after_layer"]) == 3
         assert row["match"] is None and row["real_reserved_after_layer"] is None
@@ -109,7 +112,7 @@ def test_the_quantized_shapes_cover_every_format_once():
         "nvfp4-inplace",
         "nvfp4-fast",
     }
-    assert plan.strategies(plan.shape(plan.LOAD_SHAPE)) is STRATEGIES
+    assert plan.strategies(plan.shape(plan.LOAD_SHAPE)) == strategies("bf16")
 
 
 def test_the_quantized_budgets_are_sized_from_the_records():
@@ -117,9 +120,7 @@ def test_the_quantized_budgets_are_sized_from_the_records():
     quant_check_shapes() on a GPU with FlashInfer: 28 strategies, 32,804 launches, 488 GB
     moved): a strategy that changes either changes this, and the budgets are to be sized
     again."""
-    from moe_convert.formats.registry import QUANT_UNAVAILABLE
-
-    records = {**QUANT_STRATEGIES, **QUANT_UNAVAILABLE}
+    records = quantized({**REGISTRY, **UNAVAILABLE})
     cells = [
         (plan.shape(label), name)
         for label in plan.quant_check_shapes()
@@ -174,7 +175,7 @@ def test_dry_run_timing_lists_every_cell_and_sizes_the_quantized_ones():
     assert "qwen3-235b-a22b/tp4 x legacy" in lines
     assert "kimi-k2-nvfp4/tp8 x nvfp4-legacy (7.45 GB moved, 2,344 launches)" in lines
     # the four kinds, and FlashInfer's helper where flashinfer-python is installed
-    assert sum(" x fp8-" in line for line in lines) == 4 + ("fp8-flashinfer" in QUANT_STRATEGIES)
+    assert sum(" x fp8-" in line for line in lines) == 4 + ("fp8-flashinfer" in REGISTRY)
     text = report.report_markdown(_summary({"step": "timing", **step}, dry_run=True))
     assert "- kimi-k2-nvfp4/tp8 x nvfp4-legacy (7.45 GB moved, 2,344 launches)" in text
 
@@ -190,7 +191,7 @@ def test_a_quantized_timing_row_carries_what_its_targets_are_judged_by(monkeypat
         "ours",
         False,
     )
-    assert row["peak_bytes"] == QUANT_STRATEGIES["fp8-fast"].peak.evaluate(shape)
+    assert row["peak_bytes"] == REGISTRY["fp8-fast"].peak.evaluate(shape)
     assert row["seconds"] > 0 and row["copy_ratio"] > 0 and len(row["samples"]) == 1
 
 
@@ -300,7 +301,7 @@ def _timing_row(shape: str, strategy: str, ratio: float, seconds: float) -> dict
     return {
         "shape": shape,
         "strategy": strategy,
-        "inplace": STRATEGIES[strategy].inplace,
+        "inplace": strategies("bf16")[strategy].inplace,
         "copy_ratio": ratio,
         "seconds": seconds,
         "peak_bytes": 2**20,
@@ -329,7 +330,7 @@ def test_targets_take_the_best_strategy_of_each_kind():
 
 
 def _quant_row(strategy: str, ratio: float, seconds: float) -> dict:
-    record = QUANT_STRATEGIES[strategy]
+    record = quantized(REGISTRY)[strategy]
     return {
         "shape": "kimi-k2-nvfp4/tp8",
         "strategy": strategy,

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import STRATEGIES, convert, unconvert
+from moe_convert import Layer, convert, strategies, unconvert
 from moe_convert.formats.bf16.inputs import random_weights
 from moe_convert.formats.layout import (
     block_layout_copies,
@@ -187,12 +187,12 @@ def test_block_layout_copies_only_when_there_are_several_k_blocks():
 
 
 @pytest.mark.parametrize("gated", [True, False], ids=["gated", "not-gated"])
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@pytest.mark.parametrize("name", sorted(strategies("bf16")))
 def test_unconvert_inverts_every_strategy(name, gated):
     experts, inter, hidden = 3, 128, 384
     w13_shape = (experts, 2 * inter if gated else inter, hidden)
     w13, w2 = random_weights(w13_shape, (experts, hidden, inter), seed=5)
-    out13, out2 = convert(w13.clone(), w2.clone(), strategy=name, gated=gated)
+    out13, out2 = convert(Layer(w13.clone(), w2.clone()), strategy=name, gated=gated).values()
     back13, back2 = unconvert(out13, out2, gated=gated)
     assert back13.dtype == back2.dtype == torch.bfloat16
     assert torch.equal(back13.view(torch.uint8), w13.view(torch.uint8))

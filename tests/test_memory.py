@@ -1,7 +1,7 @@
 """Exact memory figures: every strategy's registered peak formula, the tracker's rules, the
 allocator view.
 
-The formulas are the strategies' records (``STRATEGIES[name].peak``, ``.cpu_allocator_extra``),
+The formulas are the strategies' records (``REGISTRY[name].peak``, ``.cpu_allocator_extra``),
 in the legend of ``moe_convert.formulas``.
 """
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import FULL_SIZE, requires_cuda
 
-from moe_convert import STRATEGIES, LayerShape, layer_shape
+from moe_convert import LayerShape, layer_shape, strategies
 from moe_convert.measuring.memory import (
     AllocationTracker,
     cuda_memory,
@@ -22,9 +22,12 @@ from moe_convert.measuring.memory import (
     strategy_memory,
 )
 
+#: BF16's registered strategies (the quantized ones: tests/test_quant_memory.py).
+BF16_STRATEGIES = strategies("bf16")
+
 
 def peak(name: str, shape: LayerShape) -> int:
-    formula = STRATEGIES[name].peak
+    formula = BF16_STRATEGIES[name].peak
     assert formula is not None, f"register {name!r} with its peak=Formula(...)"
     return formula.evaluate(shape)
 
@@ -37,7 +40,7 @@ SMALL = [
 
 
 @pytest.mark.parametrize("shape", FULL_SIZE, ids=lambda s: f"{s.label}-g{int(s.gated)}")
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@pytest.mark.parametrize("name", sorted(BF16_STRATEGIES))
 def test_peak_is_the_registered_formula_on_meta_at_full_size(name, shape):
     measured = strategy_memory(shape, name, device="meta")
     assert measured.peak_bytes == peak(name, shape)
@@ -47,7 +50,7 @@ def test_peak_is_the_registered_formula_on_meta_at_full_size(name, shape):
 @pytest.mark.parametrize(
     "shape", SMALL, ids=lambda s: f"E{s.experts}H{s.hidden}I{s.intermediate}g{int(s.gated)}"
 )
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@pytest.mark.parametrize("name", sorted(BF16_STRATEGIES))
 def test_peak_is_the_registered_formula_on_cpu(name, shape):
     assert strategy_memory(shape, name, device="cpu").peak_bytes == peak(name, shape)
 
@@ -55,11 +58,11 @@ def test_peak_is_the_registered_formula_on_cpu(name, shape):
 @pytest.mark.parametrize(
     "shape", SMALL, ids=lambda s: f"E{s.experts}H{s.hidden}I{s.intermediate}g{int(s.gated)}"
 )
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@pytest.mark.parametrize("name", sorted(BF16_STRATEGIES))
 def test_allocator_peak_differs_only_by_the_hidden_index_select_copy(name, shape):
     dispatch = strategy_memory(shape, name, device="cpu")
     allocator = strategy_allocator_memory(shape, name)
-    extra = STRATEGIES[name].cpu_allocator_extra.evaluate(shape)  # a kernel's hidden temporary
+    extra = BF16_STRATEGIES[name].cpu_allocator_extra.evaluate(shape)  # a kernel's hidden temporary
     assert allocator.peak_bytes - dispatch.peak_bytes == extra
     assert allocator.end_bytes == 0
 
@@ -134,7 +137,7 @@ def test_strategy_memory_is_fast_enough_at_full_size_on_meta():
 
 
 @requires_cuda
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@pytest.mark.parametrize("name", sorted(BF16_STRATEGIES))
 def test_cuda_requested_peak_is_the_registered_formula(name):
     shape = LayerShape("small", 1, 4, 1024, 512, 1)
     measured = strategy_cuda_memory(shape, name)

@@ -10,9 +10,9 @@ import torch
 from conftest import requires_cuda
 
 from moe_bench.gpucheck.__main__ import main as gpu_check_main
-from moe_convert import STRATEGIES, convert, layer_shape
+from moe_convert import Layer, convert, layer_shape, strategies
 from moe_convert.formats.bf16.inputs import layer_weights
-from moe_convert.formats.registry import range_name
+from moe_convert.formats.table import range_name
 from moe_convert.nvtx import nvtx_range
 
 SMALL = layer_shape("qwen3-30b-a3b", 4).with_experts(2)  # w13 [2, 384, 2048], w2 [2, 2048, 192]
@@ -50,22 +50,22 @@ def test_nothing_of_nvtx_is_called_off_cuda(pushed, device):
 @pytest.mark.parametrize("strategy", ["legacy", "strided_inplace"])
 def test_a_conversion_on_cpu_calls_no_nvtx(pushed, strategy):
     w13, w2 = layer_weights(SMALL, "cpu")
-    convert(w13, w2, strategy=strategy, gated=SMALL.gated)
+    convert(Layer(w13, w2), strategy=strategy, gated=SMALL.gated)
     assert pushed == []
 
 
 def test_the_range_is_named_after_strategy_and_sizes():
     qwen = layer_shape("qwen3-235b-a22b", 4)
-    w2 = torch.empty(qwen.w2_shape, dtype=torch.bfloat16, device="meta")
-    assert range_name("legacy", w2) == "moe_convert/legacy/E128xH4096xI384"
+    w13, w2 = layer_weights(qwen, "meta")
+    assert range_name("legacy", Layer(w13, w2)) == "moe_convert/legacy/E128xH4096xI384"
 
 
 @requires_cuda
-@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("strategy", sorted(strategies("bf16")))
 def test_every_conversion_on_cuda_is_one_range(pushed, strategy):
-    w13, w2 = layer_weights(SMALL, "cuda")
-    expected = range_name(strategy, w2)
-    convert(w13, w2, strategy=strategy, gated=SMALL.gated)
+    layer = Layer(*layer_weights(SMALL, "cuda"))
+    expected = range_name(strategy, layer)
+    convert(layer, strategy=strategy, gated=SMALL.gated)
     assert pushed == [f"push {expected}", "pop"]
 
 

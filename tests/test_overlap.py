@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from moe_convert import STRATEGIES, convert
+from moe_convert import Layer, convert, strategies
 from moe_convert.formats.bf16.inputs import random_weights
 
-IN_PLACE = sorted(name for name, record in STRATEGIES.items() if record.inplace)
-OUT_OF_PLACE = sorted(name for name, record in STRATEGIES.items() if not record.inplace)
+BF16 = strategies("bf16")
+IN_PLACE = sorted(name for name, record in BF16.items() if record.inplace)
+OUT_OF_PLACE = sorted(name for name, record in BF16.items() if not record.inplace)
 # E experts, I intermediate, H hidden, gated: w13 [2, 128, 128], w2 [2, 128, 64]
 W13, W2 = (2, 128, 128), (2, 128, 64)
 N13, N2 = 2 * 128 * 128, 2 * 128 * 64  # elements
@@ -36,7 +37,7 @@ def test_in_place_strategy_rejects_overlap_without_writing(name, shift):
     with pytest.raises(
         ValueError, match=r"w13 \(shape \(2, 128, 128\).*w2 \(shape \(2, 128, 64\).*share memory"
     ):
-        convert(w13, w2, strategy=name)
+        convert(Layer(w13, w2), strategy=name)
     assert torch.equal(buffer.view(torch.int16), before.view(torch.int16))
 
 
@@ -44,21 +45,28 @@ def test_in_place_strategy_rejects_overlap_without_writing(name, shift):
 def test_in_place_strategy_rejects_overlap_on_meta(name):
     buffer = torch.empty(N13 + N2, dtype=torch.bfloat16, device="meta")
     with pytest.raises(ValueError, match="share memory"):
-        convert(buffer[:N13].view(W13), buffer[N13 - 1 : N13 - 1 + N2].view(W2), strategy=name)
+        layer = Layer(buffer[:N13].view(W13), buffer[N13 - 1 : N13 - 1 + N2].view(W2))
+        convert(layer, strategy=name)
 
 
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@pytest.mark.parametrize("name", sorted(BF16))
 def test_adjacent_views_of_one_buffer_convert(name):
     """Views that touch but share no byte are fine for every strategy (no false alarm)."""
     _, w13, w2 = views(0)
-    want = [t.view(torch.uint8) for t in convert(w13.clone(), w2.clone(), strategy="legacy")]
-    got = convert(w13, w2, strategy=name)
+    want = [
+        t.view(torch.uint8)
+        for t in convert(Layer(w13.clone(), w2.clone()), strategy="legacy").values()
+    ]
+    got = convert(Layer(w13, w2), strategy=name).values()
     assert all(torch.equal(g.view(torch.uint8), w) for g, w in zip(got, want, strict=True))
 
 
 @pytest.mark.parametrize("name", OUT_OF_PLACE)
 def test_out_of_place_strategy_accepts_overlap(name):
     _, w13, w2 = views(-4)  # 8 bytes shared; w2 stays 8-byte aligned, as strided_copy needs
-    want = [t.view(torch.uint8) for t in convert(w13.clone(), w2.clone(), strategy="legacy")]
-    got = convert(w13, w2, strategy=name)
+    want = [
+        t.view(torch.uint8)
+        for t in convert(Layer(w13.clone(), w2.clone()), strategy="legacy").values()
+    ]
+    got = convert(Layer(w13, w2), strategy=name).values()
     assert all(torch.equal(g.view(torch.uint8), w) for g, w in zip(got, want, strict=True))

@@ -40,10 +40,10 @@ def libs(tmp_path_factory):
 
 def test_two_copies_of_the_library_live_side_by_side(libs):
     base, head = libs["base"], libs["head"]
-    assert base is not head and base.STRATEGIES is not head.STRATEGIES
+    assert base is not head and base.REGISTRY is not head.REGISTRY
     # not the installed package
-    assert base.convert.__module__ != "moe_convert.formats.bf16.strategies"
-    assert set(base.STRATEGIES) == set(head.STRATEGIES)
+    assert base.convert.__module__ != "moe_convert.formats.table"
+    assert set(base.REGISTRY) == set(head.REGISTRY)
 
 
 def test_in_place_is_read_from_the_record_or_from_an_older_base_s_set(libs):
@@ -78,14 +78,14 @@ def track_side(monkeypatch, libs):
     """Remember which library each timed call belongs to (the fake clock needs it) and the
     buffers it converted (its first tensor's)."""
     for side, lib in libs.items():
-        original = lib.convert_layer
+        original = lib.convert
 
-        def convert_layer(layer, _side_name=side, _original=original, **kwargs):
+        def convert(layer, _side_name=side, _original=original, **kwargs):
             _side[0] = _side_name
             _buffers[_side_name].add(next(iter(layer.values())).data_ptr())
             return _original(layer, **kwargs)
 
-        monkeypatch.setattr(lib, "convert_layer", convert_layer)
+        monkeypatch.setattr(lib, "convert", convert)
 
 
 @pytest.mark.parametrize(
@@ -118,8 +118,8 @@ def test_a_head_that_raises_fails_its_cell(monkeypatch, libs):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    record = dataclasses.replace(libs["head"].STRATEGIES["strided_copy"], function=broken)
-    monkeypatch.setitem(libs["head"].STRATEGIES, "strided_copy", record)
+    record = dataclasses.replace(libs["head"].REGISTRY["strided_copy"], function=broken)
+    monkeypatch.setitem(libs["head"].REGISTRY, "strided_copy", record)
     cell = paired.measure_cell(
         libs, "qwen3-30b-a3b/tp2", "strided_copy", paired.torch.device("cpu")
     )
@@ -128,11 +128,11 @@ def test_a_head_that_raises_fails_its_cell(monkeypatch, libs):
 
 
 def test_a_strategy_missing_in_head_fails_and_one_new_in_head_is_not_judged(monkeypatch, libs):
-    monkeypatch.delitem(libs["head"].STRATEGIES, "batched")
+    monkeypatch.delitem(libs["head"].REGISTRY, "batched")
     cell = paired.measure_cell(libs, "qwen3-30b-a3b/tp2", "batched", paired.torch.device("cpu"))
     assert cell.verdict == "failed" and "not registered in head" in cell.error
-    monkeypatch.setitem(libs["head"].STRATEGIES, "batched", libs["base"].STRATEGIES["batched"])
-    monkeypatch.delitem(libs["base"].STRATEGIES, "batched")
+    monkeypatch.setitem(libs["head"].REGISTRY, "batched", libs["base"].REGISTRY["batched"])
+    monkeypatch.delitem(libs["base"].REGISTRY, "batched")
     cell = paired.measure_cell(libs, "qwen3-30b-a3b/tp2", "batched", paired.torch.device("cpu"))
     assert cell.verdict == "n/a" and "not registered in base" in cell.error
 
@@ -140,7 +140,7 @@ def test_a_strategy_missing_in_head_fails_and_one_new_in_head_is_not_judged(monk
 @pytest.mark.parametrize("kind", ["fast", "inplace"])
 def test_a_quantized_cell_is_paired_by_the_same_rule(monkeypatch, libs, track_side, kind):
     # benchmarks.formats' cell (shape, kind): the shape's format's strategy through each side's
-    # own convert_layer (in place too), judged as a BF16 cell is.
+    # own convert (in place too), judged as a BF16 cell is.
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
     _fake_clock(monkeypatch, 1.3)
     label = QUANT_TIMED[0]
@@ -178,12 +178,18 @@ def test_a_base_from_before_the_formats_is_not_judged_and_a_head_without_them_fa
 ):
     label = QUANT_TIMED[0]
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
-    monkeypatch.setattr(libs["head"], "QUANT_STRATEGIES", {})
+    head = libs["head"]
+    bf16_only = {name: r for name, r in head.REGISTRY.items() if r.format == "bf16"}
+    monkeypatch.setattr(head, "REGISTRY", bf16_only)  # a head without the quantized formats
     cell = paired.measure_cell(libs, label, "fast", paired.torch.device("cpu"))
     assert cell.verdict == "failed" and "not registered in head" in cell.error
     monkeypatch.undo()
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
-    monkeypatch.delattr(libs["base"], "QUANT_STRATEGIES")  # a commit before issue 18
+    # a commit before issue 18: no Layer, BF16's STRATEGIES only, no QUANT_STRATEGIES
+    base = libs["base"]
+    monkeypatch.setattr(base, "STRATEGIES", base.strategies("bf16"), raising=False)
+    monkeypatch.delattr(base, "Layer")
+    assert not hasattr(base, "QUANT_STRATEGIES")
     cell = paired.measure_cell(libs, label, "fast", paired.torch.device("cpu"))
     assert cell.verdict == "n/a" and "not registered in base" in cell.error
 
@@ -192,12 +198,30 @@ def test_a_base_from_before_the_formats_is_not_judged_and_a_head_without_them_fa
 def test_a_base_from_before_the_format_axis_converts_through_its_own_functions(
     monkeypatch, libs, label
 ):
-    # No convert_layer before issue 28: BF16's convert of w13 and w2, a quantized format's
-    # convert_quant of the side's own QuantLayer.
+    # No Layer nor convert_layer before issue 28: BF16's convert of w13 and w2 (returning both),
+    # a quantized format's convert_quant of the side's own QuantLayer; the registry was BF16's
+    # STRATEGIES and the quantized formats' QUANT_STRATEGIES. Made here of the side's own.
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
     _fake_clock(monkeypatch, 1.0)
     base = libs["base"]
-    monkeypatch.delattr(base, "convert_layer")
+    layer_type, convert = base.Layer, base.convert
+
+    def convert_weights(w13, w2, *, strategy, gated):
+        out = convert(layer_type(w13, w2), strategy=strategy, gated=gated)
+        return out.w13, out.w2
+
+    def convert_quant(layer, *, strategy, gated):
+        assert isinstance(layer, layer_type)
+        return convert(layer, strategy=strategy, gated=gated)
+
+    quantized = {name: r for name, r in base.REGISTRY.items() if r.format != "bf16"}
+    monkeypatch.delattr(base, "Layer")
+    monkeypatch.delattr(base, "convert_layer", raising=False)
+    monkeypatch.setattr(base, "STRATEGIES", base.strategies("bf16"), raising=False)
+    monkeypatch.setattr(base, "QUANT_STRATEGIES", quantized, raising=False)
+    monkeypatch.setattr(base, "QuantLayer", layer_type, raising=False)
+    monkeypatch.setattr(base, "convert", convert_weights)
+    monkeypatch.setattr(base, "convert_quant", convert_quant, raising=False)
     name = "convert" if paired.formats.FORMAT_OF[label] == "bf16" else "convert_quant"
     calls, original = [], getattr(base, name)
 

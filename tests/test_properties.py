@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moe_convert import STRATEGIES, convert
+from moe_convert import Layer, convert, strategies
 
 # Sizes around the rules' edges: multiples of 32 and 64 and a few that break them.
 from moe_convert.formats.bf16 import inputs, reference
@@ -46,7 +46,7 @@ def oracle(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> list[torch.Tenso
     if reference.AVAILABLE:
         out = reference.flashinfer_reference(w13, w2, gated=gated)
     else:
-        out = convert(w13.clone(), w2.clone(), strategy="legacy", gated=gated)
+        out = convert(Layer(w13.clone(), w2.clone()), strategy="legacy", gated=gated).values()
     return [t.view(torch.uint8) for t in out]
 
 
@@ -73,17 +73,17 @@ def any_inputs(draw):
 
 
 @FEW
-@given(valid_inputs(), st.sampled_from(sorted(STRATEGIES)), st.integers(0, 2**16))
+@given(valid_inputs(), st.sampled_from(sorted(strategies("bf16"))), st.integers(0, 2**16))
 def test_valid_shapes_convert_byte_exact(shapes, name, seed):
     w13_shape, w2_shape, gated = shapes
     w13, w2 = inputs.random_weights(w13_shape, w2_shape, seed=seed)
     want = oracle(w13, w2, gated)
-    got = convert(w13.clone(), w2.clone(), strategy=name, gated=gated)
+    got = convert(Layer(w13.clone(), w2.clone()), strategy=name, gated=gated).values()
     assert all(torch.equal(g.view(torch.uint8), w) for g, w in zip(got, want, strict=True))
 
 
 @FEW
-@given(any_inputs(), st.sampled_from(sorted(STRATEGIES)))
+@given(any_inputs(), st.sampled_from(sorted(strategies("bf16"))))
 def test_invalid_inputs_raise_and_leave_the_input_unchanged(inputs, name):
     w13_shape, w2_shape, dtype, contiguous, gated = inputs
     w13 = torch.randint(-100, 100, w13_shape).to(dtype)
@@ -92,8 +92,10 @@ def test_invalid_inputs_raise_and_leave_the_input_unchanged(inputs, name):
         w13 = w13.transpose(1, 2).contiguous().transpose(1, 2)  # same shape, other strides
     before = [w13.clone(), w2.clone()]
     if convertible(w13_shape, w2_shape, dtype, gated) and w13.is_contiguous():
-        convert(w13, w2, strategy=name, gated=gated)  # valid: no error (bytes: the test above)
+        convert(
+            Layer(w13, w2), strategy=name, gated=gated
+        )  # valid: no error (bytes: the test above)
         return
     with pytest.raises((ValueError, TypeError)):
-        convert(w13, w2, strategy=name, gated=gated)
+        convert(Layer(w13, w2), strategy=name, gated=gated)
     assert all(torch.equal(a, b) for a, b in zip((w13, w2), before, strict=True))

@@ -8,11 +8,11 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import FORMATS, QUANT_STRATEGIES, LayerShape, QuantLayer, convert_quant
+from moe_convert import FORMATS, REGISTRY, Layer, LayerShape, convert
 from moe_convert.formats.layout import swap_w13_to_w31
-from moe_convert.formats.quant.layer import quant_layer_tensors
-from moe_convert.formats.quant_ops import row_index
+from moe_convert.formats.rows import row_index
 from moe_convert.formats.swizzle import block_scale_interleave
+from moe_convert.formats.table import random_layer
 
 # (E, H, I, gated) per format: the smallest aligned shapes and odd ones (one expert, I not a
 # power of two, H much larger or smaller than I, non-gated where the format has it).
@@ -52,6 +52,8 @@ SHAPES = {
         (1, 1792, 256, True), (2, 512, 1024, True),
     ],
 }  # fmt: skip
+# Every quantized format's registered strategies (the old ``QUANT_STRATEGIES``).
+QUANT_STRATEGIES = {name: r for name, r in REGISTRY.items() if r.format != "bf16"}
 CASES = [
     LayerShape("test", 1, experts, hidden, inter, 1, gated, fmt)
     for fmt, shapes in SHAPES.items()
@@ -72,13 +74,13 @@ def case_id(shape: LayerShape) -> str:
     return f"{shape.format}-E{shape.experts}H{shape.hidden}I{shape.intermediate}g{int(shape.gated)}"
 
 
-def copy_of(layer: QuantLayer) -> QuantLayer:
-    return QuantLayer(*(None if t is None else t.clone() for t in vars(layer).values()))
+def copy_of(layer: Layer) -> Layer:
+    return Layer(**{name: t.clone() for name, t in layer.items()})
 
 
-def assert_same_bytes(got: QuantLayer, want: QuantLayer) -> None:
-    assert got.tensors().keys() == want.tensors().keys()
-    for name, tensor in want.tensors().items():
+def assert_same_bytes(got: Layer, want: Layer) -> None:
+    assert dict(got).keys() == dict(want).keys()
+    for name, tensor in want.items():
         other = getattr(got, name)
         assert (other.shape, other.dtype) == (tensor.shape, tensor.dtype), name
         assert torch.equal(other.view(torch.uint8), tensor.view(torch.uint8)), name
@@ -87,15 +89,15 @@ def assert_same_bytes(got: QuantLayer, want: QuantLayer) -> None:
 def test_every_format_has_the_four_kinds():
     for fmt in SHAPES:
         kinds = {name.split("-", 1)[1] for name, r in QUANT_STRATEGIES.items() if r.format == fmt}
-        # "vllm": vLLM's own function, where installed (moe_convert.formats.quant.engines);
+        # "vllm": vLLM's own function, where installed (moe_convert.formats.preparations);
         # "flashinfer": FlashInfer's helper, a BF16 layer in (tests/test_flashinfer_prepare.py)
         assert kinds - {"vllm", "flashinfer"} == {"legacy", "preallocated", "inplace", "fast"}
 
 
 @pytest.mark.parametrize("shape", CASES, ids=case_id)
 def test_every_strategy_gives_the_legacy_bytes(shape):
-    layer = quant_layer_tensors(shape, "cpu")
-    want = convert_quant(copy_of(layer), strategy=f"{shape.format}-legacy", gated=shape.gated)
+    layer = random_layer(shape, "cpu")
+    want = convert(copy_of(layer), strategy=f"{shape.format}-legacy", gated=shape.gated)
     aligned = shape.intermediate % FORMATS[shape.format].intermediate_alignment(shape.gated) == 0
     for name, record in QUANT_STRATEGIES.items():
         if record.format != shape.format or record.takes != shape.format:
@@ -103,9 +105,9 @@ def test_every_strategy_gives_the_legacy_bytes(shape):
         if name.endswith("-vllm") and not aligned:  # vLLM pads it first: another layer's bytes
             continue
         given = copy_of(layer)
-        got = convert_quant(given, strategy=name, gated=shape.gated)
+        got = convert(given, strategy=name, gated=shape.gated)
         assert_same_bytes(got, want)
-        # An installed vLLM's function (formats/quant/engines.py) leaves its input as its
+        # An installed vLLM's function (formats/preparations.py) leaves its input as its
         # transcription does.
         name = name.replace("-vllm", "-legacy")
         if record.inplace:  # weights and scales in their own storage
@@ -121,13 +123,13 @@ def test_every_strategy_gives_the_legacy_bytes(shape):
         elif name == CLAMP_IN_PLACE:  # the scales it returns uncopied are the input's, clamped
             assert got.w2_scale is given.w2_scale
             assert (got.w13_scale is given.w13_scale) == (not shape.gated)
-            clamped = QuantLayer(
+            clamped = Layer(
                 layer.w13, layer.w2, layer.w13_scale if shape.gated else want.w13_scale,
                 want.w2_scale,
             )  # fmt: skip
             assert_same_bytes(given, clamped)
         elif name == SIGN_IN_PLACE:
-            signed = QuantLayer(
+            signed = Layer(
                 swap_w13_to_w31(layer.w13.view(torch.uint8) ^ 0x88).view(torch.int32),
                 (layer.w2.view(torch.uint8) ^ 0x88).view(torch.int32),
                 swap_w13_to_w31(layer.w13_scale),
@@ -168,7 +170,7 @@ def test_row_indices_are_flashinfers(rows):
     )
 
 
-def flashinfer_fp8(layer: QuantLayer, gated: bool) -> QuantLayer:
+def flashinfer_fp8(layer: Layer, gated: bool) -> Layer:
     """vLLM's FP8 per-tensor path on FlashInfer's own ``reorder_rows_for_gated_act_gemm`` and
     ``shuffle_matrix_a`` (pure torch)."""
     from flashinfer import reorder_rows_for_gated_act_gemm, shuffle_matrix_a
@@ -177,10 +179,10 @@ def flashinfer_fp8(layer: QuantLayer, gated: bool) -> QuantLayer:
     w13 = torch.stack([reorder_rows_for_gated_act_gemm(x) if gated else x for x in w13])
     out13 = torch.stack([shuffle_matrix_a(x.view(torch.uint8), 128) for x in w13])
     out2 = torch.stack([shuffle_matrix_a(x.view(torch.uint8), 128) for x in layer.w2])
-    return QuantLayer(out13.view(torch.float8_e4m3fn), out2.view(torch.float8_e4m3fn))
+    return Layer(out13.view(torch.float8_e4m3fn), out2.view(torch.float8_e4m3fn))
 
 
-def flashinfer_fp8block(layer: QuantLayer, gated: bool) -> QuantLayer:
+def flashinfer_fp8block(layer: Layer, gated: bool) -> Layer:
     """vLLM 0.33.0's block-FP8 path, its weights two ways on FlashInfer's own helpers: the
     batched gather on ``get_shuffle_matrix_a_row_indices`` (as vLLM calls it) and, per
     expert, ``shuffle_matrix_a`` then ``convert_to_block_layout`` (the form it replaced); the
@@ -203,10 +205,10 @@ def flashinfer_fp8block(layer: QuantLayer, gated: bool) -> QuantLayer:
         assert torch.equal(batched, per_expert)
         weights.append(batched.view(torch.float8_e4m3fn))
     scales = [s.clamp_(min=1e-10) for s in (s13, layer.w2_scale.clone())]
-    return QuantLayer(*weights, *scales)
+    return Layer(*weights, *scales)
 
 
-def flashinfer_nvfp4(layer: QuantLayer, gated: bool) -> QuantLayer:
+def flashinfer_nvfp4(layer: Layer, gated: bool) -> Layer:
     """vLLM 0.29.0's NVFP4 path on FlashInfer's index helpers; the interleave (a CUDA op) is
     ``block_scale_interleave``, its torch definition."""
     from flashinfer.fused_moe.core import (
@@ -229,10 +231,10 @@ def flashinfer_nvfp4(layer: QuantLayer, gated: bool) -> QuantLayer:
         torch.stack(out[key]).view(torch.float8_e4m3fn).view(tensor.shape)
         for key, tensor in (("s13", layer.w13_scale), ("s2", layer.w2_scale))
     ]
-    return QuantLayer(torch.stack(out["w13"]), torch.stack(out["w2"]), *scales)
+    return Layer(torch.stack(out["w13"]), torch.stack(out["w2"]), *scales)
 
 
-def flashinfer_mxfp8(layer: QuantLayer, gated: bool) -> QuantLayer:
+def flashinfer_mxfp8(layer: Layer, gated: bool) -> Layer:
     """vLLM 0.33.0's MXFP8 path on FlashInfer's index helpers, called as vLLM calls them (one
     gather per tensor), and held to the per-expert form its docstring says it equals:
     ``reorder_rows_for_gated_act_gemm`` then ``shuffle_matrix_a`` per weight expert, scale rows
@@ -262,10 +264,10 @@ def flashinfer_mxfp8(layer: QuantLayer, gated: bool) -> QuantLayer:
         sf_rows = get_shuffle_matrix_sf_a_row_indices(s[0], 128, num_elts_per_sf=32)
         assert torch.equal(batched, torch.cat([block_scale_interleave(x[sf_rows]) for x in s]))
         out.append(batched.reshape(s.shape))
-    return QuantLayer(*out)
+    return Layer(*out)
 
 
-def flashinfer_mxint4(layer: QuantLayer, gated: bool) -> QuantLayer:
+def flashinfer_mxint4(layer: Layer, gated: bool) -> Layer:
     """vLLM 0.33.0's MXINT4 path on FlashInfer's index helpers and ``convert_to_block_layout``,
     called as vLLM calls them (scales: ``num_elts_per_sf`` 32 for w13, 16 for w2); the sign step
     as arithmetic on the nibbles (``n - 8`` modulo 16); the interleave (a CUDA op) is
@@ -295,7 +297,7 @@ def flashinfer_mxint4(layer: QuantLayer, gated: bool) -> QuantLayer:
         out["s13"].append(block_scale_interleave(s13[e][sf13].contiguous()))
         out["w2"].append(convert_to_block_layout(w2[e][i2].contiguous(), 128))
         out["s2"].append(block_scale_interleave(s2[e][sf2].contiguous()))
-    return QuantLayer(*(torch.stack(out[key]) for key in ("w13", "w2", "s13", "s2")))
+    return Layer(*(torch.stack(out[key]) for key in ("w13", "w2", "s13", "s2")))
 
 
 @requires_flashinfer
@@ -305,7 +307,7 @@ def flashinfer_mxint4(layer: QuantLayer, gated: bool) -> QuantLayer:
     ids=case_id,
 )
 def test_legacy_is_vllm_on_flashinfers_helpers(shape):
-    layer = quant_layer_tensors(shape, "cpu")
+    layer = random_layer(shape, "cpu")
     reference = {
         "fp8": flashinfer_fp8,
         "nvfp4": flashinfer_nvfp4,
@@ -315,5 +317,5 @@ def test_legacy_is_vllm_on_flashinfers_helpers(shape):
     }
     reference = reference[shape.format]
     want = reference(layer, shape.gated)
-    got = convert_quant(copy_of(layer), strategy=f"{shape.format}-legacy", gated=shape.gated)
+    got = convert(copy_of(layer), strategy=f"{shape.format}-legacy", gated=shape.gated)
     assert_same_bytes(got, want)

@@ -14,26 +14,22 @@ import torch
 
 from moe_convert import (
     FORMATS,
-    QUANT_STRATEGIES,
     REGISTRY,
-    STRATEGIES,
+    UNAVAILABLE,
     Formula,
     LayerShape,
-    QuantStrategy,
     Strategy,
-    convert_layer,
-    convert_quant,
+    convert,
     layer_shape,
-    quant_layer_shape,
-    register_quant,
+    layer_tensors,
+    register,
+    strategies,
 )
 from moe_convert.cli import commands as cli
 from moe_convert.formats import registry
-from moe_convert.formats.quant.layer import quant_layer_tensors
 from moe_convert.formats.registry import (
     MARKDOWN_BEGIN,
     MARKDOWN_END,
-    UNAVAILABLE,
     strategies_markdown,
     update_markdown,
 )
@@ -43,17 +39,21 @@ ROOT = Path(__file__).resolve().parent.parent
 LIBRARY_DOC = ROOT / "docs" / "library.md"
 QWEN = layer_shape("qwen3-235b-a22b", 4)  # w13 [128, 768, 4096], w2 [128, 4096, 384]
 RELU2 = LayerShape("relu2", 2, 64, 2048, 1024, 8, gated=False)  # w13 [64, 1024, 2048]
+# BF16's strategies, registered here and not: every one states its figures (a quantized
+# engine adapter's are measured, not stated).
+BF16 = strategies("bf16")
+BF16_UNAVAILABLE = strategies("bf16", available=False)
 
 
-@pytest.mark.parametrize("name", sorted([*STRATEGIES, *UNAVAILABLE]))
+@pytest.mark.parametrize("name", sorted([*BF16, *BF16_UNAVAILABLE]))
 def test_every_strategy_states_its_facts(name):
-    record = STRATEGIES.get(name) or UNAVAILABLE[name]
+    record = REGISTRY.get(name) or UNAVAILABLE[name]
     assert record.name == name and record.origin
     for field in ("peak", "traffic", "launches"):
         assert isinstance(getattr(record, field), Formula), (
             f"register {name!r} with {field}=Formula(...)"
         )
-    assert name in STRATEGIES or record.needs, f"{name} is not available here: say what it needs"
+    assert name in REGISTRY or record.needs, f"{name} is not available here: say what it needs"
 
 
 def test_the_docs_table_is_the_registry_s():
@@ -66,7 +66,7 @@ def test_the_docs_table_is_the_registry_s():
 
 def test_the_table_lists_every_strategy_with_its_formulas():
     table = strategies_markdown()
-    for record in [*STRATEGIES.values(), *UNAVAILABLE.values()]:
+    for record in [*strategies("bf16").values(), *strategies("bf16", available=False).values()]:
         row = next(line for line in table.splitlines() if line.startswith(f"| `{record.name}` |"))
         assert f"`{record.peak.gated}`" in row and record.result in row
     assert (
@@ -160,51 +160,86 @@ def test_formula_that_does_not_parse_says_so():
 
 
 def test_one_registry_holds_every_format_and_its_views_split_it():
-    assert set(REGISTRY) == set(STRATEGIES) | set(QUANT_STRATEGIES)
-    assert not set(STRATEGIES) & set(QUANT_STRATEGIES)
-    assert {r.format for r in STRATEGIES.values()} == {"bf16"}
-    assert {r.format for r in QUANT_STRATEGIES.values()} == set(FORMATS) - {"bf16"}
+    views = {fmt: strategies(fmt) for fmt in FORMATS}
+    assert set(REGISTRY) == set().union(*views.values())
+    assert sum(map(len, views.values())) == len(REGISTRY)  # no strategy in two formats' views
+    assert {r.format for r in views["bf16"].values()} == {"bf16"}
+    quantized = {n: r for n, r in REGISTRY.items() if r.format != "bf16"}
+    assert {r.format for r in quantized.values()} == set(FORMATS) - {"bf16"}
     assert REGISTRY["nvfp4-fast"].kind == "fast" and REGISTRY["legacy"].kind == "legacy"
-    assert QuantStrategy is Strategy
+    # one record type for every format, registered here or not
+    assert all(type(r) is Strategy for r in [*REGISTRY.values(), *UNAVAILABLE.values()])
 
 
-def test_the_views_write_into_the_one_registry(monkeypatch):
+def test_the_views_are_read_from_the_one_registry(monkeypatch):
     monkeypatch.setattr(registry, "REGISTRY", dict(REGISTRY))  # leave the real one as it was
-    register_quant(
-        "nvfp4-probe", inplace=False, origin="test", peak=None, traffic=None, launches=None
+    register(
+        "nvfp4-probe",
+        format="nvfp4",
+        inplace=False,
+        origin="test",
+        peak=None,
+        traffic=None,
+        launches=None,
     )(lambda layer, gated: layer)
-    assert registry.REGISTRY["nvfp4-probe"].format == "nvfp4" and "nvfp4-probe" in QUANT_STRATEGIES
-    assert "nvfp4-probe" not in STRATEGIES and STRATEGIES.pop("nvfp4-probe", None) is None
-    assert QUANT_STRATEGIES.pop("nvfp4-probe").name == "nvfp4-probe"
-    assert "nvfp4-probe" not in registry.REGISTRY
-    with pytest.raises(ValueError, match="'nvfp4-fast' is of format 'nvfp4'"):
-        STRATEGIES["nvfp4-fast"] = REGISTRY["nvfp4-fast"]
+    nvfp4 = strategies("nvfp4")
+    assert registry.REGISTRY["nvfp4-probe"].format == "nvfp4" and "nvfp4-probe" in nvfp4
+    assert "nvfp4-probe" not in REGISTRY  # the real registry, left as it was
+    assert "nvfp4-probe" not in strategies("bf16")
+    # taking it out of a view of another format leaves it registered
+    assert strategies("bf16").pop("nvfp4-probe", None) is None and "nvfp4-probe" in strategies(
+        "nvfp4"
+    )
+    assert registry.REGISTRY.pop("nvfp4-probe").name == "nvfp4-probe"
+    assert "nvfp4-probe" not in strategies("nvfp4") and "nvfp4-probe" in nvfp4  # a snapshot
+    # a record of another format never becomes BF16's, whatever name it is stored under
+    registry.REGISTRY["nvfp4-fast-alias"] = REGISTRY["nvfp4-fast"]
+    assert "nvfp4-fast-alias" not in strategies("bf16") and "nvfp4-fast-alias" in strategies(
+        "nvfp4"
+    )
 
 
 def test_a_quantized_name_is_format_dash_kind_and_its_format_is_read_at_conversion(monkeypatch):
     monkeypatch.setattr(registry, "REGISTRY", dict(REGISTRY))
-    with pytest.raises(ValueError, match="'fast' must be named <format>-<kind>"):
-        register_quant("fast", inplace=False, origin="t", peak=None, traffic=None, launches=None)
-    register_quant(
-        "fp3-probe", inplace=False, origin="test", peak=None, traffic=None, launches=None
+    with pytest.raises(ValueError, match="'fast' of nvfp4 must be named nvfp4-<kind>"):
+        register(
+            "fast",
+            format="nvfp4",
+            inplace=False,
+            origin="t",
+            peak=None,
+            traffic=None,
+            launches=None,
+        )
+    register(
+        "fp3-probe",
+        format="fp3",
+        inplace=False,
+        origin="test",
+        peak=None,
+        traffic=None,
+        launches=None,
     )(lambda layer, gated: layer)
-    layer = quant_layer_tensors(quant_layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1), "meta")
-    with pytest.raises(ValueError, match="unknown format 'fp3'; formats: bf16, nvfp4"):
-        convert_quant(layer, strategy="fp3-probe")
-    # convert_layer reads the package's registry, which the copy above stands in for
+    assert registry.REGISTRY["fp3-probe"].format == "fp3"  # registered: no format is checked yet
+    layer = layer_tensors(layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1), "meta")
+    # convert reads the package's registry, which the copy above stands in for
     monkeypatch.setitem(REGISTRY, "fp3-probe", registry.REGISTRY["fp3-probe"])
+    with pytest.raises(
+        ValueError, match="takes format 'fp3', which has no record; formats: bf16, nvfp4"
+    ):
+        convert(layer, strategy="fp3-probe")
     with pytest.raises(ValueError, match="takes format 'fp3', which has no record; formats: bf16"):
-        convert_layer(layer.tensors(), strategy="fp3-probe")
+        convert(dict(layer), strategy="fp3-probe")
 
 
-def test_convert_layer_takes_the_format_from_the_record():
-    shape = quant_layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1)
-    layer = quant_layer_tensors(shape, "cpu")
-    want = convert_quant(layer, strategy="mxfp4-fast", gated=shape.gated).tensors()
-    got = convert_layer(layer.tensors(), strategy="mxfp4-fast", gated=shape.gated)
+def test_convert_of_a_dict_takes_the_format_from_the_record():
+    shape = layer_shape("gpt-oss-20b-mxfp4", 1).with_experts(1)
+    layer = layer_tensors(shape, "cpu")
+    want = convert(layer, strategy="mxfp4-fast", gated=shape.gated)
+    got = convert(dict(layer), strategy="mxfp4-fast", gated=shape.gated)
     assert want.keys() == got.keys()
     assert all(torch.equal(want[k].view(torch.uint8), got[k].view(torch.uint8)) for k in want)
     with pytest.raises(
         ValueError, match="unknown strategy 'no-such'; valid strategies: .*nvfp4-fast"
     ):
-        convert_layer(layer.tensors(), strategy="no-such")
+        convert(dict(layer), strategy="no-such")

@@ -14,10 +14,10 @@ from moe_convert import (
     LayerShape,
     check_weights,
     layer_shape,
-    quant_layer_shape,
+    layer_tensors,
     shape_from_hf_config,
 )
-from moe_convert.formats.bf16.shapes import (
+from moe_convert.formats.catalog import (
     TP_SIZES,
     catalog_shapes,
     shape_from_label,
@@ -93,8 +93,14 @@ def test_per_rank_shapes(model, tp, w13, w2, moe_layers):
 
 def test_every_combination_listed_invalid_ones_with_reason():
     shapes = catalog_shapes()
-    assert [(s.model, s.tp) for s in shapes] == [(m, tp) for m in CATALOG for tp in TP_SIZES]
-    for shape in shapes:
+    assert [(s.model, s.tp) for s in shapes] == [
+        (m, tp) for m, spec in CATALOG.items() for tp in spec.tp_sizes
+    ]
+    bf16 = catalog_shapes("bf16")
+    assert [(s.model, s.tp) for s in bf16] == [
+        (m, tp) for m, spec in CATALOG.items() if spec.format == "bf16" for tp in TP_SIZES
+    ]
+    for shape in bf16:
         if shape.intermediate % 128:
             assert not shape.valid
             assert str(shape.intermediate) in shape.invalid_reason and "128" in shape.invalid_reason
@@ -113,10 +119,15 @@ def test_invalid_combination_reason(model, tp, inter):
 
 @pytest.mark.parametrize("shape", [s for s in catalog_shapes() if s.valid], ids=lambda s: s.label)
 def test_valid_catalog_shapes_pass_the_input_checks(shape):
-    def meta(dims):
-        return torch.empty(dims, dtype=torch.bfloat16, device="meta")
+    """Every format's: a meta layer of the shape passes its format's check (BF16's is
+    ``check_weights``)."""
+    shape.fmt.check(layer_tensors(shape, "meta"), shape.fmt, shape.gated)
+    if shape.format == "bf16":
 
-    check_weights(meta(shape.w13_shape), meta(shape.w2_shape), gated=shape.gated)
+        def meta(dims):
+            return torch.empty(dims, dtype=torch.bfloat16, device="meta")
+
+        check_weights(meta(shape.w13_shape), meta(shape.w2_shape), gated=shape.gated)
 
 
 def test_unknown_model_and_bad_tp():
@@ -137,9 +148,9 @@ def test_unknown_model_and_bad_tp():
         ("deepseek-v2-lite", (1, 2, 11, 22), "1, 11"),  # I = 1408 = 22 x 64
     ],
 )
-def test_tp_sizes_are_those_that_convert(model, tp_sizes, kernel):
+def test_valid_tp_sizes_are_those_that_convert(model, tp_sizes, kernel):
     spec = CATALOG[model]
-    assert spec.tp_sizes == tp_sizes
+    assert spec.valid_tp_sizes == tp_sizes
     assert f"the SM100 kernel runs {kernel} without padding" in spec.tp_sizes_text
     for tp in tp_sizes:
         assert spec.shape(tp).conversion_error is None
@@ -174,7 +185,7 @@ def test_with_experts_keeps_geometry():
 
 
 def test_bf16_is_a_format_like_the_quantized_ones():
-    bf16, nvfp4 = layer_shape("qwen3-235b-a22b", 4), quant_layer_shape("qwen3-235b-a22b-nvfp4", 4)
+    bf16, nvfp4 = layer_shape("qwen3-235b-a22b", 4), layer_shape("qwen3-235b-a22b-nvfp4", 4)
     assert type(bf16) is type(nvfp4) is LayerShape and list(FORMATS)[:2] == ["bf16", "nvfp4"]
     assert bf16.fmt is FORMATS["bf16"] and nvfp4.fmt is FORMATS["nvfp4"]
     # BF16's layer holds w13 and w2 and nothing else; NVFP4's its block scales too

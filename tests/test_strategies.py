@@ -1,8 +1,8 @@
 """Every registered strategy, byte for byte against FlashInfer's helpers and against ``legacy``;
 refit cycles, ``data_ptr`` stability and alias write-through; the docstring contract.
 
-Strategies are read from ``moe_convert.STRATEGIES`` at collection, so a newly registered one is
-tested without editing this file. Large shapes use one or two experts to keep the file fast.
+Strategies are read from ``moe_convert.strategies("bf16")`` at collection, so a newly registered
+one is tested without editing this file. Large shapes use one or two experts to keep the file fast.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import STRATEGIES, convert, register
+from moe_convert import REGISTRY, Layer, convert, register, strategies
 from moe_convert.formats.bf16.inputs import random_weights
 from moe_convert.formats.bf16.reference import AVAILABLE as FLASHINFER_AVAILABLE
 from moe_convert.formats.bf16.reference import flashinfer_reference
@@ -31,9 +31,11 @@ CASES = {
     "one-expert-relu2-one-k-block": (1, 64, 128, False),  # w2 rows of 128 bytes: nb = 1
     "hidden-192": (2, 64, 192, True),  # w2 has 6 shuffle blocks of 32 rows, not a power of two
 }
-NAMES = sorted(STRATEGIES)
-IN_PLACE = [name for name in NAMES if STRATEGIES[name].inplace]
-OUT_OF_PLACE = [name for name in NAMES if not STRATEGIES[name].inplace]
+# BF16's registered strategies, read at collection (the old ``STRATEGIES``).
+BF16_STRATEGIES = strategies("bf16")
+NAMES = sorted(BF16_STRATEGIES)
+IN_PLACE = [name for name in NAMES if BF16_STRATEGIES[name].inplace]
+OUT_OF_PLACE = [name for name in NAMES if not BF16_STRATEGIES[name].inplace]
 # Small shapes for the multi-cycle tests.
 REFIT_CASES = ["nemo-rl-3-128-512", "nemo-rl-relu2-3-256-512"]
 
@@ -54,6 +56,15 @@ def as_bytes(pair: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, tor
     return tuple(t.view(torch.uint8) for t in pair)
 
 
+def convert_pair(
+    w13: torch.Tensor, w2: torch.Tensor, *, strategy: str, gated: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``convert`` of the BF16 layer ``(w13, w2)``: its converted ``(w13, w2)``, nothing else."""
+    out = convert(Layer(w13, w2), strategy=strategy, gated=gated)
+    assert isinstance(out, Layer) and list(out) == ["w13", "w2"]
+    return out.w13, out.w2
+
+
 @functools.cache
 def expected(case: str, oracle: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """uint8 block layout of ``weights(case, seed)`` from ``oracle`` ("flashinfer" or "legacy")."""
@@ -61,7 +72,7 @@ def expected(case: str, oracle: str, seed: int = 0) -> tuple[torch.Tensor, torch
     gated = shapes(case)[2]
     if oracle == "flashinfer":
         return as_bytes(flashinfer_reference(w13, w2, gated=gated))
-    return as_bytes(convert(w13.clone(), w2.clone(), strategy="legacy", gated=gated))
+    return as_bytes(convert_pair(w13.clone(), w2.clone(), strategy="legacy", gated=gated))
 
 
 def best_oracle() -> str:
@@ -71,7 +82,7 @@ def best_oracle() -> str:
 
 def run(name: str, case: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     w13, w2 = weights(case, seed)
-    return convert(w13.clone(), w2.clone(), strategy=name, gated=shapes(case)[2])
+    return convert_pair(w13.clone(), w2.clone(), strategy=name, gated=shapes(case)[2])
 
 
 def assert_bytes_equal(
@@ -107,17 +118,17 @@ def test_matches_legacy(name, case):
 
 
 def test_flashinfer_strategy_registered_where_installed():
-    assert ("flashinfer" in STRATEGIES) == FLASHINFER_AVAILABLE
+    assert ("flashinfer" in BF16_STRATEGIES) == FLASHINFER_AVAILABLE
     assert "flashinfer" not in IN_PLACE
 
 
 def test_anchor_and_own_strategies_registered():
     anchors = {"legacy", "preallocated", "inplace", "batched"}
-    assert anchors <= set(STRATEGIES)
+    assert anchors <= set(BF16_STRATEGIES)
     assert {"inplace", "batched", "sglang"} <= set(IN_PLACE)
     assert {"legacy", "preallocated", "trtllm"} <= set(OUT_OF_PLACE)
     engines = {"sglang", "trtllm", "flashinfer", "vllm", "sglang-installed"}
-    own = set(STRATEGIES) - anchors - engines
+    own = set(BF16_STRATEGIES) - anchors - engines
     assert own & set(IN_PLACE) and own & set(OUT_OF_PLACE), (
         f"want our own in-place and out-of-place ones: {own}"
     )
@@ -125,7 +136,7 @@ def test_anchor_and_own_strategies_registered():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_docstring_states_memory_contract(name):
-    record = STRATEGIES[name]
+    record = BF16_STRATEGIES[name]
     doc = " ".join((record.function.__doc__ or "").split())  # a line break may split a phrase
     assert "Peak transient" in doc, f"{name}'s docstring must say what makes its peak transient"
     # "In place" / "Out of place" must agree with the registry.
@@ -146,9 +157,9 @@ def test_refit_cycles(name, case):
         new13, new2 = weights(case, seed)
         param13.copy_(new13)
         param2.copy_(new2)
-        got = convert(param13, param2, strategy=name, gated=gated)
+        got = convert_pair(param13, param2, strategy=name, gated=gated)
         assert_bytes_equal(got, expected(case, best_oracle(), seed))
-        if STRATEGIES[name].inplace:  # the result is the parameters' own storage, every cycle
+        if BF16_STRATEGIES[name].inplace:  # the result is the parameters' own storage, every cycle
             assert (got[0].data_ptr(), got[1].data_ptr()) == pointers
         else:  # new tensors; the parameters still hold what was loaded
             assert got[0].data_ptr() not in pointers and got[1].data_ptr() not in pointers
@@ -163,7 +174,7 @@ def test_inplace_result_aliases_parameter(name):
     case = "nemo-rl-3-128-512"
     w13, w2 = weights(case, 0)
     param13, param2 = w13.clone(), w2.clone()
-    got = convert(param13, param2, strategy=name, gated=True)
+    got = convert_pair(param13, param2, strategy=name, gated=True)
     gen = torch.Generator().manual_seed(7)
     for param, out in ((param13, got[0]), (param2, got[1])):
         assert out.untyped_storage().data_ptr() == param.untyped_storage().data_ptr()
@@ -181,7 +192,7 @@ def test_out_of_place_leaves_input_unchanged(name):
     case = "nemo-rl-3-128-512"
     w13, w2 = weights(case, 0)
     in13, in2 = w13.clone(), w2.clone()
-    got = convert(in13, in2, strategy=name, gated=True)
+    got = convert_pair(in13, in2, strategy=name, gated=True)
     assert torch.equal(in13.view(torch.uint8), w13.view(torch.uint8))
     assert torch.equal(in2.view(torch.uint8), w2.view(torch.uint8))
     for out, param in zip(got, (in13, in2), strict=True):
@@ -194,26 +205,28 @@ def test_convert_looks_strategy_up_at_call_time():
     def probe(w13, w2, gated):
         """Test probe. Out of place. Peak transient: 0."""
         calls.append(gated)
-        return STRATEGIES["strided_copy"].function(w13, w2, gated)
+        return REGISTRY["strided_copy"].function(Layer(w13, w2), gated)
 
     try:
-        register("_probe", inplace=True, origin="test probe")(probe)
-        assert STRATEGIES["_probe"].inplace and STRATEGIES["_probe"].function is probe
-        register("_probe", inplace=False, origin="test probe")(probe)  # a new record replaces it
-        assert not STRATEGIES["_probe"].inplace
+        assert register("_probe", format="bf16", inplace=True, origin="test probe")(probe) is probe
+        # the record's function is probe, wrapped once to take a Layer
+        assert REGISTRY["_probe"].inplace and REGISTRY["_probe"].function.__wrapped__ is probe
+        # a new record replaces it
+        register("_probe", format="bf16", inplace=False, origin="test probe")(probe)
+        assert not REGISTRY["_probe"].inplace
         case = "one-expert"
         assert_bytes_equal(run("_probe", case), expected(case, "legacy"))
         assert calls == [True]
     finally:
-        STRATEGIES.pop("_probe", None)
+        REGISTRY.pop("_probe", None)
 
 
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@pytest.mark.parametrize("name", sorted(BF16_STRATEGIES))
 def test_meta_call_first_does_not_poison_index_caches(name):
     """Index caches are per device: a meta call (as memory measurement makes) must not hand its
     meta indices to a later CPU call of the same shape (FlashInfer's own cache ignores device)."""
     w13_shape, w2_shape, gated = shapes("nemo-rl-3-128-512")
-    convert(
+    convert_pair(
         torch.empty(w13_shape, dtype=torch.bfloat16, device="meta"),
         torch.empty(w2_shape, dtype=torch.bfloat16, device="meta"),
         strategy=name,
@@ -233,5 +246,5 @@ def test_weights_off_an_8_byte_boundary_convert_byte_exact(name):
     shifted13.copy_(w13)
     shifted2.copy_(w2)
     assert shifted13.storage_offset() * 2 % 8 == 2
-    got = convert(shifted13, shifted2, strategy=name, gated=shapes(case)[2])
+    got = convert_pair(shifted13, shifted2, strategy=name, gated=shapes(case)[2])
     assert_bytes_equal(got, expected(case, best_oracle()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from moe_convert import STRATEGIES, LayerShape, layer_shape
+from moe_convert import REGISTRY, LayerShape, layer_shape
 from moe_convert.measuring.timing import (
     CALIBRATION_BYTES,
     LayerTiming,
@@ -132,14 +132,14 @@ def test_time_layer_restores_inplace_input_before_each_call(monkeypatch):
     import moe_convert.measuring.timing as timing
 
     seen = []
-    real_convert = timing.convert_layer
+    real_convert = timing.convert
 
     def spy(layer, *, strategy, gated):
         seen.append(layer["w13"].clone())
         return real_convert(layer, strategy=strategy, gated=gated)
 
-    monkeypatch.setattr(timing, "convert_layer", spy)
-    assert STRATEGIES["strided_inplace"].inplace
+    monkeypatch.setattr(timing, "convert", spy)
+    assert REGISTRY["strided_inplace"].inplace
     time_layer(TINY, "strided_inplace", repeats=2)
     assert len(seen) == 3  # 1 warm-up round + 2 timed (the cache warm-up is formats' own call)
     assert all(torch.equal(s.view(torch.int16), seen[0].view(torch.int16)) for s in seen)

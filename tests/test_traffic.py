@@ -1,7 +1,7 @@
 """Exact work figures: every strategy's registered traffic and launch formulas, and the counting
 rule itself.
 
-The formulas are the strategies' records (``STRATEGIES[name].traffic``, ``.launches``), in the
+The formulas are the strategies' records (``REGISTRY[name].traffic``, ``.launches``), in the
 legend of ``moe_convert.formulas``; the rule is ``moe_convert.measuring.traffic``'s docstring.
 """
 
@@ -11,14 +11,14 @@ import pytest
 import torch
 from conftest import FULL_SIZE
 
-from moe_convert import STRATEGIES, LayerShape
+from moe_convert import REGISTRY, LayerShape, strategies
 from moe_convert.measuring.traffic import measure_traffic, strategy_traffic
 
 
 @pytest.mark.parametrize("shape", FULL_SIZE, ids=lambda s: f"{s.label}-g{int(s.gated)}")
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@pytest.mark.parametrize("name", sorted(strategies("bf16")))
 def test_traffic_is_the_registered_formula_on_meta_at_full_size(name, shape):
-    record = STRATEGIES[name]
+    record = REGISTRY[name]
     assert record.traffic is not None and record.launches is not None, (
         f"register {name!r} with its traffic=Formula(...) and launches=Formula(...)"
     )
@@ -27,7 +27,7 @@ def test_traffic_is_the_registered_formula_on_meta_at_full_size(name, shape):
     assert measured.launches == record.launches.evaluate(shape)
 
 
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@pytest.mark.parametrize("name", sorted(strategies("bf16")))
 def test_traffic_is_the_same_on_cpu_as_on_meta(name):
     shape = LayerShape("small", 1, 3, 256, 128, 1)
     assert strategy_traffic(shape, name, device="cpu") == strategy_traffic(shape, name)

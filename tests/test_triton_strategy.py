@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from moe_convert import LayerShape, convert, layer_shape
+from moe_convert import Layer, LayerShape, convert, layer_shape
 from moe_convert.formats.bf16 import cycles, triton_strategy
 from moe_convert.formats.bf16.inputs import layer_weights
 
@@ -40,7 +40,7 @@ class OpLog(TorchDispatchMode):
 def data_ops(strategy: str, shape) -> list[str]:
     w13, w2 = layer_weights(shape, "meta")
     with OpLog() as log:
-        convert(w13, w2, strategy=strategy, gated=shape.gated)
+        convert(Layer(w13, w2), strategy=strategy, gated=shape.gated)
     moving = ("triton_block_layout", "cycle_walk", "copy_", "index_select")
     return [op for op in log.ops if op in moving]
 
@@ -76,11 +76,11 @@ def test_cycles_cut_into_short_segments_give_the_same_bytes(monkeypatch, length,
     # every cycle cut into many segments (1 cell: every cell saved first), with short tails
     shape = LayerShape("short-segments", 1, 2, 256, 192, 1, gated=gated)
     w13, w2 = layer_weights(shape, "cpu")
-    want = convert(w13.clone(), w2.clone(), strategy="strided_copy", gated=gated)
+    want = convert(Layer(w13.clone(), w2.clone()), strategy="strided_copy", gated=gated).values()
     monkeypatch.setattr(cycles, "SEGMENT_CELLS", length)
     _without_caches()
     try:
-        got = convert(w13, w2, strategy="cycle_inplace", gated=gated)
+        got = convert(Layer(w13, w2), strategy="cycle_inplace", gated=gated).values()
         assert cycles.segment_table(256, 192, False).shape[0] == length + 1
     finally:
         _without_caches()
@@ -93,9 +93,9 @@ def test_not_registered_without_a_gpu_or_the_interpreter_and_says_why():
         pytest.skip("a CUDA device is present: the strategies register")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = (
-        "import moe_convert; from moe_convert import triton_strategy as t; "
-        "print(sorted(n for n in moe_convert.STRATEGIES if moe_convert.STRATEGIES[n].needs"
-        " == t.NEEDS)); "
+        "import moe_convert; from moe_convert.formats.bf16 import triton_strategy as t; "
+        "print(sorted(n for n, r in moe_convert.strategies('bf16').items()"
+        " if r.needs == t.NEEDS)); "
         "print(t.UNAVAILABLE_REASON)"
     )
     out = subprocess.run(

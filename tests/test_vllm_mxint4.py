@@ -17,8 +17,7 @@ import textwrap
 import pytest
 import torch
 
-from moe_convert import QUANT_STRATEGIES, LayerShape, QuantLayer, convert_quant
-from moe_convert.formats.quant.layer import quant_layer_tensors
+from moe_convert import Layer, LayerShape, convert, layer_tensors, strategies
 from moe_convert.formats.swizzle import block_scale_interleave
 
 pytestmark = pytest.mark.skipif(
@@ -32,8 +31,8 @@ SHAPES = [(1, 256, 256), (2, 512, 256), (3, 256, 512), (1, 1792, 256), (8, 7168,
           (8, 7168, 512)]  # fmt: skip
 
 
-def copy_of(layer: QuantLayer) -> QuantLayer:
-    return QuantLayer(*(None if t is None else t.clone() for t in vars(layer).values()))
+def copy_of(layer: Layer) -> Layer:
+    return Layer(**{name: t.clone() for name, t in layer.items()})
 
 
 @pytest.fixture
@@ -55,14 +54,14 @@ def vllm_prepare(monkeypatch):
 
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "E{}H{}I{}".format(*d))
 def test_every_mxint4_strategy_is_vllms_function(dims, vllm_prepare):
-    layer = quant_layer_tensors(LayerShape("vllm", 1, *dims, 1, format="mxint4"), "cpu")
+    layer = layer_tensors(LayerShape("vllm", 1, *dims, 1, format="mxint4"), "cpu")
     given = copy_of(layer)
     out = vllm_prepare(given.w13, given.w13_scale, given.w2, given.w2_scale)
     want = (out["gemm1_weights"], out["gemm2_weights"], out["gemm1_scales"], out["gemm2_scales"])
-    names = [name for name, record in QUANT_STRATEGIES.items() if record.format == "mxint4"]
+    names = list(strategies("mxint4"))
     assert len(names) == 4
     for name in names:
-        got = convert_quant(copy_of(layer), strategy=name)
+        got = convert(copy_of(layer), strategy=name)
         ours = (got.w13, got.w2, got.w13_scale, got.w2_scale)
         for tensor, reference in zip(ours, want, strict=True):
             assert (tensor.shape, tensor.dtype) == (reference.shape, reference.dtype), name

@@ -14,7 +14,7 @@ from . import plan
 def step_exact(dry_run: bool) -> dict:
     import torch
 
-    from moe_convert import STRATEGIES, convert
+    from moe_convert import Layer, convert
     from moe_convert.formats.bf16.inputs import random_weights
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -23,7 +23,9 @@ def step_exact(dry_run: bool) -> dict:
         shape = plan.shape(label)
         w13, w2 = random_weights(shape.w13_shape, shape.w2_shape, seed=1)
         start = time.perf_counter()
-        ref13, ref2 = convert(w13, w2, strategy=plan.CPU_REFERENCE, gated=shape.gated)
+        ref13, ref2 = convert(
+            Layer(w13, w2), strategy=plan.CPU_REFERENCE, gated=shape.gated
+        ).values()
         cpu_s = time.perf_counter() - start
         print(f"[exact] {label}: CPU reference ({plan.CPU_REFERENCE}) in {cpu_s:.1f} s", flush=True)
         if dry_run:
@@ -41,14 +43,14 @@ def step_exact(dry_run: bool) -> dict:
         ref13, ref2 = ref13.to(device), ref2.to(device)
         pristine13, pristine2 = w13.to(device), w2.to(device)
         del w13, w2
-        for name in STRATEGIES:
+        for name, record in plan.strategies(shape).items():
             try:
                 in13, in2 = (
                     (pristine13.clone(), pristine2.clone())
-                    if STRATEGIES[name].inplace
+                    if record.inplace
                     else (pristine13, pristine2)
                 )
-                out13, out2 = convert(in13, in2, strategy=name, gated=shape.gated)
+                out13, out2 = convert(Layer(in13, in2), strategy=name, gated=shape.gated).values()
                 torch.cuda.synchronize(device)
                 bad = int(
                     (out13.view(torch.uint8) != ref13.view(torch.uint8)).sum()
@@ -84,12 +86,10 @@ def step_exact(dry_run: bool) -> dict:
 
 
 def _layer_to(layer, device):
-    """A copy of the ``QuantLayer`` on ``device`` (strategies may write their input)."""
-    from moe_convert import QuantLayer
+    """A copy of the ``Layer`` on ``device`` (strategies may write their input)."""
+    from moe_convert import Layer
 
-    return QuantLayer(
-        *(None if t is None else t.to(device, copy=True) for t in vars(layer).values())
-    )
+    return Layer(**{name: t.to(device, copy=True) for name, t in layer.items()})
 
 
 def _quantized_exact(dry_run: bool) -> list[dict]:
@@ -101,10 +101,9 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
     FlashInfer is absent; the dry run computes nothing (the CPU tests check the same on CPU)."""
     import torch
 
-    from moe_convert import convert_quant
-    from moe_convert.formats.quant.layer import quant_layer_tensors
+    from moe_convert import convert, layer_tensors
     from moe_convert.formats.swizzle import block_scale_interleave
-    from moe_convert.formats.table import convert_layer, reference_conversion, strategy_input
+    from moe_convert.formats.table import reference_conversion, strategy_input
 
     if dry_run:
         return []
@@ -140,18 +139,18 @@ def _quantized_exact(dry_run: bool) -> list[dict]:
         )
     for label in plan.quant_check_shapes():
         shape = plan.shape(label).with_experts(plan.QUANT_CHECK_EXPERTS)
-        layer = quant_layer_tensors(shape, "cpu")
+        layer = layer_tensors(shape, "cpu")
 
-        legacy = convert_quant(_layer_to(layer, "cpu"), strategy=f"{shape.format}-legacy")
+        legacy = convert(_layer_to(layer, "cpu"), strategy=shape.fmt.upstream)
         for name, record in plan.strategies(shape).items():
             try:
                 if record.takes == shape.format:
-                    got = convert_quant(_layer_to(layer, device), strategy=name).tensors()
-                    want = legacy.tensors()
+                    got = convert(_layer_to(layer, device), strategy=name)
+                    want = legacy
                 else:  # FlashInfer's helpers: a BF16 layer in, -legacy of what they quantize
                     bf16 = strategy_input(shape, name, device)
                     want = reference_conversion(shape, name)[1](bf16)
-                    got = convert_layer(bf16, strategy=name, gated=shape.gated)
+                    got = convert(bf16, strategy=name, gated=shape.gated)
                 bad = sum(
                     int((got[f].cpu().view(torch.uint8) != t.cpu().view(torch.uint8)).sum())
                     for f, t in want.items()

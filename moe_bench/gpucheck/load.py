@@ -34,12 +34,12 @@ def step_load(dry_run: bool) -> dict:
     """Every load of ``_loads`` run (``run_load``) and replayed for the device it found
     (``replay_load``; the dry run replays for ``DEVICE_141GB_BYTES``); the event costs measured
     and each load predicted from them (``moe_convert.load.loadtime``)."""
-    from moe_convert import STRATEGIES
+    from moe_convert import REGISTRY
     from moe_convert.load.loadtime import measure_event_costs, predict_replayed
     from moe_convert.load.replay import replay_load
     from moe_convert.load.wholemodel import DEVICE_141GB_BYTES, PR45589_BALLAST_BYTES, run_load
 
-    loads = _loads([name for name in plan.LOAD_STRATEGIES if name in STRATEGIES])
+    loads = _loads([name for name in plan.LOAD_STRATEGIES if name in REGISTRY])
     events, layer_seconds = None, {}
     if not dry_run:
         import torch

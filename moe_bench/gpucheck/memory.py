@@ -73,7 +73,6 @@ def step_memory(dry_run: bool) -> dict:
 
 
 def step_allocator(dry_run: bool) -> dict:
-    from moe_convert import STRATEGIES
     from moe_convert.load.allocator import Allocator, MiB
     from moe_convert.load.replay import load_steps
 
@@ -89,7 +88,7 @@ def step_allocator(dry_run: bool) -> dict:
         )
         print(f"[allocator] allocator settings: {setting}", flush=True)
     rows = []
-    for name in STRATEGIES:
+    for name in plan.strategies(shape):
         steps = load_steps(shape, name)
         model = Allocator(
             capacity_bytes=None, max_split_size=plan.MAX_SPLIT_MB * MiB, pool="default"

@@ -139,30 +139,31 @@ def record(rows: list[dict], row: dict) -> None:
 
 def quant_check_shapes() -> tuple[str, ...]:
     """Steps 1, 2 and 5's quantized shapes, ``model/tpN``: per quantized format of
-    ``moe_convert.formats.table.LAYER_FORMATS`` (its order), ``QUANT_CHECK_CHOICES``' or its
-    first catalog shape. Imports the library: call it in a step."""
-    from moe_convert.formats.table import LAYER_FORMATS
+    ``moe_convert.FORMATS`` (its order), ``QUANT_CHECK_CHOICES``' or its first catalog shape.
+    Imports the library: call it in a step."""
+    from moe_convert import FORMATS
+    from moe_convert.formats.catalog import catalog_shapes
 
     return tuple(
-        QUANT_CHECK_CHOICES.get(name) or fmt.catalog()[0].label
-        for name, fmt in LAYER_FORMATS.items()
+        QUANT_CHECK_CHOICES.get(name) or catalog_shapes(name)[0].label
+        for name in FORMATS
         if name != "bf16"  # BF16's shapes are CHECK_SHAPES
     )
 
 
 def shape(label: str):
     """The full-size per-rank shape of ``label`` (``model/tpN``) of any format's catalog."""
-    from moe_convert.formats.table import any_shape_from_label
+    from moe_convert.formats.catalog import shape_from_label
 
-    return any_shape_from_label(label)
+    return shape_from_label(label)
 
 
 def strategies(shape) -> dict:
     """Name -> registry record of every strategy of ``shape``'s format a step runs (each record
     says ``inplace``, ``origin`` and the exact ``peak``)."""
-    from moe_convert.formats.table import layer_format
+    from moe_convert import strategies as registered
 
-    return layer_format(shape).strategies()
+    return registered(shape.format)
 
 
 def cuda_device():

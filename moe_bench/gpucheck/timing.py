@@ -64,7 +64,7 @@ def step_timing(dry_run: bool) -> dict:
         return {"ok": True, "rows": [], "plan": [_plan_line(*cell) for cell in _cells()]}
     import torch
 
-    from moe_convert import STRATEGIES
+    from moe_convert import REGISTRY
 
     device = plan.cuda_device()
     rows, sweep = [], []
@@ -88,7 +88,7 @@ def step_timing(dry_run: bool) -> dict:
             ),
             flush=True,
         )
-    for label, name, settings in plan.TRITON_SWEEPS if "triton" in STRATEGIES else ():
+    for label, name, settings in plan.TRITON_SWEEPS if "triton" in REGISTRY else ():
         from moe_convert.formats.bf16 import triton_strategy
 
         chosen = {key: getattr(triton_strategy, key) for key in settings}

@@ -19,12 +19,10 @@ from typing import NoReturn
 
 import torch
 
-from ..formats.bf16.engines import UNCALLABLE
-from ..formats.bf16.shapes import CATALOG, MAX_SIZE, ModelSpec, spec_from_hf_config
-from ..formats.quant.catalog import QUANT_CATALOG, QuantModelSpec
-from ..formats.registry import MISSING
+from ..formats.catalog import CATALOG, MAX_SIZE, ModelSpec, spec_from_hf_config
+from ..formats.engines import UNCALLABLE
+from ..formats.registry import REGISTRY, UNAVAILABLE, strategies
 from ..formats.shape import LayerShape
-from ..formats.table import LAYER_FORMATS, layer_format
 from ..units import format_bytes as _bytes
 
 __all__ = [
@@ -94,10 +92,6 @@ def gib_amount(*, zero_ok: bool) -> Callable[[str], float]:
     return parse
 
 
-def _every_strategy() -> list[str]:
-    return sorted(name for fmt in LAYER_FORMATS.values() for name in fmt.strategies())
-
-
 def strategy_list(text: str) -> list[str] | None:
     """``all`` (``None``: every strategy of the shape's format, ``resolve_strategies``) or
     ``NAME[,NAME...]`` of strategies registered here, of any format."""
@@ -108,16 +102,16 @@ def strategy_list(text: str) -> list[str] | None:
     if uncallable:  # an installed engine's function that cannot run here (quantized adapters)
         name = uncallable[0]
         raise argparse.ArgumentTypeError(f"strategy {name!r} cannot run here: {UNCALLABLE[name]}")
-    absent = [MISSING[name] for name in names if name in MISSING]
+    absent = [UNAVAILABLE[name] for name in names if name in UNAVAILABLE]
     if absent:  # known, but what it needs is missing here: say what
         raise argparse.ArgumentTypeError(
             f"strategy {absent[0].name!r} cannot run here: it needs {absent[0].needs}"
         )
-    unknown = [name for name in names if name not in _every_strategy()]
+    unknown = [name for name in names if name not in REGISTRY]
     if unknown:
         raise argparse.ArgumentTypeError(
             f"unknown strategy {', '.join(map(repr, unknown))}; valid: all, or a comma-separated "
-            f"list of {', '.join(_every_strategy())}"
+            f"list of {', '.join(sorted(REGISTRY))}"
         )
     return names
 
@@ -162,23 +156,20 @@ def max_split_list(text: str) -> list[int | None]:
 # Rules across arguments: raise UsageError.
 
 
-def _model_spec(model: str) -> ModelSpec | QuantModelSpec:
-    """The catalog entry named ``model`` (BF16's or a quantized format's), or the BF16 geometry
-    of the config.json at that path."""
+def _model_spec(model: str) -> ModelSpec:
+    """The catalog entry named ``model``, or the BF16 geometry of the config.json at that
+    path."""
     if model in CATALOG:
         return CATALOG[model]
-    if model in QUANT_CATALOG:
-        return QUANT_CATALOG[model]
     if Path(model).exists():
         try:
             return spec_from_hf_config(model)
         except ValueError as error:
             raise UsageError(f"argument --model: {error}") from None
     # Match Hugging Face ids too: "Qwen/Qwen3-30B-A3B" suggests qwen3-30b-a3b.
-    catalog = {**CATALOG, **QUANT_CATALOG}
     known = {
-        **{spec.hf_id.lower(): name for name, spec in catalog.items()},
-        **{name: name for name in catalog},
+        **{spec.hf_id.lower(): name for name, spec in CATALOG.items()},
+        **{name: name for name in CATALOG},
     }
     close = dict.fromkeys(
         known[key] for key in difflib.get_close_matches(model.lower(), known, n=3, cutoff=0.6)
@@ -186,7 +177,7 @@ def _model_spec(model: str) -> ModelSpec | QuantModelSpec:
     names = (
         f"closest catalog names: {', '.join(close)}"
         if close
-        else f"catalog names: {', '.join(catalog)}"
+        else f"catalog names: {', '.join(CATALOG)}"
     )
     raise UsageError(
         f"argument --model: {model!r} is no catalog name and no existing file or "
@@ -213,7 +204,7 @@ def resolve_shape(args: argparse.Namespace) -> LayerShape:
                 f"{args.model} has its own sizes: give one or the other"
             )
         spec = _model_spec(args.model)
-        if not spec.tp_sizes:
+        if not spec.valid_tp_sizes:
             raise UsageError(f"argument --model: {args.model}: {spec.tp_sizes_text}")
         if args.experts is not None and not 1 <= args.experts <= spec.experts:
             raise UsageError(
@@ -261,15 +252,14 @@ def resolve_shape(args: argparse.Namespace) -> LayerShape:
 def resolve_strategies(shape: LayerShape, names: list[str] | None) -> list[str]:
     """The strategies ``--strategy`` names for ``shape`` (``strategy_list``'s; ``None``: every
     one of its format's); ``UsageError`` for a strategy of another format."""
-    fmt = layer_format(shape)
-    valid = sorted(fmt.strategies())
+    valid = sorted(strategies(shape.format))
     if names is None:
         return valid
     other = [name for name in names if name not in valid]
     if other:
         raise UsageError(
             f"argument --strategy: {', '.join(map(repr, other))} cannot convert {shape.label} "
-            f"(format {fmt.title}); its strategies: all, or a comma-separated list of "
+            f"(format {shape.fmt.title}); its strategies: all, or a comma-separated list of "
             f"{', '.join(valid)}"
         )
     return names
@@ -314,7 +304,7 @@ def add_work_args(parser: argparse.ArgumentParser) -> None:
     """The shape, the strategies and --quiet: what every command that converts takes."""
     parser.add_argument(
         "--model",
-        help=f"catalog name ({', '.join([*CATALOG, *QUANT_CATALOG])}) or a config.json path",
+        help=f"catalog name ({', '.join(CATALOG)}) or a config.json path",
     )
     parser.add_argument("--tp", type=int, help="tensor-parallel size, with --model (default 1)")
     parser.add_argument(

@@ -24,14 +24,15 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..formats.bf16.engines import ENGINES, check_engine, registered_form
-from ..formats.quant.engines import QUANT_ENGINES
-from ..formats.registry import strategies_markdown, update_markdown
+from ..formats.bf16.engines import ENGINES
+from ..formats.catalog import catalog_shapes
+from ..formats.engines import check_engine, registered_form
+from ..formats.preparations import PREPARATIONS
+from ..formats.records import FORMATS
+from ..formats.registry import strategies, strategies_markdown, update_markdown
 from ..formats.shape import LayerShape
 from ..formats.table import (
-    LAYER_FORMATS,
-    convert_layer,
-    every_catalog_shape,
+    convert,
     layer_tensors,
     reference_conversion,
     strategy_input,
@@ -77,7 +78,7 @@ def cmd_shapes(args: argparse.Namespace) -> int:
         f"{'model':<21} {'tp':>2}  {'format':<8} {'w13 per rank':<20} {'w2 per rank':<20} "
         f"{'MiB/layer':>9} {'layers':>6} {'GiB/rank':>8}  valid"
     )
-    for shape in every_catalog_shape():
+    for shape in catalog_shapes():
         status = "yes" if shape.valid else f"no: {shape.invalid_reason}"
         print(
             f"{shape.model:<21} {shape.tp:>2}  {shape.format:<8} "
@@ -102,9 +103,9 @@ def cmd_strategies(args: argparse.Namespace) -> int:
     elif args.markdown:
         print(strategies_markdown(), end="")
     else:
-        for fmt in LAYER_FORMATS.values():
-            here = fmt.strategies()
-            records = [*here.values(), *fmt.unavailable().values()]
+        for fmt in FORMATS.values():
+            here = strategies(fmt.name)
+            records = [*here.values(), *strategies(fmt.name, available=False).values()]
             for record in sorted(records, key=lambda r: r.name):
                 needs = "" if record.name in here else f"  (not here: needs {record.needs})"
                 result = "views of the input" if record.inplace else "new tensors"
@@ -143,7 +144,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 taken = strategy_input(shape, name, args.device, seed=args.seed)
                 expected = reference_conversion(shape, name)[1](taken)
             given = {key: t.clone() for key, t in taken.items()}
-            got = convert_layer(given, strategy=name, gated=shape.gated)
+            got = convert(given, strategy=name, gated=shape.gated)
             same = {
                 key: torch.equal(got[key].view(torch.uint8), expected[key].view(torch.uint8))
                 for key in expected
@@ -428,7 +429,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_engines(args: argparse.Namespace) -> int:
     failed = 0
-    for check in (check_engine(e, device=args.device) for e in (*ENGINES, *QUANT_ENGINES)):
+    for check in (check_engine(e, device=args.device) for e in (*ENGINES, *PREPARATIONS)):
         engine = check.engine
         form = registered_form(engine)
         print(

@@ -1,10 +1,14 @@
 """The formats: what each stores per layer, how engines convert it, and this library's ways.
 
-What they share, below them: the row orders, gathers and swizzles (``layout``, ``quant_ops``,
-``swizzle``), the record type of every format (``format``) and the one strategy registry of
-every format (``registry``). Then ``bf16/`` (BF16's record, catalog and strategies) and
-``quant/`` (the quantized formats: their catalog, layer, what they share, a module per format
-with its record); ``records``, every format's record by name, and ``shape``, the one layer
-shape type, whose sizes come from the record; and ``table``: every format through one table,
-what measurement, replay and the command line take.
+What every format shares, below them: the record type (``format``), the one layer type
+(``layer``), the one strategy registry (``registry``), the row orders, gathers and swizzles
+(``layout``, ``rows``, ``swizzle``), this library's kinds as functions of a format (``kinds``).
+Then a module per format, its record and strategies: ``bf16/`` (a package: its strategies,
+Triton kernels, transcriptions and engine adapters), ``nvfp4``, ``mxfp4``, ``fp8``,
+``fp8block``, ``mxfp8``, ``mxint4``. Above them: ``records`` (every format's record by name),
+``shape`` (the one layer-shape type, whose sizes come from the record), ``catalog`` (the model
+shapes of every format), ``table`` (``convert``, and the fresh layers every measurement takes),
+and the strategies that call other packages: ``engines`` (the adapter mechanism),
+``preparations`` (vLLM's quantized preparations as installed) and ``flashinfer`` (FlashInfer's
+own helpers).
 """

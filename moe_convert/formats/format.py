@@ -1,7 +1,7 @@
 """What one format stores per layer: ``Format``, the one record type of every format.
 
 Each format defines its record in its own module (BF16's in ``bf16/format.py``, a quantized
-format's at the top of ``quant/<format>.py``); ``records.FORMATS`` collects them, and
+format's at the top of ``<format>.py``); ``records`` collects them into ``FORMATS``, and
 ``shape.LayerShape`` derives every size of a layer from its format's record.
 
 Legend: E experts, H hidden, I intermediate per rank, M13 rows of w13 (2I gated, I not), epi
@@ -31,12 +31,16 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Format", "LayerCheck"]
+__all__ = ["FORMATS", "Format", "LayerCheck", "LayerInputs", "format_record"]
 
-#: A format's input check, ``(tensors by name, record, gated) -> None``: raises
-#: ``TypeError``/``ValueError`` (one line: the tensor, its shape, the fix) where a layer of these
-#: tensors cannot be converted; reads no byte.
-LayerCheck = Callable[[dict[str, torch.Tensor], "Format", bool], None]
+#: A format's input check, ``(layer: Layer, record, gated) -> None``: raises ``TypeError``/
+#: ``ValueError`` (one line: the tensor, its shape, the fix) where the layer cannot be
+#: converted; reads no byte. (``layer.Layer`` and ``shape.LayerShape`` are built on this record,
+#: so they are named here, not imported.)
+LayerCheck = Callable[..., None]
+#: ``(shape: LayerShape, device, seed) -> Layer``: a fresh layer of the shape, seeded random
+#: bytes (on meta ``torch.empty``).
+LayerInputs = Callable[..., object]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +49,15 @@ class Format:
 
     name: str  # the key of records.FORMATS and of a strategy's name: "bf16", "nvfp4", ...
     title: str  # how reports name it (a table's heading)
-    check: LayerCheck  # its input check (the strategies' ``check_weights``/``check_quant_layer``)
+    check: LayerCheck  # its input check (``checks.check_weights``'s, ``layer.check_layer``)
+    # The strategy every other of the format must match byte for byte: the engines' own path
+    # transcribed ("legacy", "nvfp4-legacy", ...).
+    upstream: str
+    # Its fresh layers (``table.layer_tensors``); None: ``table.random_layer``'s random bytes.
+    inputs: LayerInputs | None = None
+    # The check of a layer of it that a strategy of another format takes and quantizes itself
+    # (FlashInfer's helpers, which check their own alignment); None: ``check``.
+    quantized_by_check: LayerCheck | None = None
     weight_dtype: torch.dtype  # the stored weights' dtype (packed fp4: uint8)
     elements_per_item: int = 1  # epi: elements per stored weight element
     scale_dtype: torch.dtype | None = None  # the block scales' dtype; None: no block scales
@@ -96,3 +108,16 @@ class Format:
         if shape is None:
             return 0
         return shape[0] * shape[1] * shape[2] * self.scale_dtype.itemsize
+
+
+#: name -> record of every format, in the order reports show them: filled by ``records``, which
+#: imports the format modules that define them (``moe_convert.FORMATS``).
+FORMATS: dict[str, Format] = {}
+
+
+def format_record(name: str) -> Format:
+    """``FORMATS[name]``; ``ValueError`` naming the formats for a name without a record."""
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown format {name!r}; formats: {', '.join(FORMATS)}") from None

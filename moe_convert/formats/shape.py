@@ -16,8 +16,8 @@ from typing import Self
 
 import torch
 
-from .format import Format
-from .records import format_record
+from .format import Format, format_record
+from .layer import Layer
 
 __all__ = ["LayerShape"]
 
@@ -194,10 +194,12 @@ class LayerShape:
     def conversion_error(self) -> str | None:
         """The format's input check's message (``Format.check``) for a layer of this shape, or
         ``None`` if it converts. Checked on ``meta`` tensors: free at any size."""
-        layer = {
-            name: torch.empty(dims, dtype=dtype, device="meta")
-            for name, (dims, dtype) in self.tensor_specs.items()
-        }
+        layer = Layer(
+            **{
+                name: torch.empty(dims, dtype=dtype, device="meta")
+                for name, (dims, dtype) in self.tensor_specs.items()
+            }
+        )
         try:
             self.fmt.check(layer, self.fmt, self.gated)
         except ValueError as error:

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..formats.bf16.shapes import shape_from_label
+from ..formats.catalog import shape_from_label
 from ..formats.shape import LayerShape
-from ..formats.table import convert_layer, strategy_input, warm_layer_strategy
+from ..formats.table import convert, strategy_input, warm_layer_strategy
 from ..measuring.memory import AllocationTracker, MemoryEvent
 from .allocator import Allocator, Block, MiB, OutOfMemory, Pool
 from .wholemodel import (
@@ -100,7 +100,7 @@ def _meta_conversion(shape: LayerShape, strategy: str) -> tuple[LayerTrace, froz
     layer = strategy_input(shape, strategy, "meta")
     warm_layer_strategy(shape, strategy, torch.device("meta"))
     with AllocationTracker() as tracker:
-        result = convert_layer(layer, strategy=strategy, gated=shape.gated)
+        result = convert(layer, strategy=strategy, gated=shape.gated)
         events = tuple(tracker.events)
     # Meta tensors have no addresses; a storage's C++ object tells whether two tensors share it.
     results = {t.untyped_storage()._cdata for t in result.values()}
@@ -189,8 +189,8 @@ def replay_load(
     Parameters
     ----------
     shape
-        The per-rank layer shape of any format (``layer_shape(model, tp)``,
-        ``quant_layer_shape(model, tp)``); ``shape.moe_layers`` layers.
+        The per-rank layer shape of any format (``layer_shape(model, tp)``);
+        ``shape.moe_layers`` layers.
     strategy
         A registered strategy of the shape's format.
     max_split_size_mb

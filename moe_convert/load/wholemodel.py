@@ -31,11 +31,11 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from ..formats.bf16.shapes import shape_from_label
+from ..formats.catalog import shape_from_label
 from ..formats.shape import LayerShape
 from ..formats.table import (
     Layer,
-    convert_layer,
+    convert,
     strategy_input,
     strategy_record,
     warm_layer_strategy,
@@ -242,7 +242,7 @@ def run_load(
     as vLLM loads without sleep mode, or ``mempool``, a fresh ``torch.cuda.MemPool``): one
     ballast tensor of ``other_weights_bytes`` (the model's other weights), then every layer's
     tensors (``_loaded_layer``, any format's: BF16's w13 and w2, a quantized format's weights,
-    scale factors and bf16 biases, converted by ``formats.convert_layer`` with a strategy of its
+    scale factors and bf16 biases, converted by ``formats.table.convert`` with a strategy of its
     format), each its own allocation as vLLM's parameters are; then each layer converted in
     order, the result replacing the layer's tensors (the old ones it does not live in freed, as
     vLLM's ``replace_parameter`` does: all of them out of place, in place only a quantized
@@ -306,7 +306,7 @@ def run_load(
                 layer = weights[index]
                 try:
                     with nvtx_range(f"moe_load/{strategy}/{shape.label}/layer{index}", device):
-                        weights[index] = convert_layer(layer, strategy=strategy, gated=shape.gated)
+                        weights[index] = convert(layer, strategy=strategy, gated=shape.gated)
                 except torch.OutOfMemoryError as exc:
                     oom_layer, oom_message = index, str(exc).splitlines()[0]
                     break

@@ -25,7 +25,7 @@ import torch
 
 from ..formats.shape import LayerShape
 from ..formats.table import (
-    convert_layer,
+    convert,
     strategy_input,
     strategy_record,
     warm_layer_strategy,
@@ -255,7 +255,7 @@ def time_layer(
 ) -> LayerTiming:
     """Time ``strategy`` on a fresh ``shape`` layer against a same-size ``copy_``, interleaved.
 
-    A shape of any format with one of its format's strategies (``formats.convert_layer``: BF16's
+    A shape of any format with one of its format's strategies (``formats.table.convert``: BF16's
     w13 and w2, a quantized format's weights, scale factors and biases, seeded). The reference
     copies every tensor of the layer (``dst.copy_(src)`` into tensors allocated and touched
     once, in warm-up): ``2 (T13 + T2)`` bytes read and written, ``2 layer_bytes`` in general.
@@ -297,10 +297,10 @@ def _conversion(
     ``device`` (every tensor of it), one conversion of it with ``strategy`` (its caches warmed)
     and whether that conversion is in place."""
     layer = strategy_input(shape, strategy, device)
-    warm_layer_strategy(shape, strategy, next(iter(layer.values())).device)
+    warm_layer_strategy(shape, strategy, layer.w13.device)
     return (
         list(layer.values()),
-        lambda: convert_layer(layer, strategy=strategy, gated=shape.gated),
+        lambda: convert(layer, strategy=strategy, gated=shape.gated),
         strategy_record(shape, strategy).inplace,
     )
 

@@ -142,6 +142,7 @@ cycle_walk = getattr(torch.ops, _OP.partition("::")[0]).cycle_walk
 
 @register(
     "cycle_inplace",
+    format="bf16",
     inplace=True,
     origin="ours",
     needs=NEEDS,

@@ -6,18 +6,12 @@ Registered when ``flashinfer`` can be found; imported on first call, so that imp
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
 from ...formulas import Formula
 from ..layout import swap_w13_to_w31
 from ..registry import register
-
-__all__ = ["AVAILABLE"]
-
-#: whether ``flashinfer-python`` is installed (and so the ``flashinfer`` strategy registered).
-AVAILABLE = importlib.util.find_spec("flashinfer") is not None
+from .reference import AVAILABLE
 
 # FlashInfer keys its permute-index cache by shape but not device: one cache per device, kept
 # apart from its module-level one, so that meta indices never reach a CPU or CUDA call.
@@ -26,6 +20,7 @@ _PERMUTE_CACHES: dict[torch.device, dict] = {}
 
 @register(
     "flashinfer",
+    format="bf16",
     inplace=False,
     origin="FlashInfer's `prepare_trtllm_bf16_weights`",
     needs="flashinfer-python",

@@ -1,25 +1,17 @@
-"""Inputs of a measurement: seeded random weights, full-size layers, a strategy's caches warmed.
+"""BF16's fresh layers: seeded random weights (``BF16.inputs``, through
+``formats.table.layer_tensors``, what every measurement takes).
 
 Legend: E experts, M13 rows of w13 (2I gated, I not), H hidden, I intermediate per rank; every
 weight bf16, checkpoint layout (w13 ``[E, M13, H]``, w2 ``[E, H, I]``).
-
-Every measurement (``memory``, ``timing``, ``traffic``), the sleep-mode load (``replay``,
-``wholemodel``), the asv suite, ``moe_bench.gpucheck`` (scripts/gpu-check), the CLI and the
-tests take their weights from here, so "a fresh layer" means one thing everywhere:
-``layer_weights`` (on ``meta`` sizes without memory, elsewhere ``random_weights``), with the
-strategy's index caches warmed by ``warm_strategy`` before anything is measured.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
-from ..registry import convert
 from ..shape import LayerShape
 
-__all__ = ["layer_weights", "random_weights", "strategy_call", "warm_strategy"]
+__all__ = ["layer_weights", "random_weights"]
 
 
 def random_weights(
@@ -57,24 +49,3 @@ def layer_weights(
             torch.empty(shape.w2_shape, dtype=torch.bfloat16, device=device),
         )
     return random_weights(shape.w13_shape, shape.w2_shape, seed=seed, device=device)
-
-
-def warm_strategy(shape: LayerShape, strategy: str, device: torch.device) -> None:
-    """Fill the caches ``strategy`` keeps per row count and device, so a measured call finds them.
-
-    One call on a 1-expert layer of the same per-expert shape: it fills ``layout``'s row-index
-    ``lru_cache`` (``w13_row_index``, ``w2_row_index``, both ``fold_swap`` variants as the strategy
-    uses them) and FlashInfer's permute-index cache alike. ``device`` must be the weights'
-    ``tensor.device`` (``cuda:0``, not ``cuda``): it is part of the cache key.
-    """
-    w13, w2 = layer_weights(shape.with_experts(1), device)
-    convert(w13, w2, strategy=strategy, gated=shape.gated)
-
-
-def strategy_call(
-    shape: LayerShape, strategy: str, device: torch.device | str
-) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
-    """Fresh weights of ``shape`` on ``device``, the strategy warmed, and one conversion to call."""
-    w13, w2 = layer_weights(shape, device)
-    warm_strategy(shape, strategy, w13.device)
-    return lambda: convert(w13, w2, strategy=strategy, gated=shape.gated)

@@ -6,12 +6,16 @@ torch and import on a CPU-only machine); ``AVAILABLE`` says whether it is instal
 
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 
 from ..layout import swap_w13_to_w31
-from .flashinfer_strategy import AVAILABLE
 
 __all__ = ["AVAILABLE", "flashinfer_reference"]
+
+#: Whether ``flashinfer-python`` is installed (and so the ``flashinfer`` strategy registered).
+AVAILABLE = importlib.util.find_spec("flashinfer") is not None
 
 _EPILOGUE_TILE_M = 128
 _BLOCK_K = 128

@@ -16,7 +16,8 @@ already cached. Outputs that are new tensors count: they are alive when the call
 floor is ``2 (T13 + T2)``.
 
 Every function takes ``(w13, w2, gated)`` already checked by ``check_weights`` and returns
-``(w13_out, w2_out)``. Reach them through ``convert(..., strategy=NAME)`` or ``STRATEGIES``.
+``(w13_out, w2_out)``; ``formats.registry.register`` wraps each once, so that its record
+(``REGISTRY[NAME]``) and ``convert(layer, strategy=NAME)`` take and return a ``Layer``.
 The inverse of every strategy is ``layout.unconvert``.
 """
 
@@ -52,6 +53,7 @@ __all__ = [
 
 @register(
     "legacy",
+    format="bf16",
     inplace=False,
     origin="vLLM before PR #45589 (0.16.0 to 0.23.0)",
     peak=Formula("3 T13 + 2 T2", "2 T13 + 2 T2"),
@@ -102,6 +104,7 @@ def _index_select_expert(out: torch.Tensor, expert_u8: torch.Tensor, index: torc
 
 @register(
     "preallocated",
+    format="bf16",
     inplace=False,
     origin="vLLM PR #45589 (0.24.0 to 0.30.0)",
     peak=Formula("T13 + T2 + 2 X13", "T13 + T2"),
@@ -138,6 +141,7 @@ def preallocated(
 
 @register(
     "inplace",
+    format="bf16",
     inplace=True,
     origin="vLLM PR #54699 (0.31.0 to 0.33.0)",
     peak=Formula("max(S13, S2)"),
@@ -174,6 +178,7 @@ def inplace(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
 
 @register(
     "batched",
+    format="bf16",
     inplace=True,
     origin="NeMo-RL PR #3296",
     peak=Formula("T13"),
@@ -218,6 +223,7 @@ def _strided_copy_into(rows: torch.Tensor, blocks_u8: torch.Tensor, interleave: 
 
 @register(
     "strided_copy",
+    format="bf16",
     inplace=False,
     origin="ours",
     peak=Formula("T13 + T2"),
@@ -252,6 +258,7 @@ def strided_copy(
 # it reserves less than 20 MiB.
 @register(
     "strided_inplace",
+    format="bf16",
     inplace=True,
     origin="ours",
     peak=Formula("max(S13, S2, 10 MiB)"),
@@ -312,6 +319,7 @@ def _sglang_block_layout(param: torch.Tensor, index: torch.Tensor) -> None:
 
 @register(
     "sglang",
+    format="bf16",
     inplace=True,
     origin="SGLang 0.5.23, transcribed",
     peak=Formula("3 max(S13, S2)"),  # two or more experts (one: 2 max(S13, S2))
@@ -365,6 +373,7 @@ def _trtllm_prepare_expert(expert: torch.Tensor, index: torch.Tensor) -> torch.T
 
 @register(
     "trtllm",
+    format="bf16",
     inplace=False,
     origin="TensorRT-LLM (main, a98a9061d72f), transcribed",
     peak=Formula("T13 + max(T13, 2 T2)"),

@@ -187,6 +187,7 @@ NEEDS = "Triton, on a CUDA GPU (or `TRITON_INTERPRET=1`)"
 
 @register(
     "triton",
+    format="bf16",
     inplace=False,
     origin="ours",
     needs=NEEDS,
@@ -221,6 +222,7 @@ _SCRATCH_BYTES = max(16 * 2**20, K_MIN_LARGE_ALLOC)
 
 @register(
     "triton_inplace",
+    format="bf16",
     inplace=True,
     origin="ours",
     needs=NEEDS,

@@ -7,7 +7,7 @@ strategy takes a BF16 layer (``Strategy.takes``): w13 ``[E, M13, H]`` in the che
 ``[w1; w3]`` order, w2 ``[E, H, I]``, of the format's geometry. A gated w13 is swapped to
 FlashInfer's ``[up, gate]`` = ``[w3; w1]`` first (a full copy, part of the figures, as BF16's
 ``flashinfer``); the helper quantizes, shuffles per expert into lists and stacks them; the
-strategy returns the format's converted layer (``QuantLayer``), the helper's other outputs (the
+strategy returns the format's converted layer (``Layer``), the helper's other outputs (the
 kernel's scale scalars, activation parameters) dropped. Byte identity: the record's ``stored``
 is what the helper's own quantizer makes of the BF16 layer, stored as the checkpoint stores it,
 and the format's ``-legacy`` of that is the strategy's output
@@ -41,11 +41,11 @@ from collections.abc import Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ...formulas import Formula
-from ..layout import swap_w13_to_w31
-from .layer import QuantLayer
+from ..formulas import Formula
+from .layer import Layer
+from .layout import swap_w13_to_w31
 from .mxint4 import RELAID2, RELAID13
-from .registry import register_quant
+from .registry import register
 
 __all__ = ["AVAILABLE", "CUDA_AVAILABLE"]
 
@@ -94,10 +94,10 @@ class _FiniteOnMeta(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _layer(prepared: dict[str, torch.Tensor]) -> QuantLayer:
+def _layer(prepared: dict[str, torch.Tensor]) -> Layer:
     """The format's layer of a helper's outputs: its weights and, where it returns them, their
     scales (the kernel's scale scalars and activation parameters are not part of the layer)."""
-    return QuantLayer(
+    return Layer(
         prepared["gemm1_weights"],
         prepared["gemm2_weights"],
         prepared.get("gemm1_weights_scale"),
@@ -116,23 +116,24 @@ def _gemm1(w13: torch.Tensor, gated: bool) -> torch.Tensor:
     return swap_w13_to_w31(w13) if gated else w13
 
 
-def _stored_layer(quantize, w13: torch.Tensor, w2: torch.Tensor) -> QuantLayer:
+def _stored_layer(quantize, w13: torch.Tensor, w2: torch.Tensor) -> Layer:
     """The layer of ``quantize(weight) -> (weights, scales)`` of w13 and of w2, each as the
     checkpoint stores it."""
     (q13, s13), (q2, s2) = quantize(w13), quantize(w2)
-    return QuantLayer(q13, q2, s13, s2)
+    return Layer(q13, q2, s13, s2)
 
 
-def _fp8_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
+def _fp8_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> Layer:
     """FP8's ``_quantize_fp8_per_expert`` of each weight: its fp8 weights (one scale per whole
     expert, so the same bytes in either row order)."""
     from flashinfer.fused_moe.prepare import _quantize_fp8_per_expert
 
-    return QuantLayer(_quantize_fp8_per_expert(w13)[0], _quantize_fp8_per_expert(w2)[0])
+    return Layer(_quantize_fp8_per_expert(w13)[0], _quantize_fp8_per_expert(w2)[0])
 
 
-@register_quant(
+@register(
     "fp8-flashinfer",
+    format="fp8",
     inplace=False,
     origin="FlashInfer's `prepare_trtllm_fp8_per_tensor_weights`",
     needs=_NEEDS,
@@ -145,7 +146,7 @@ def _fp8_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
     ),
     launches=Formula("2 E + 53", "2 E + 52"),
 )
-def fp8_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
+def fp8_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> Layer:
     """``flashinfer.fused_moe.prepare.prepare_trtllm_fp8_per_tensor_weights``, FlashInfer's own
     helper, with calibration scales 1.0 (the kernel's scale scalars it also returns are not part
     of this library's FP8 layer: dropped).
@@ -180,7 +181,7 @@ def fp8_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLay
     return _layer(prepared)
 
 
-def _mxint4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
+def _mxint4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> Layer:
     """MXINT4's ``_mxint4_quantize`` of each weight (per 32 elements of a row, so the same bytes
     in either row order), stored as Kimi-K2-Thinking's checkpoint: uint4b8 nibbles (signed ones
     XOR 8) in int32 words, bf16 scales ``[E, rows, K/32]``."""
@@ -193,8 +194,9 @@ def _mxint4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLay
     return _stored_layer(stored, w13, w2)
 
 
-@register_quant(
+@register(
     "mxint4-flashinfer",
+    format="mxint4",
     inplace=False,
     origin="FlashInfer's `prepare_trtllm_mxint4_weights`",
     needs=_NEEDS_CUDA,
@@ -208,7 +210,7 @@ def _mxint4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLay
     ),
     launches=Formula(f"51 + E (6 + {RELAID13} + {RELAID2})"),
 )
-def mxint4_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
+def mxint4_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> Layer:
     """``flashinfer.fused_moe.prepare.prepare_trtllm_mxint4_weights``, FlashInfer's own helper.
 
     Takes a BF16 layer (gated only, as the format); w13 is swapped to ``[w3; w1]`` first (a full
@@ -240,7 +242,7 @@ def mxint4_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> Quant
     return _layer(prepared)
 
 
-def _nvfp4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
+def _nvfp4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> Layer:
     """NVFP4's ``fp4_quantize`` of each weight as the helper calls it (global scale 1.0, 16
     elements per e4m3 scale, linear scales; per row, so the same bytes in either row order):
     packed uint8 ``[E, rows, K/2]``, float8_e4m3fn scales ``[E, rows, K/16]``."""
@@ -263,8 +265,9 @@ def _nvfp4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLaye
     return _stored_layer(stored, w13, w2)
 
 
-@register_quant(
+@register(
     "nvfp4-flashinfer",
+    format="nvfp4",
     inplace=False,
     origin="FlashInfer's `prepare_trtllm_fp4_weights` (NVFP4 x NVFP4)",
     needs=f"{_NEEDS}, on a CUDA GPU (fp4_quantize is a CUDA op; {_INTERLEAVE})",
@@ -279,7 +282,7 @@ def _nvfp4_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLaye
     ),
     launches=Formula("6 E + 10", "6 E + 9"),
 )
-def nvfp4_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
+def nvfp4_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> Layer:
     """``flashinfer.fused_moe.prepare.prepare_trtllm_fp4_weights`` with the NVFP4 x NVFP4 pair,
     FlashInfer's own helper.
 
@@ -309,7 +312,7 @@ def nvfp4_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantL
     return _layer(prepared)
 
 
-def _mxfp8_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
+def _mxfp8_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> Layer:
     """MXFP8's ``mxfp8_quantize`` of each expert of each weight as the helper calls it (linear
     uint8 e8m0 scales per 32 elements of a row, so the same bytes in either row order): fp8
     ``[E, rows, K]``, uint8 scales ``[E, rows, K/32]``."""
@@ -326,8 +329,9 @@ def _mxfp8_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLaye
     return _stored_layer(stored, w13, w2)
 
 
-@register_quant(
+@register(
     "mxfp8-flashinfer",
+    format="mxfp8",
     inplace=False,
     origin="FlashInfer's `prepare_trtllm_fp8_block_weights` (MXFP8 x MXFP8)",
     needs=f"{_NEEDS}, on a CUDA GPU (mxfp8_quantize is a CUDA op; {_INTERLEAVE})",
@@ -345,7 +349,7 @@ def _mxfp8_stored(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLaye
     ),
     launches=Formula("8 E + 5", "8 E + 4"),
 )
-def mxfp8_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> QuantLayer:
+def mxfp8_flashinfer(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> Layer:
     """``flashinfer.fused_moe.prepare.prepare_trtllm_fp8_block_weights`` with the MXFP8 x MXFP8
     pair, FlashInfer's own helper.
 

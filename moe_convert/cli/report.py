@@ -1,14 +1,15 @@
 """The quantized catalog's figures per strategy, as docs/formats.md shows them.
 
-``python -m moe_convert.cli.quant_report`` prints the peak table: per catalog model and TP, the
-layer's bytes and each strategy's peak (``QUANT_STRATEGIES[name].peak``, exact on ``meta``;
-tests/test_quant_memory.py), upstream first. Nothing is allocated.
-``python -m moe_convert.cli.quant_report strategies`` prints every record's formulas;
-``python -m moe_convert.cli.quant_report replay`` prints the sleep-mode load table
+``python -m moe_convert.cli.report`` (or ``... report peaks``) prints the peak table: per
+catalog model and TP, the layer's bytes and each strategy's peak (``REGISTRY[name].peak``,
+exact on ``meta``; tests/test_quant_memory.py), upstream first. Nothing is allocated. A table
+name it does not know is a one-line usage error (exit 2).
+``python -m moe_convert.cli.report strategies`` prints every record's formulas;
+``python -m moe_convert.cli.report replay`` prints the sleep-mode load table
 (``replay.replay_load``, vLLM's ``max_split_size_mb`` 20): the reserved peak and growth per
 layer on an unbounded device, and the layer that runs out of memory on a GB200 and an H200 (about
 two minutes on 2 CPU cores: the upstream paths' traces have thousands of events);
-``python -m moe_convert.cli.quant_report rankload`` the load without sleep mode
+``python -m moe_convert.cli.report rankload`` the load without sleep mode
 (``replay.rank_load``) on the same two devices: its driver calls and OOM layer.
 """
 
@@ -16,17 +17,24 @@ from __future__ import annotations
 
 import sys
 
-from ..formats.quant.catalog import quant_catalog_shapes
-from ..formats.quant.registry import QUANT_STRATEGIES
+from ..formats.bf16.format import BF16
+from ..formats.catalog import catalog_shapes
 from ..formats.records import FORMATS
+from ..formats.registry import REGISTRY
 from ..load.replay import rank_load, replay_load
 from ..load.wholemodel import LOAD_DEVICES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 from ..units import format_bytes
+from .args import Parser
 
 __all__ = ["peaks_markdown", "rank_load_markdown", "replay_markdown", "strategies_markdown"]
 
 #: The column order: the upstream path, then this library's.
 KINDS = ("legacy", "preallocated", "inplace", "fast")
+
+
+def _quantized_shapes() -> list:
+    """The catalog's shapes of every format but BF16, at their listed TPs."""
+    return [shape for shape in catalog_shapes() if shape.format != BF16.name]
 
 
 def peaks_markdown() -> str:
@@ -37,8 +45,8 @@ def peaks_markdown() -> str:
         + " |",
         "|---|---|---|" + "---|" * len(KINDS),
     ]
-    for shape in quant_catalog_shapes():
-        peaks = [QUANT_STRATEGIES[f"{shape.format}-{kind}"].peak.evaluate(shape) for kind in KINDS]
+    for shape in _quantized_shapes():
+        peaks = [REGISTRY[f"{shape.format}-{kind}"].peak.evaluate(shape) for kind in KINDS]
         cells = [format_bytes(n, unit="MiB", digits=1) for n in (shape.layer_bytes, *peaks)]
         lines.append(f"| {shape.label} | {shape.format} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -50,7 +58,9 @@ def strategies_markdown() -> str:
         "| strategy | from | result | peak transient | traffic | launches |",
         "|---|---|---|---|---|---|",
     ]
-    for name, record in sorted(QUANT_STRATEGIES.items()):
+    records = sorted((r for r in REGISTRY.values() if r.format != BF16.name), key=lambda r: r.name)
+    for record in records:
+        name = record.name
         result = "new tensors"
         if record.inplace:
             result = "in place (biases new)" if FORMATS[record.format].has_bias else "in place"
@@ -71,7 +81,7 @@ def replay_markdown() -> str:
         + " |",
         "|---|---|---|---|" + "---|" * len(LOAD_DEVICES),
     ]
-    for shape in quant_catalog_shapes():
+    for shape in _quantized_shapes():
         for kind in KINDS:
             name = f"{shape.format}-{kind}"
             loads = [
@@ -113,7 +123,7 @@ def rank_load_markdown() -> str:
         + " |",
         "|---|---|" + "---|---|" * len(LOAD_DEVICES),
     ]
-    for shape in quant_catalog_shapes():
+    for shape in _quantized_shapes():
         for kind in KINDS:
             name = f"{shape.format}-{kind}"
             cells = []
@@ -130,10 +140,23 @@ def rank_load_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The tables by name, the first the default.
+TABLES = {
+    "peaks": peaks_markdown,
+    "replay": replay_markdown,
+    "rankload": rank_load_markdown,
+    "strategies": strategies_markdown,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m moe_convert.cli.report [TABLE]``: one table of ``TABLES`` on stdout; a name
+    not among them is a one-line usage error (exit 2)."""
+    parser = Parser(prog="python -m moe_convert.cli.report", description=__doc__.split("\n")[0])
+    parser.add_argument("table", nargs="?", choices=list(TABLES), default="peaks")
+    print(TABLES[parser.parse_args(argv).table](), end="")
+    return 0
+
+
 if __name__ == "__main__":
-    tables = {
-        "replay": replay_markdown,
-        "rankload": rank_load_markdown,
-        "strategies": strategies_markdown,
-    }
-    print(tables.get(" ".join(sys.argv[1:]), peaks_markdown)(), end="")
+    sys.exit(main())

@@ -2,7 +2,7 @@
 
 Its record, ``NVFP4``, is defined here first and used directly. vLLM's ``flashinfer_fp4_moe.py``
 transcribed under ``shared``'s rules: ``nvfp4-legacy`` (0.29.0) and ``nvfp4-preallocated``
-(#55407, 0.33.0), each returning a ``QuantLayer`` of new tensors after reordering a gated w13
+(#55407, 0.33.0), each returning a ``Layer`` of new tensors after reordering a gated w13
 and its scales to ``[w3; w1]`` in place, as vLLM does: they leave the input so. Ours:
 ``nvfp4-inplace``, ``nvfp4-fast`` (``shared``'s kinds).
 """
@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import torch
 
-from ...formulas import Formula
-from ..format import Format
-from ..layout import shuffle_row_index, w13_row_index
-from ..swizzle import block_scale_interleave
-from .layer import QuantLayer, check_quant_tensors
-from .registry import register_quant
-from .shared import (
+from ..formulas import Formula
+from .format import Format
+from .kinds import (
     REORDER_LAUNCHES,
     SCALED_FAST,
     SCALED_INPLACE,
     register_kinds,
     reorder_w1w3_to_w3w1,
 )
+from .layer import Layer, check_layer
+from .layout import shuffle_row_index, w13_row_index
+from .registry import register
+from .swizzle import block_scale_interleave
 
 __all__ = ["NVFP4", "nvfp4_legacy", "nvfp4_preallocated"]
 
@@ -33,7 +33,8 @@ __all__ = ["NVFP4", "nvfp4_legacy", "nvfp4_preallocated"]
 NVFP4 = Format(
     name="nvfp4",
     title="NVFP4",
-    check=check_quant_tensors,
+    check=check_layer,
+    upstream="nvfp4-legacy",
     weight_dtype=torch.uint8,
     elements_per_item=2,
     scale_dtype=torch.float8_e4m3fn,
@@ -44,8 +45,9 @@ NVFP4 = Format(
 )
 
 
-@register_quant(
+@register(
     "nvfp4-legacy",
+    format="nvfp4",
     inplace=False,
     origin="vLLM 0.29.0, transcribed",
     peak=Formula("2 T13 + T2 + F13 + F2"),
@@ -55,7 +57,7 @@ NVFP4 = Format(
     ),
     launches=Formula(f"6 E + 4 + {REORDER_LAUNCHES}", "6 E + 4"),
 )
-def nvfp4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
+def nvfp4_legacy(layer: Layer, gated: bool) -> Layer:
     """vLLM 0.29.0 ``prepare_static_weights_for_trtllm_fp4_moe``, after the in-place reorder.
 
     Per expert: weight rows gathered (``.contiguous()``), scale rows gathered and interleaved,
@@ -108,7 +110,7 @@ def nvfp4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
         .view(torch.float8_e4m3fn)
         .reshape(num_experts, hidden_size, intermediate_size // 16)
     )
-    return QuantLayer(
+    return Layer(
         gemm1_weights_fp4_shuffled,
         gemm2_weights_fp4_shuffled,
         gemm1_scales_fp4_shuffled,
@@ -116,8 +118,9 @@ def nvfp4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     )
 
 
-@register_quant(
+@register(
     "nvfp4-preallocated",
+    format="nvfp4",
     inplace=False,
     origin="vLLM #55407 (0.30.0 to 0.33.0), transcribed",
     peak=Formula("T13 + T2 + F13 + F2 + 2 (F13 // E) + F2 // E"),
@@ -127,7 +130,7 @@ def nvfp4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     ),
     launches=Formula(f"8 E + {REORDER_LAUNCHES}", "8 E"),
 )
-def nvfp4_preallocated(layer: QuantLayer, gated: bool) -> QuantLayer:
+def nvfp4_preallocated(layer: Layer, gated: bool) -> Layer:
     """vLLM #55407 (0.33.0's ``prepare_static_weights_for_trtllm_fp4_moe``), after the reorder.
 
     The four outputs allocated once (``torch.empty_like``) and one scale scratch per weight;
@@ -186,7 +189,7 @@ def nvfp4_preallocated(layer: QuantLayer, gated: bool) -> QuantLayer:
         gemm2_scales_fp4_shuffled[expert_id].view(torch.uint8).reshape(-1).copy_(
             block_scale_interleave(gemm2_scale_scratch)
         )
-    return QuantLayer(
+    return Layer(
         gemm1_weights_fp4_shuffled,
         gemm2_weights_fp4_shuffled,
         gemm1_scales_fp4_shuffled,

@@ -2,7 +2,7 @@
 
 Its record, ``FP8``, is defined here first and used directly. ``fp8-legacy``: vLLM 0.33.0's
 ``prepare_fp8_moe_layer_for_fi`` (``quantization/utils/flashinfer_utils.py``), its per-tensor
-path for TRTLLM-gen, transcribed under ``shared``'s rules: a ``QuantLayer`` of new tensors.
+path for TRTLLM-gen, transcribed under ``shared``'s rules: a ``Layer`` of new tensors.
 Ours: ``fp8-preallocated``, ``-inplace``, ``-fast`` (``shared``'s kinds).
 """
 
@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import torch
 
-from ...formulas import Formula
-from ..format import Format
-from ..layout import (
+from ..formulas import Formula
+from .format import Format
+from .kinds import register_kinds
+from .layer import Layer, check_layer
+from .layout import (
     gated_interleave_index,
     shuffle_row_index,
     swap_w13_to_w31,
 )
-from .layer import QuantLayer, check_quant_tensors
-from .registry import register_quant
-from .shared import register_kinds
+from .registry import register
 
 __all__ = ["FP8", "fp8_legacy"]
 
@@ -29,22 +29,24 @@ __all__ = ["FP8", "fp8_legacy"]
 FP8 = Format(
     name="fp8",
     title="FP8 per-tensor",
-    check=check_quant_tensors,
+    check=check_layer,
+    upstream="fp8-legacy",
     weight_dtype=torch.float8_e4m3fn,
     intermediate_align=16,
     nongated_intermediate_align=128,
 )
 
 
-@register_quant(
+@register(
     "fp8-legacy",
+    format="fp8",
     inplace=False,
     origin="vLLM 0.33.0, transcribed",
     peak=Formula("4 T13 + T2", "3 T13 + 2 T2"),
     traffic=Formula("10 T13 + 4 T2 + E (2 X13 + X2)", "6 T13 + 4 T2 + E (X13 + X2)"),
     launches=Formula("3 E + 4", "2 E + 3"),
 )
-def fp8_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
+def fp8_legacy(layer: Layer, gated: bool) -> Layer:
     """vLLM 0.33.0 ``rotate_weights_for_fi_trtllm_fp8_per_tensor_moe``, after its caller's swap.
 
     ``prepare_fp8_moe_layer_for_fi`` swaps a gated w13 to ``[w3; w1]`` (a full copy); then per
@@ -84,7 +86,7 @@ def fp8_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     w13_out = torch.stack(gemm1_weights_fp8_shuffled).view(torch.float8_e4m3fn)
     del gemm1_weights  # `gemm1_weights.data = ...`: the swap copy's storage is released here
     w2_out = torch.stack(gemm2_weights_fp8_shuffled).view(torch.float8_e4m3fn)
-    return QuantLayer(w13_out, w2_out)
+    return Layer(w13_out, w2_out)
 
 
 register_kinds(

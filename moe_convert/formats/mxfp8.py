@@ -2,7 +2,7 @@
 
 Its record, ``MXFP8``, is defined here first and used directly. ``mxfp8-legacy``: vLLM 0.33.0's
 ``prepare_fp8_moe_layer_for_fi``, its MXFP8 path for TRTLLM-gen, transcribed under ``shared``'s
-rules: a ``QuantLayer`` of new tensors. vLLM's gate index is a CPU tensor (FlashInfer's helper
+rules: a ``Layer`` of new tensors. vLLM's gate index is a CPU tensor (FlashInfer's helper
 builds it there), so each of its two gathers also copies it to the device first; here it is
 cached on the device. Ours: ``mxfp8-preallocated``, ``-inplace``, ``-fast`` (``shared``'s kinds).
 """
@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import torch
 
-from ...formulas import Formula
-from ..format import Format
-from ..layout import (
+from ..formulas import Formula
+from .format import Format
+from .kinds import SCALED_FAST, SCALED_INPLACE, register_kinds
+from .layer import Layer, check_layer
+from .layout import (
     gated_interleave_index,
     shuffle_row_index,
     swap_w13_to_w31,
 )
-from ..swizzle import block_scale_interleave
-from .layer import QuantLayer, check_quant_tensors
-from .registry import register_quant
-from .shared import SCALED_FAST, SCALED_INPLACE, register_kinds
+from .registry import register
+from .swizzle import block_scale_interleave
 
 __all__ = ["MXFP8", "mxfp8_legacy"]
 
@@ -31,7 +31,8 @@ __all__ = ["MXFP8", "mxfp8_legacy"]
 MXFP8 = Format(
     name="mxfp8",
     title="MXFP8",
-    check=check_quant_tensors,
+    check=check_layer,
+    upstream="mxfp8-legacy",
     weight_dtype=torch.float8_e4m3fn,
     scale_dtype=torch.uint8,
     scale_block=32,
@@ -80,8 +81,9 @@ def _shuffle_mxfp8_moe_weights(
     )
 
 
-@register_quant(
+@register(
     "mxfp8-legacy",
+    format="mxfp8",
     inplace=False,
     origin="vLLM 0.33.0, transcribed",
     peak=Formula("3 T13 + T2 + 3 F13 + 2 F2", "T13 + T2 + F13 + 2 F2"),
@@ -90,7 +92,7 @@ def _shuffle_mxfp8_moe_weights(
     ),
     launches=Formula("10", "6"),
 )
-def mxfp8_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
+def mxfp8_legacy(layer: Layer, gated: bool) -> Layer:
     """vLLM 0.33.0 ``prepare_fp8_moe_layer_for_fi``, MXFP8 (uint8 scales) on TRTLLM-gen.
 
     Gated, ``swap_w13_to_w31`` copies of w13 and of its scales (the caller holds them until it
@@ -104,7 +106,7 @@ def mxfp8_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
         w13 = swap_w13_to_w31(w13)
         w13_scale = swap_w13_to_w31(w13_scale)
     w13, w2, w13_scale, w2_scale = _shuffle_mxfp8_moe_weights(w13, w2, w13_scale, w2_scale, gated)
-    return QuantLayer(w13, w2, w13_scale, w2_scale)
+    return Layer(w13, w2, w13_scale, w2_scale)
 
 
 register_kinds(

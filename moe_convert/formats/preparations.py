@@ -2,7 +2,7 @@
 
 One ``Engine`` record per (vLLM function, format), each read from vLLM's code like the BF16
 ``vllm`` (``engines.register_engine``): registered where vLLM is installed and its function has
-the signature and branch the adapter calls, into ``QUANT_STRATEGIES``; otherwise
+the signature and branch the adapter calls, into ``REGISTRY``; otherwise
 ``engines.UNCALLABLE`` says what is missing. Each adapter calls the function as vLLM's caller
 does (named on it), never a transcription; its result must be byte-identical to the format's
 ``-legacy`` transcription (``engines.check_engine``).
@@ -32,7 +32,7 @@ from types import SimpleNamespace
 
 import torch
 
-from ..bf16.engines import (
+from .engines import (
     Engine,
     Form,
     FunctionCode,
@@ -41,10 +41,10 @@ from ..bf16.engines import (
     register_engine,
     registered_form,
 )
-from ..bf16.engines import same_storage as _same_storage
-from .layer import QuantLayer
+from .engines import same_storage as _same_storage
+from .layer import Layer
 
-__all__ = ["QUANT_ENGINES", "register_quant_engines"]
+__all__ = ["PREPARATIONS", "register_preparations"]
 
 _FP8_MODULE = "vllm.model_executor.layers.quantization.utils.flashinfer_utils"
 _FP8_PARAMETERS = (
@@ -111,7 +111,7 @@ def _vllm_engine(fmt: str, module: str, function: str, *forms: Form, cuda_only="
 _INTERLEAVE = "FlashInfer's block scale interleave is a CUDA op"
 _MXINT4_PARAMETERS = ("gemm1_weights", "gemm1_scales", "gemm2_weights", "gemm2_scales")
 #: Every quantized engine function with an adapter, installed here or not.
-QUANT_ENGINES = (
+PREPARATIONS = (
     _vllm_engine(
         "fp8",
         _FP8_MODULE,
@@ -185,7 +185,7 @@ def _form(engine: Engine, gated: bool) -> Form:
     return form
 
 
-def _fp8_family(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
+def _fp8_family(engine: Engine, layer: Layer, gated: bool) -> Layer:
     """``prepare_fp8_moe_layer_for_fi(layer=..., w13=..., ..., is_trtllm=True)`` as
     ``convert_to_fp8_moe_kernel_format`` calls it for FlashInfer TRTLLM-gen.
 
@@ -225,11 +225,11 @@ def _fp8_family(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
     )
     check_form(engine, form, _same_storage(w13, layer.w13))
     if fmt == "fp8":
-        return QuantLayer(w13, w2)
-    return QuantLayer(w13, w2, *converted_scales)
+        return Layer(w13, w2)
+    return Layer(w13, w2, *converted_scales)
 
 
-def _nvfp4(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
+def _nvfp4(engine: Engine, layer: Layer, gated: bool) -> Layer:
     """``reorder_w1w3_to_w3w1(w13, w13_scale)`` (gated; in place), then
     ``prepare_static_weights_for_trtllm_fp4_moe``, as ``prepare_nvfp4_moe_layer_for_fi_or_cutlass``
     calls them for FlashInfer TRTLLM-gen (the hidden and intermediate padding before it is not
@@ -253,10 +253,10 @@ def _nvfp4(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
         is_gated_activation=gated,
     )
     check_form(engine, form, _same_storage(out[0], layer.w13))
-    return QuantLayer(out[0], out[2], out[1], out[3])
+    return Layer(out[0], out[2], out[1], out[3])
 
 
-def _mxint4(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
+def _mxint4(engine: Engine, layer: Layer, gated: bool) -> Layer:
     """``prepare_static_weights_for_trtllm_mxint4_moe(w13, w13_scale, w2, w2_scale)``, as
     ``fused_moe/oracle/int_wna16.py`` calls it; its dict's four tensors. Like ``mxint4-legacy``
     it leaves the input signed and ``[w3; w1]`` (vLLM's in-place steps). Gated only, as vLLM's.
@@ -264,7 +264,7 @@ def _mxint4(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
     form = _form(engine, gated)
     out = call_engine(engine, layer.w13, layer.w13_scale, layer.w2, layer.w2_scale)
     check_form(engine, form, _same_storage(out["gemm1_weights"], layer.w13))
-    return QuantLayer(
+    return Layer(
         out["gemm1_weights"], out["gemm2_weights"], out["gemm1_scales"], out["gemm2_scales"]
     )
 
@@ -272,11 +272,11 @@ def _mxint4(engine: Engine, layer: QuantLayer, gated: bool) -> QuantLayer:
 _ADAPTERS = {"nvfp4": _nvfp4, "mxint4": _mxint4}  # the others: prepare_fp8_moe_layer_for_fi
 
 
-def register_quant_engines() -> None:
+def register_preparations() -> None:
     """Register every quantized adapter where it can run (``engines.register_engine``)."""
-    for engine in QUANT_ENGINES:
+    for engine in PREPARATIONS:
         adapter = _ADAPTERS.get(engine.format, _fp8_family)
         register_engine(engine, functools.partial(adapter, engine), needs="vllm, flashinfer-python")
 
 
-register_quant_engines()
+register_preparations()

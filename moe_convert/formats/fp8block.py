@@ -4,7 +4,7 @@ Its record, ``FP8BLOCK``, is defined here first and used directly. ``fp8block-le
 0.33.0's ``prepare_fp8_moe_layer_for_fi``, its block-FP8 path for TRTLLM-gen, transcribed under
 ``shared``'s rules: new weights, but it clamps w2's scales (and a non-gated w13's) in place and
 returns them, the input's own tensors. Ours, its own three (``shared``'s kinds do not fit: the
-weights come out in BlockMajorK, ``quant_ops.gather_block_rows``, and the float32 scales are
+weights come out in BlockMajorK, ``rows.gather_block_rows``, and the float32 scales are
 only reordered and clamped, never swizzled): ``fp8block-preallocated``, ``-inplace``, ``-fast``.
 """
 
@@ -12,24 +12,24 @@ from __future__ import annotations
 
 import torch
 
-from ...formulas import Formula
-from ..format import Format
-from ..layout import (
+from ..formulas import Formula
+from .format import Format
+from .kinds import scratch_of
+from .layer import Layer, check_layer
+from .layout import (
     BLOCK_K,
     SHUFFLE_BLOCK_TILE64,
     shuffle_row_index,
     swap_w13_to_w31,
 )
-from ..quant_ops import (
+from .registry import register
+from .rows import (
     MIN_BLOCK_SCALE,
     block_major_k,
     gather_block_rows,
     relay_rows_in_place,
     row_index,
 )
-from .layer import QuantLayer, check_quant_tensors
-from .registry import register_quant
-from .shared import scratch_of
 
 __all__ = ["FP8BLOCK", "block_fast", "block_inplace", "block_preallocated", "fp8block_legacy"]
 
@@ -40,7 +40,8 @@ __all__ = ["FP8BLOCK", "block_fast", "block_inplace", "block_preallocated", "fp8
 FP8BLOCK = Format(
     name="fp8block",
     title="DeepSeek block-FP8",
-    check=check_quant_tensors,
+    check=check_layer,
+    upstream="fp8block-legacy",
     weight_dtype=torch.float8_e4m3fn,
     scale_dtype=torch.float32,
     scale_block=128,
@@ -49,15 +50,16 @@ FP8BLOCK = Format(
 )
 
 
-@register_quant(
+@register(
     "fp8block-legacy",
+    format="fp8block",
     inplace=False,
     origin="vLLM 0.33.0, transcribed",
     peak=Formula("2 T13 + T2 + F13", "T13 + T2"),
     traffic=Formula("4 T13 + 2 T2 + 4 F13 + 2 F2 + X13 + X2", "2 (T13 + T2 + F13 + F2) + X13 + X2"),
     launches=Formula("6", "4"),
 )
-def fp8block_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
+def fp8block_legacy(layer: Layer, gated: bool) -> Layer:
     """vLLM 0.33.0 ``prepare_fp8_moe_layer_for_fi``, DeepSeek block-FP8 on TRTLLM-gen.
 
     Gated, ``swap_w13_to_w31`` copies of w13 and its scales; ``_shuffle_deepseek_fp8_moe_weights``:
@@ -82,10 +84,10 @@ def fp8block_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     w13, w2 = shuffle_to_block_major_k(w13), shuffle_to_block_major_k(w2)
     w13_scale.clamp_(min=MIN_BLOCK_SCALE)
     w2_scale.clamp_(min=MIN_BLOCK_SCALE)
-    return QuantLayer(w13, w2, w13_scale, w2_scale)
+    return Layer(w13, w2, w13_scale, w2_scale)
 
 
-def _block_weights(layer: QuantLayer, gated: bool):
+def _block_weights(layer: Layer, gated: bool):
     """(weight, row index) of w13, then of w2, in block-FP8's row orders (tile 64)."""
     order13 = "swap_halves_tile64" if gated else "shuffle_tile64"
     return [
@@ -94,7 +96,7 @@ def _block_weights(layer: QuantLayer, gated: bool):
     ]
 
 
-def _block_scales(layer: QuantLayer, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _block_scales(layer: Layer, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """New float32 scales of the input's shapes: w13's row halves swapped when gated, both
     clamped to ``MIN_BLOCK_SCALE``. Each gated half is clamped straight into its swapped
     place (two launches, no index); w2's is one clamp. The input is unchanged."""
@@ -109,11 +111,11 @@ def _block_scales(layer: QuantLayer, gated: bool) -> tuple[torch.Tensor, torch.T
     return out13, torch.clamp(s2, min=MIN_BLOCK_SCALE)
 
 
-def block_preallocated(layer: QuantLayer, gated: bool) -> QuantLayer:
+def block_preallocated(layer: Layer, gated: bool) -> Layer:
     """Block-FP8: the BlockMajorK outputs allocated once; per expert, its rows gathered through
     its BlockMajorK view into its slot (no swap copy: the swap is in the index); new scales.
 
-    Out of place: new tensors, ``QuantLayer``'s shapes; the input is unchanged. Peak transient:
+    Out of place: new tensors, ``Layer``'s shapes; the input is unchanged. Peak transient:
     the outputs.
     """
     weights = []
@@ -125,10 +127,10 @@ def block_preallocated(layer: QuantLayer, gated: bool) -> QuantLayer:
         for e in range(experts):
             torch.index_select(block_major_k(weight[e].view(torch.uint8)), 1, index, out=out[e])
         weights.append(out.view(weight.dtype))
-    return QuantLayer(*weights, *_block_scales(layer, gated))
+    return Layer(*weights, *_block_scales(layer, gated))
 
 
-def block_inplace(layer: QuantLayer, gated: bool) -> QuantLayer:
+def block_inplace(layer: Layer, gated: bool) -> Layer:
     """Block-FP8: one scratch of one expert (at least 10 MiB); per expert, its rows gathered
     through its BlockMajorK view into the scratch and copied back; a gated w13's scale rows
     swapped the same way (``relay_rows_in_place``), then both scales clamped in place.
@@ -152,17 +154,17 @@ def block_inplace(layer: QuantLayer, gated: bool) -> QuantLayer:
     del scratch
     s13.clamp_(min=MIN_BLOCK_SCALE)
     s2.clamp_(min=MIN_BLOCK_SCALE)
-    return QuantLayer(*weights, s13, s2)
+    return Layer(*weights, s13, s2)
 
 
-def block_fast(layer: QuantLayer, gated: bool) -> QuantLayer:
+def block_fast(layer: Layer, gated: bool) -> Layer:
     """Block-FP8: one gather per weight over all experts, straight into BlockMajorK
     (``gather_block_rows``, the swap folded into the index); new scales.
 
     Out of place: new tensors; the input is unchanged. Peak transient: the outputs.
     """
     weights = [gather_block_rows(weight, index) for weight, index in _block_weights(layer, gated)]
-    return QuantLayer(*weights, *_block_scales(layer, gated))
+    return Layer(*weights, *_block_scales(layer, gated))
 
 
 # Block-FP8's figures. Scales: -preallocated and -fast clamp into new tensors (2 F13 + 2 F2 in
@@ -198,8 +200,9 @@ _BLOCK_KINDS = {
     ),
 }
 for _kind, (_function, _origin, _inplace, _peak, _traffic, _launches) in _BLOCK_KINDS.items():
-    register_quant(
+    register(
         f"fp8block-{_kind}",
+        format="fp8block",
         inplace=_inplace,
         origin=_origin,
         peak=_peak,

@@ -1,42 +1,46 @@
-"""A quantized MoE layer (weights, their scale factors, gpt-oss's biases), its checks, its inputs.
+"""One MoE layer of any format: ``Layer``, the one type every strategy takes and returns, and the
+scaled formats' input check.
 
 Legend as in ``formats.format``: E experts, H hidden, I intermediate per rank, M13 rows of w13,
 V elements per scale factor; epb elements per stored byte (``H/epb`` packed bytes per w13 row).
 
-``check_quant_layer`` runs before any byte is written: each failure is one line naming the
-tensor, its shape and dtype, what was expected and the fix.
+``check_layer`` (the check of every format but BF16, whose ``bf16.format.check_weights`` has its own
+words) runs before any byte is written: each failure is one line naming the tensor, its shape
+and dtype, what was expected and the fix.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
 
 import torch
 
-from ...checks import _fail as fail
-from ..format import Format
-from ..layout import SHUFFLE_BLOCK
-from ..swizzle import COLS_PER_TILE, ROWS_PER_TILE
+from ..checks import fail
+from .format import Format
+from .layout import SHUFFLE_BLOCK
+from .swizzle import COLS_PER_TILE, ROWS_PER_TILE
 
-if TYPE_CHECKING:  # the shape reads its format's record, defined by modules that import this one
-    from ..shape import LayerShape
-
-__all__ = ["QuantLayer", "check_quant_layer", "check_quant_tensors", "quant_layer_tensors"]
+__all__ = ["TENSOR_NAMES", "Layer", "check_layer"]
 
 
-@dataclass(frozen=True)
-class QuantLayer:
-    """One layer's tensors as the conversion takes and returns them, in checkpoint row order.
+@dataclass(frozen=True, eq=False)
+class Layer(Mapping[str, torch.Tensor]):
+    """One layer's tensors as a conversion takes and returns them, in checkpoint row order: the
+    one layer type of every format, read by attribute (``layer.w13``) or as a mapping of the
+    tensors it holds (``layer["w13"]``, ``dict(layer)``; ``None`` fields left out, in the order
+    a checkpoint loader allocates them). ``Layer(**tensors)`` makes one from named tensors.
 
-    In: ``w13 [E, M13, H/epb]``, ``w2 [E, H, I/epb]`` (the format's ``weight_dtype``); block
+    BF16: ``w13`` bf16 ``[E, M13, H]`` and ``w2`` bf16 ``[E, H, I]`` in; out (every strategy)
+    ``[E, 2H/128, M13, 64]`` and ``[E, M13/128, H, 64]``, the TRTLLM block layout. The others
+    in: ``w13 [E, M13, H/epb]``, ``w2 [E, H, I/epb]`` (the format's ``weight_dtype``); block
     scales ``[E, M13/R, H/V]``, ``[E, H/R, I/V]`` (``scale_dtype``) or ``None`` (FP8 per-tensor);
     biases bf16 ``[E, M13]``, ``[E, H]`` or ``None`` (all but MXFP4). Out (every strategy): the
     same shapes; weights as uint8 (FP4) or float8_e4m3fn (FP8), scales in the swizzled layout
     as float8_e4m3fn (MXFP8's as uint8, as vLLM returns them), biases float32. Block-FP8
     instead: weights float8_e4m3fn in BlockMajorK, ``[E, H/128, M13, 128]`` and
     ``[E, I/128, H, 128]``; scales float32 in the input's shapes, rows reordered as the
-    weights' halves, clamped to at least 1e-10. MXINT4 (``formats.quant.mxint4``): int32 weights in,
+    weights' halves, clamped to at least 1e-10. MXINT4 (``formats.mxint4``): int32 weights in,
     uint8 BlockMajorK out, bf16 scales swizzled and flat per expert ``[E, M13 H/32]``. Gated,
     w13's halves are ``[w1; w3]`` (NVFP4, FP8s, MXFP8, MXINT4) or its rows interleaved
     ``[w1_0, w3_0, w1_1, ...]`` (gpt-oss's MXFP4 checkpoint).
@@ -49,11 +53,17 @@ class QuantLayer:
     w13_bias: torch.Tensor | None = None
     w2_bias: torch.Tensor | None = None
 
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """Name -> tensor of every tensor the layer holds (``None`` fields left out)."""
-        return {
-            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
-        }
+    def __getitem__(self, name: str) -> torch.Tensor:
+        tensor = getattr(self, name) if name in TENSOR_NAMES else None
+        if tensor is None:
+            raise KeyError(name)
+        return tensor
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in TENSOR_NAMES if getattr(self, name) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
     def expected_shapes(self, fmt: Format, gated: bool) -> dict[str, tuple[int, ...] | None]:
         """The shape each field must have, from the weights' shapes (``None``: must be absent)."""
@@ -69,13 +79,17 @@ class QuantLayer:
         }
 
 
+#: Every tensor a layer of some format holds, in the order a checkpoint loader allocates them.
+TENSOR_NAMES = tuple(f.name for f in fields(Layer))
+
+
 def _dtype_of(fmt: Format, name: str) -> torch.dtype | None:
     if name in ("w13", "w2"):
         return fmt.weight_dtype
     return fmt.scale_dtype if name.endswith("scale") else torch.bfloat16
 
 
-def check_quant_layer(layer: QuantLayer, fmt: Format, *, gated: bool) -> None:
+def check_layer(layer: Layer, fmt: Format, gated: bool) -> None:
     """``TypeError``/``ValueError`` where ``layer`` cannot be converted as ``fmt``; reads no byte.
 
     Checked: every tensor present or absent as the format says, its dtype, 3-D (biases 2-D),
@@ -84,8 +98,8 @@ def check_quant_layer(layer: QuantLayer, fmt: Format, *, gated: bool) -> None:
     scales (their row shuffle, or whole 128x128 blocks); every shape matching the weights';
     swizzled scale columns a multiple of 4.
     """
-    if not isinstance(layer, QuantLayer):
-        raise TypeError(f"layer must be a QuantLayer, got {type(layer).__name__}")
+    if not isinstance(layer, Layer):
+        raise TypeError(f"layer must be a Layer, got {type(layer).__name__}")
     if fmt.gated_only and not gated:
         raise ValueError(
             f"{fmt.name}: the TRTLLM-gen path exists only for a gated (SwiGLU) layer; "
@@ -195,33 +209,3 @@ def check_quant_layer(layer: QuantLayer, fmt: Format, *, gated: bool) -> None:
                 "128x4 swizzle would pad them, and the result keeps the unpadded shape",
                 "pad the hidden / intermediate size to a multiple of 4 scale blocks",
             )
-
-
-def check_quant_tensors(layer: dict[str, torch.Tensor], fmt: Format, gated: bool) -> None:
-    """``check_quant_layer`` of a layer's tensors by name: a quantized format's ``Format.check``."""
-    check_quant_layer(QuantLayer(**layer), fmt, gated=gated)
-
-
-def quant_layer_tensors(
-    shape: LayerShape, device: torch.device | str, *, seed: int = 0
-) -> QuantLayer:
-    """A fresh layer of ``shape`` (``LayerShape.tensor_specs``) on ``device``: random bytes of
-    ``seed``, ``torch.empty`` on meta.
-
-    Every byte value occurs (FP8 and e4m3 scales included: conversions move bytes and never
-    read them as numbers). New tensors.
-    """
-    device = torch.device(device)
-    gen = None if device.type == "meta" else torch.Generator(device=device).manual_seed(seed)
-
-    def make(dims: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        if gen is None:
-            return torch.empty(dims, dtype=dtype, device=device)
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        raw = torch.randint(0, 256, (*dims[:-1], dims[-1] * itemsize), dtype=torch.uint8,
-                            device=device, generator=gen)  # fmt: skip
-        return raw.view(dtype)
-
-    return QuantLayer(
-        **{name: make(dims, dtype) for name, (dims, dtype) in shape.tensor_specs.items()}
-    )

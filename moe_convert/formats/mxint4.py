@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import torch
 
-from ...formulas import Formula
-from ..format import Format
-from ..layout import BLOCK_K, shuffle_row_index, w13_row_index
-from ..swizzle import COLS_PER_TILE, ROWS_PER_TILE, block_scale_interleave
-from .layer import QuantLayer, check_quant_tensors
-from .registry import register_quant
-from .shared import REORDER_LAUNCHES, reorder_w1w3_to_w3w1, scratch_of
+from ..formulas import Formula
+from .format import Format
+from .kinds import REORDER_LAUNCHES, reorder_w1w3_to_w3w1, scratch_of
+from .layer import Layer, check_layer
+from .layout import BLOCK_K, shuffle_row_index, w13_row_index
+from .registry import register
+from .swizzle import COLS_PER_TILE, ROWS_PER_TILE, block_scale_interleave
 
 __all__ = ["MXINT4", "mxint4_fast", "mxint4_inplace", "mxint4_legacy", "mxint4_preallocated"]
 
@@ -44,7 +44,8 @@ __all__ = ["MXINT4", "mxint4_fast", "mxint4_inplace", "mxint4_legacy", "mxint4_p
 MXINT4 = Format(
     name="mxint4",
     title="MXINT4",
-    check=check_quant_tensors,
+    check=check_layer,
+    upstream="mxint4-legacy",
     weight_dtype=torch.int32,
     elements_per_item=8,
     scale_dtype=torch.bfloat16,
@@ -85,8 +86,9 @@ RELAID13 = "(1 - 16 X13 // S13)"
 RELAID2 = "(1 - 16 X2 // S2)"
 
 
-@register_quant(
+@register(
     "mxint4-legacy",
+    format="mxint4",
     inplace=False,
     origin="vLLM 0.33.0, transcribed",
     peak=Formula("max(3 T13, T13 + S13 + 2 T2 + 2 F13 + F2 // E, 2 T13 + T2 + F13 + F2)"),
@@ -95,7 +97,7 @@ RELAID2 = "(1 - 16 X2 // S2)"
     ),
     launches=Formula(f"116 + {REORDER_LAUNCHES} + E (6 + {RELAID13} + {RELAID2})"),
 )
-def mxint4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
+def mxint4_legacy(layer: Layer, gated: bool) -> Layer:
     """vLLM 0.33.0 ``flashinfer_mxint4_moe.prepare_static_weights_for_trtllm_mxint4_moe``.
 
     The sign step in place on both int32 weights, ``reorder_w1w3_to_w3w1`` in place on w13 and
@@ -146,7 +148,7 @@ def mxint4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     gemm2_weights_mxint4_shuffled = torch.stack(gemm2_weights_mxint4_shuffled)
     gemm1_scales_shuffled = torch.stack(gemm1_scales_shuffled).view(torch.bfloat16)
     gemm2_scales_shuffled = torch.stack(gemm2_scales_shuffled).view(torch.bfloat16)
-    return QuantLayer(
+    return Layer(
         gemm1_weights_mxint4_shuffled,
         gemm2_weights_mxint4_shuffled,
         gemm1_scales_shuffled,
@@ -205,7 +207,7 @@ def _relay(src: torch.Tensor, dst: torch.Tensor, scale: bool, gated: bool) -> No
             torch.bitwise_xor(view, SIGN_FLIP, out=target)
 
 
-def _tensors(layer: QuantLayer, gated: bool):
+def _tensors(layer: Layer, gated: bool):
     """(weight as uint8 ``[E, M, K]``, its scales, whether its rows take the gated order) of
     w13, then of w2."""
     return (
@@ -214,7 +216,7 @@ def _tensors(layer: QuantLayer, gated: bool):
     )
 
 
-def _out_of_place(layer: QuantLayer, gated: bool, per_expert: bool) -> QuantLayer:
+def _out_of_place(layer: Layer, gated: bool, per_expert: bool) -> Layer:
     """The outputs allocated once; each tensor relaid into its output by ``_relay``, over all
     experts at once or expert by expert into its slot."""
     converted = []
@@ -230,10 +232,10 @@ def _out_of_place(layer: QuantLayer, gated: bool, per_expert: bool) -> QuantLaye
                 _relay(tensor[slot], dst[slot], is_scale, order_gated)
         converted.append((out, out_scale))
     (w13, s13), (w2, s2) = converted
-    return QuantLayer(w13, w2, s13, s2)
+    return Layer(w13, w2, s13, s2)
 
 
-def mxint4_fast(layer: QuantLayer, gated: bool) -> QuantLayer:
+def mxint4_fast(layer: Layer, gated: bool) -> Layer:
     """Per tensor one strided pass from its input view into its output view: weights
     sign-flipped, relaid and in BlockMajorK (``bitwise_xor(..., out=)``), scales relaid and
     swizzled (``copy_``); a gated w13's two halves one pass each. No index is read.
@@ -243,7 +245,7 @@ def mxint4_fast(layer: QuantLayer, gated: bool) -> QuantLayer:
     return _out_of_place(layer, gated, per_expert=False)
 
 
-def mxint4_preallocated(layer: QuantLayer, gated: bool) -> QuantLayer:
+def mxint4_preallocated(layer: Layer, gated: bool) -> Layer:
     """vLLM #55407's form: the outputs allocated once, each expert relaid into its slot (the
     passes of ``mxint4_fast``, one expert at a time).
 
@@ -252,7 +254,7 @@ def mxint4_preallocated(layer: QuantLayer, gated: bool) -> QuantLayer:
     return _out_of_place(layer, gated, per_expert=True)
 
 
-def mxint4_inplace(layer: QuantLayer, gated: bool) -> QuantLayer:
+def mxint4_inplace(layer: Layer, gated: bool) -> Layer:
     """One scratch of one expert's weight (at least 10 MiB); per expert and tensor, its relaid
     bytes written into the scratch by ``_relay`` (a one-expert view), then copied back.
 
@@ -277,7 +279,7 @@ def mxint4_inplace(layer: QuantLayer, gated: bool) -> QuantLayer:
         )
     del scratch
     (w13, s13), (w2, s2) = converted
-    return QuantLayer(w13, w2, s13, s2)
+    return Layer(w13, w2, s13, s2)
 
 
 # Our kinds' figures: (function, origin, in place, peak, traffic, launches). None reads an
@@ -302,8 +304,9 @@ _KINDS = {
     ),
 }
 for _kind, (_function, _origin, _inplace, _peak, _traffic, _launches) in _KINDS.items():
-    register_quant(
+    register(
         f"mxint4-{_kind}",
+        format="mxint4",
         inplace=_inplace,
         origin=_origin,
         peak=Formula(_peak),

@@ -10,7 +10,7 @@ biases; ``F13 // E`` one expert's). What differs from the engine, everywhere:
 
 - FlashInfer's row indices (``_maybe_get_cached_w3_w1_permute_indices``,
   ``get_w2_permute_indices_with_cache``, ``reorder_rows_for_gated_act_gemm``,
-  ``shuffle_matrix_a``) come from this library's cache (``layout``, ``quant_ops``): the same
+  ``shuffle_matrix_a``) come from this library's cache (``layout``, ``rows``): the same
   values (tests/test_quant_strategies.py holds them to FlashInfer's), computed once rather than
   per call (vLLM 0.29.0's NVFP4 cache is local to the call) or per expert (FP8);
 - FlashInfer's CUDA ``nvfp4_block_scale_interleave`` is ``swizzle.block_scale_interleave``, its
@@ -19,7 +19,7 @@ biases; ``F13 // E`` one expert's). What differs from the engine, everywhere:
   shapes.
 
 This library's kinds: each is one function for
-every format: the format only decides w13's row order (``quant_ops.ROW_ORDERS``: gpt-oss's
+every format: the format only decides w13's row order (``rows.ROW_ORDERS``: gpt-oss's
 pairs for MXFP4, ``[w1; w3]`` halves for the others when gated), which of scales and biases
 there are and the relaid scales' dtype (MXFP8's stay uint8). A format module registers them as
 ``<format>-<kind>`` with its own traffic and launches (``register_kinds``):
@@ -31,7 +31,7 @@ there are and the relaid scales' dtype (MXFP8's stay uint8). A format module reg
   and copied back,
   scales swizzled back by a strided copy: weights and scales come back in their own storage;
 - ``fast``: one ``index_select`` per weight over every expert, and one per scale tensor with
-  the row order and the swizzle folded into one flat index (``quant_ops.scale_index``).
+  the row order and the swizzle folded into one flat index (``rows.scale_index``).
 
 Biases (MXFP4) are made float32 by every kind with one gather and a cast (their bytes are
 0.12 % of a gpt-oss-120b layer's): a float32 bias cannot live in a bf16 one's storage.
@@ -43,19 +43,19 @@ from __future__ import annotations
 
 import torch
 
-from ...formulas import Formula
-from ...units import K_MIN_LARGE_ALLOC
-from ..format import Format
-from ..quant_ops import (
+from ..formulas import Formula
+from ..units import K_MIN_LARGE_ALLOC
+from .format import Format
+from .layer import Layer
+from .registry import register
+from .rows import (
     gather_rows,
     gather_scales,
     relay_rows_in_place,
     relay_scales_in_place,
     row_index,
 )
-from ..swizzle import block_scale_interleave
-from .layer import QuantLayer
-from .registry import register_quant
+from .swizzle import block_scale_interleave
 
 __all__ = [
     "REORDER_LAUNCHES",
@@ -86,7 +86,7 @@ def _as_scale(scale: torch.Tensor | None, fmt: Format) -> torch.Tensor | None:
     return None if scale is None else scale.view(fmt.relaid_scale_dtype)
 
 
-def _weights(layer: QuantLayer, order13: str):
+def _weights(layer: Layer, order13: str):
     """(weight, scale, bias, row index) of w13, then of w2."""
     w13, w2 = layer.w13, layer.w2
     return (
@@ -95,7 +95,7 @@ def _weights(layer: QuantLayer, order13: str):
     )
 
 
-def preallocated(layer: QuantLayer, gated: bool, fmt: Format) -> QuantLayer:
+def preallocated(layer: Layer, gated: bool, fmt: Format) -> Layer:
     """Outputs allocated once; per expert, rows ``index_select``-ed into the expert's slot and
     scale rows into a scratch whose interleave is copied into the slot (vLLM #55407's loop).
 
@@ -119,10 +119,10 @@ def preallocated(layer: QuantLayer, gated: bool, fmt: Format) -> QuantLayer:
             (out.view(weight.dtype), _as_scale(out_scale, fmt), _gather_bias(bias, index))
         )
     (w13, s13, b13), (w2, s2, b2) = converted
-    return QuantLayer(w13, w2, s13, s2, b13, b2)
+    return Layer(w13, w2, s13, s2, b13, b2)
 
 
-def scratch_of(layer: QuantLayer) -> torch.Tensor:
+def scratch_of(layer: Layer) -> torch.Tensor:
     """The in-place kinds' uint8 scratch: one expert of the larger weight, at least 10 MiB."""
     experts = layer.w13.shape[0]
     expert_bytes = max(layer.w13.nbytes, layer.w2.nbytes) // experts
@@ -134,7 +134,7 @@ def scratch_of(layer: QuantLayer) -> torch.Tensor:
     )
 
 
-def inplace(layer: QuantLayer, gated: bool, fmt: Format) -> QuantLayer:
+def inplace(layer: Layer, gated: bool, fmt: Format) -> Layer:
     """One scratch of one expert's weight; per expert, rows gathered into it and copied back;
     scale rows gathered into it and swizzled back by a strided ``copy_``.
 
@@ -151,7 +151,7 @@ def inplace(layer: QuantLayer, gated: bool, fmt: Format) -> QuantLayer:
             relay_scales_in_place(scale, index, scratch)
         biases.append(_gather_bias(bias, index))
     del scratch
-    return QuantLayer(
+    return Layer(
         layer.w13,
         layer.w2,
         _as_scale(layer.w13_scale, fmt),
@@ -160,7 +160,7 @@ def inplace(layer: QuantLayer, gated: bool, fmt: Format) -> QuantLayer:
     )
 
 
-def fast(layer: QuantLayer, gated: bool, fmt: Format) -> QuantLayer:
+def fast(layer: Layer, gated: bool, fmt: Format) -> Layer:
     """One gather per weight over all experts; one per scale tensor, the swizzle folded in.
 
     Out of place: new tensors; the input is unchanged. Peak transient: the outputs, nothing
@@ -179,7 +179,7 @@ def fast(layer: QuantLayer, gated: bool, fmt: Format) -> QuantLayer:
             )
         )
     (w13, s13, b13), (w2, s2, b2) = converted
-    return QuantLayer(w13, w2, s13, s2, b13, b2)
+    return Layer(w13, w2, s13, s2, b13, b2)
 
 
 # The launches of reorder_w1w3_to_w3w1: a clone and two copies per tensor per chunk of rows;
@@ -240,8 +240,9 @@ def register_kinds(fmt: Format, work: dict[str, tuple[str, str]]) -> None:
     ``moe_convert.formulas``; the peak, origin and contract are the kind's."""
     for kind, (traffic, launches) in work.items():
         function, origin, inplace, peak = _KINDS[kind]
-        register_quant(
+        register(
             f"{fmt.name}-{kind}",
+            format=fmt.name,
             inplace=inplace,
             origin=origin,
             peak=peak,

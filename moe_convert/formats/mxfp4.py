@@ -1,7 +1,7 @@
 """MXFP4 (gpt-oss): vLLM's path and this library's kinds.
 
 Its record, ``MXFP4``, is defined here first and used directly. ``mxfp4-legacy``: vLLM 0.33.0's
-``oracle/mxfp4.py`` transcribed under ``shared``'s rules, a ``QuantLayer`` of new tensors.
+``oracle/mxfp4.py`` transcribed under ``shared``'s rules, a ``Layer`` of new tensors.
 Ours: ``mxfp4-preallocated``, ``-inplace``, ``-fast`` (``shared``'s kinds, w13 in gpt-oss's
 row pairs).
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from ...formulas import Formula
-from ..format import Format
-from ..layout import shuffle_row_index
-from ..swizzle import block_scale_interleave
-from .layer import QuantLayer, check_quant_tensors
-from .registry import register_quant
-from .shared import register_kinds
+from ..formulas import Formula
+from .format import Format
+from .kinds import register_kinds
+from .layer import Layer, check_layer
+from .layout import shuffle_row_index
+from .registry import register
+from .swizzle import block_scale_interleave
 
 __all__ = ["MXFP4", "mxfp4_legacy"]
 
@@ -24,7 +24,8 @@ __all__ = ["MXFP4", "mxfp4_legacy"]
 MXFP4 = Format(
     name="mxfp4",
     title="MXFP4",
-    check=check_quant_tensors,
+    check=check_layer,
+    upstream="mxfp4-legacy",
     weight_dtype=torch.uint8,
     elements_per_item=2,
     scale_dtype=torch.uint8,
@@ -63,15 +64,16 @@ def _w2_permute_indices(rows: torch.Tensor) -> torch.Tensor:
     return shuffle_row_index(rows.shape[0], rows.device)
 
 
-@register_quant(
+@register(
     "mxfp4-legacy",
+    format="mxfp4",
     inplace=False,
     origin="vLLM 0.33.0, transcribed",
     peak=Formula("3 T13 + T2 + 2 F13 + F2 + 2 B13 + 2 B2"),
     traffic=Formula("6 T13 + 4 T2 + 8 F13 + 6 F2 + (23 B13 + 19 B2) // 2 + 3 E (X13 + X2)"),
     launches=Formula("12 E + 11"),
 )
-def mxfp4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
+def mxfp4_legacy(layer: Layer, gated: bool) -> Layer:
     """vLLM 0.33.0 ``convert_to_mxfp4_moe_kernel_format``, the TRTLLM-gen branch.
 
     Biases made float32; ``swap_every_two_rows`` copies of w13's scales, weights and bias;
@@ -136,11 +138,11 @@ def mxfp4_legacy(layer: QuantLayer, gated: bool) -> QuantLayer:
     )
     w13_bias = torch.stack(gemm1_bias_shuffled).reshape(num_experts, -1)
     w2_bias = torch.stack(gemm2_bias_shuffled).reshape(num_experts, -1)
-    return QuantLayer(w13_weight, w2_weight, w13_weight_scale, w2_weight_scale, w13_bias, w2_bias)
+    return Layer(w13_weight, w2_weight, w13_weight_scale, w2_weight_scale, w13_bias, w2_bias)
 
 
 # A bias costs 5/2 B (the gather, then the cast) and its index, in four launches; a scale gather
-# reads 8 bytes of index per scale factor of one expert (quant_ops.scale_index).
+# reads 8 bytes of index per scale factor of one expert (rows.scale_index).
 _BIAS_TRAFFIC = "5 (B13 + B2) // 2 + X13 + X2"
 register_kinds(
     MXFP4,

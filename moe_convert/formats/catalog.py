@@ -1,9 +1,12 @@
-"""The BF16 model-shape catalog: per-rank MoE weight shapes of real models at each tensor-parallel
-size, as ``formats.shape.LayerShape``s of format ``bf16``.
+"""The model-shape catalog of every format: public checkpoints' MoE geometry and their per-rank
+layer shapes (``formats.shape.LayerShape``), padded as vLLM pads the format.
 
-Legend: E routed experts, H hidden size, I moe_intermediate_size per rank (= I_model / TP).
-Per rank and MoE layer: w13 bf16 ``[E, 2I, H]`` (``[E, I, H]`` not gated), w2 bf16 ``[E, H, I]``.
-Shared experts are not part of the fused-MoE weights and are left out.
+Legend: E routed experts, H hidden size, I moe_intermediate_size per rank (= I_model / TP,
+rounded up to the format's alignment: ``Format.intermediate_alignment``; BF16's is 1, so its
+shapes are the model's own, checked against the kernel's rule instead). Labels are ``model/tpN``;
+a quantized model's name carries its format (``kimi-k2-nvfp4/tp8``). Shared experts are not
+part of the fused-MoE weights and are left out. ``spec_from_hf_config`` reads a local
+``config.json`` into a spec of any format.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..shape import LayerShape
+from .records import format_record
+from .shape import LayerShape
 
 __all__ = [
     "CATALOG",
@@ -23,31 +27,45 @@ __all__ = [
     "catalog_shapes",
     "layer_shape",
     "shape_from_hf_config",
+    "shape_format",
     "shape_from_label",
     "spec_from_hf_config",
 ]
 
+#: The TPs the catalog lists for a model unless its entry says otherwise (BF16's).
 TP_SIZES = (1, 2, 4, 8)
 # The largest E, H, I or layer count accepted from a user: far above any model (DeepSeek-V3: H =
 # 7168, E = 256), and it keeps E x 2I x H within int64 for the meta tensors of the checks.
 MAX_SIZE = 2**20
 
 
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model's MoE geometry, from its public ``config.json``."""
+    """One model's MoE geometry in one format, from its public ``config.json``.
 
-    name: str  # lower case, as typed on the command line
+    ``hidden`` and ``intermediate`` are the model's own; the per-rank shape pads them as vLLM
+    does for the format (``shape``). ``source`` names the fields read, where the entry states
+    them.
+    """
+
+    name: str  # lower case, as typed on the command line; a quantized one's carries its format
     hf_id: str
-    layers: int
     moe_layers: int
     experts: int
     hidden: int
-    intermediate: int  # moe_intermediate_size, before tensor parallelism
+    intermediate: int  # the experts' intermediate size, before tensor parallelism
     gated: bool = True  # SiLU-gated (SwiGLU) experts
+    format: str = "bf16"  # a key of records.FORMATS
+    tp_sizes: tuple[int, ...] = TP_SIZES  # the TPs the catalog lists (the suite measures)
+    source: str = ""  # the config.json fields read
 
     def shape(self, tp: int) -> LayerShape:
-        """The per-rank layer shape at tensor-parallel size ``tp`` (I split over the ranks).
+        """The per-rank layer shape at tensor-parallel size ``tp``: I split over the ranks, then
+        H and I padded to the format's alignment.
 
         Raises ``ValueError`` naming the valid TPs unless ``tp >= 1`` divides the intermediate
         size. A shape that divides but cannot be converted is returned: see
@@ -62,26 +80,31 @@ class ModelSpec:
                 f"{self.name}: tp {tp} does not divide moe_intermediate_size "
                 f"{self.intermediate}; {self.tp_sizes_text}"
             )
+        fmt = format_record(self.format)
         return LayerShape(
             self.name,
             tp,
             self.experts,
-            self.hidden,
-            self.intermediate // tp,
+            _round_up(self.hidden, fmt.hidden_align),
+            _round_up(self.intermediate // tp, fmt.intermediate_alignment(self.gated)),
             self.moe_layers,
             self.gated,
+            self.format,
         )
 
     @property
-    def tp_sizes(self) -> tuple[int, ...]:
+    def valid_tp_sizes(self) -> tuple[int, ...]:
         """Every TP whose per-rank shape can be converted (``conversion_error`` is None)."""
         divisors = (tp for tp in range(1, self.intermediate + 1) if self.intermediate % tp == 0)
         return tuple(tp for tp in divisors if self.shape(tp).conversion_error is None)
 
     @property
     def tp_sizes_text(self) -> str:
-        """``valid TPs: ...``, and those the kernel runs unpadded, for error messages."""
-        valid = self.tp_sizes
+        """For error messages: a format the catalog pads (every quantized one), the catalog's
+        TPs; one it gives unpadded (BF16), the TPs that convert and those the kernel runs."""
+        if format_record(self.format).kernel_align == 1:
+            return f"catalog TPs: {', '.join(map(str, self.tp_sizes))}"
+        valid = self.valid_tp_sizes
         if not valid:
             return f"no TP converts it: {self.shape(1).conversion_error}"
         kernel = [tp for tp in valid if self.shape(tp).valid]
@@ -94,13 +117,125 @@ class ModelSpec:
 CATALOG: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        ModelSpec("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", 94, 94, 128, 4096, 1536),
-        ModelSpec("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", 48, 48, 128, 2048, 768),
+        ModelSpec("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", 94, 128, 4096, 1536),
+        ModelSpec("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", 48, 128, 2048, 768),
         # DeepSeek-R1 has the same shapes; the first 3 layers are dense.
-        ModelSpec("deepseek-v3", "deepseek-ai/DeepSeek-V3", 61, 58, 256, 7168, 2048),
-        ModelSpec("deepseek-v2", "deepseek-ai/DeepSeek-V2", 60, 59, 160, 5120, 1536),
-        ModelSpec("deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite", 27, 26, 64, 2048, 1408),
-        ModelSpec("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", 32, 32, 8, 4096, 14336),
+        ModelSpec("deepseek-v3", "deepseek-ai/DeepSeek-V3", 58, 256, 7168, 2048),
+        ModelSpec("deepseek-v2", "deepseek-ai/DeepSeek-V2", 59, 160, 5120, 1536),
+        ModelSpec("deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite", 26, 64, 2048, 1408),
+        ModelSpec("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", 32, 8, 4096, 14336),
+        ModelSpec(
+            "kimi-k2-nvfp4",
+            "nvidia/Kimi-K2-Thinking-NVFP4",
+            60,
+            384,
+            7168,
+            2048,
+            format="nvfp4",
+            tp_sizes=(8,),
+            source="n_routed_experts 384, hidden_size 7168, moe_intermediate_size 2048, "
+            "num_hidden_layers 61, first_k_dense_replace 1",
+        ),
+        ModelSpec(
+            "deepseek-r1-nvfp4",
+            "nvidia/DeepSeek-R1-0528-FP4",
+            58,
+            256,
+            7168,
+            2048,
+            format="nvfp4",
+            tp_sizes=(4,),
+            source="n_routed_experts 256, hidden_size 7168, moe_intermediate_size 2048, "
+            "num_hidden_layers 61, first_k_dense_replace 3",
+        ),
+        ModelSpec(
+            "qwen3-235b-a22b-nvfp4",
+            "nvidia/Qwen3-235B-A22B-FP4",
+            94,
+            128,
+            4096,
+            1536,
+            format="nvfp4",
+            tp_sizes=(4,),
+            source="num_experts 128, hidden_size 4096, moe_intermediate_size 1536, "
+            "num_hidden_layers 94, decoder_sparse_step 1",
+        ),
+        ModelSpec(
+            "gpt-oss-120b-mxfp4",
+            "openai/gpt-oss-120b",
+            36,
+            128,
+            2880,
+            2880,
+            format="mxfp4",
+            tp_sizes=(1, 2),
+            source="num_local_experts 128, hidden_size 2880, intermediate_size 2880, "
+            "num_hidden_layers 36 (every layer MoE)",
+        ),
+        ModelSpec(
+            "gpt-oss-20b-mxfp4",
+            "openai/gpt-oss-20b",
+            24,
+            32,
+            2880,
+            2880,
+            format="mxfp4",
+            tp_sizes=(1,),
+            source="num_local_experts 32, hidden_size 2880, intermediate_size 2880, "
+            "num_hidden_layers 24 (every layer MoE)",
+        ),
+        ModelSpec(
+            "llama-4-maverick-fp8",
+            "meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8",
+            24,
+            128,
+            5120,
+            8192,
+            format="fp8",
+            tp_sizes=(8,),
+            source="text_config: num_local_experts 128, hidden_size 5120, intermediate_size 8192, "
+            "num_hidden_layers 48, interleave_moe_layer_step 2",
+        ),
+        ModelSpec(
+            "deepseek-r1-fp8block",
+            "deepseek-ai/DeepSeek-R1-0528",
+            58,
+            256,
+            7168,
+            2048,
+            format="fp8block",
+            tp_sizes=(8,),
+            source="n_routed_experts 256, hidden_size 7168, moe_intermediate_size 2048, "
+            "num_hidden_layers 61, first_k_dense_replace 3; quantization_config "
+            "weight_block_size [128, 128]",
+        ),
+        ModelSpec(
+            "minimax-m3-mxfp8",
+            "MiniMaxAI/MiniMax-M3-MXFP8",
+            57,
+            128,
+            6144,
+            3072,
+            format="mxfp8",
+            tp_sizes=(4,),
+            source="text_config: num_local_experts 128, hidden_size 6144, intermediate_size 3072, "
+            "num_hidden_layers 60, the first 3 dense; quantization_config quant_method mxfp8, "
+            "weight_block_size [1, 32]",
+        ),
+        ModelSpec(
+            "kimi-k2-thinking-mxint4",
+            "moonshotai/Kimi-K2-Thinking",
+            60,
+            384,
+            7168,
+            2048,
+            format="mxint4",
+            tp_sizes=(4, 8),
+            source="n_routed_experts 384, hidden_size 7168, moe_intermediate_size 2048, "
+            "num_hidden_layers 61, first_k_dense_replace 1 (as kimi-k2-nvfp4, NVIDIA's NVFP4 of "
+            "this checkpoint); quantization_config compressed-tensors pack-quantized, int4 "
+            "symmetric, group_size 32 (secondary sources, docs/formats.md)",
+        ),
     )
 }
 
@@ -137,9 +272,23 @@ def shape_from_label(label: str) -> LayerShape:
     return layer_shape(match[1], int(match[2]))
 
 
-def catalog_shapes(tp_sizes: tuple[int, ...] = TP_SIZES) -> list[LayerShape]:
-    """Every catalog model at every TP size, valid or not (check ``invalid_reason``)."""
-    return [layer_shape(name, tp) for name in CATALOG for tp in tp_sizes]
+def shape_format(label: str) -> str:
+    """The format of the suite's shape ``label`` (``model/tpN``): its catalog entry's, or
+    ``bf16`` for a model the catalog does not hold (a BF16 model of an older commit's catalog,
+    in results recorded then)."""
+    spec = CATALOG.get(label.rpartition("/tp")[0])
+    return "bf16" if spec is None else spec.format
+
+
+def catalog_shapes(fmt: str | None = None) -> list[LayerShape]:
+    """Every catalog model of format ``fmt`` (``None``: of every format, in the catalog's order)
+    at each of its listed TPs, valid or not (check ``invalid_reason``)."""
+    return [
+        spec.shape(tp)
+        for spec in CATALOG.values()
+        if fmt in (None, spec.format)
+        for tp in spec.tp_sizes
+    ]
 
 
 # Keys of the expert count, in the order the model families use them (DeepSeek, Qwen3-MoE, Mixtral).
@@ -233,7 +382,6 @@ def spec_from_hf_config(path: str | Path) -> ModelSpec:
     return ModelSpec(
         name.lower(),
         str(path),
-        layers,
         moe_layers,
         experts,
         hidden,
