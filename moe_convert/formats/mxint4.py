@@ -110,7 +110,7 @@ def mxint4_legacy(layer: Layer, gated: bool) -> Layer:
     gemm1_weights, gemm2_weights = layer.w13, layer.w2
     gemm1_scales, gemm2_scales = layer.w13_scale, layer.w2_scale
     device = gemm1_weights.device
-    # vLLM converts only when both are int32, which check_quant_layer guarantees.
+    # vLLM converts only when both are int32, which check_layer guarantees.
     _convert_packed_uint4b8_to_signed_int4_inplace(gemm1_weights)
     _convert_packed_uint4b8_to_signed_int4_inplace(gemm2_weights)
     reorder_w1w3_to_w3w1(gemm1_weights, gemm1_scales)

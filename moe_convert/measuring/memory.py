@@ -163,7 +163,7 @@ def strategy_memory(
 
     The weights are made first (not counted) and the strategy's caches warmed, then one
     ``convert`` call is measured with ``measure_memory``: ``peak_bytes`` is the figure each
-    strategy's record states (``STRATEGIES[name].peak``, ``T13 + T2`` for ``strided_copy``). On
+    strategy's record states (``REGISTRY[name].peak``, ``T13 + T2`` for ``strided_copy``). On
     ``meta`` it is exact at full model size with no memory (DeepSeek-V3 TP1, T13 = 14 GiB: well
     under a second).
     """
