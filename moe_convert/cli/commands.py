@@ -285,7 +285,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         print(
             f"measure {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
             f"({_bytes(shape.layer_bytes)} per layer, {shape.moe_layers} MoE layers), "
-            f"device {args.device}"
+            f"format {shape.format}, device {args.device}"
         )
         print(
             "peak: dispatch-level peak transient bytes (exact), allocs: new storages; "
