@@ -321,7 +321,7 @@ def add_command(
     aliases: tuple[str, ...] = (),
 ) -> argparse.ArgumentParser:  # noqa: A002
     parser = sub.add_parser(name, help=help, description=help, aliases=list(aliases))
-    parser.set_defaults(func=handler)
+    parser.set_defaults(func=handler, parser=parser)
     return parser
 
 

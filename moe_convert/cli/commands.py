@@ -60,7 +60,7 @@ from .args import (
     resolve_strategies,
 )
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def _progress(steps: int, args: argparse.Namespace, desc: str) -> tqdm:
@@ -451,7 +451,9 @@ def cmd_engines(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> Parser:
+    """The ``python -m moe_convert`` parser: one subparser per subcommand, each with its
+    ``func``."""
     parser = Parser(prog="python -m moe_convert", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -560,12 +562,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--device", type=device_choice("cpu", "cuda"), default="cpu", help="cpu (default) or cuda"
     )
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except UsageError as error:
-        sub.choices[args.command].error(str(error))
+        args.parser.error(str(error))
     except (ImportError, NotImplementedError) as error:  # an installed engine that cannot run
         print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
         return 1
