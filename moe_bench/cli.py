@@ -83,6 +83,12 @@ def _machine_name(text: str) -> str:
     return text
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
+    return int(text)
+
+
 def _port(text: str) -> int:
     if not text.isdigit() or int(text) > 65535:
         raise argparse.ArgumentTypeError(
@@ -447,7 +453,7 @@ def build_parser() -> ArgumentParser:
         "print the commits of the configured "
         "branches not yet measured on MACHINE, newest first (HEAD without history)",
     )
-    commits.add_argument("machine")
+    commits.add_argument("machine", type=_machine_name)
     _add_config(commits)
 
     measurable = _add(
@@ -595,9 +601,9 @@ def build_parser() -> ArgumentParser:
         cmd_engine_nightly,
         "measure the engine's newest unmeasured commits, then publish the dashboard",
     )
-    nightly.add_argument("--limit", type=int, default=4, help="commits per night (default 4)")
+    nightly.add_argument("--limit", type=_positive, default=4, help="commits per night (default 4)")
     nightly.add_argument(
-        "--window", type=int, default=100, help="among the branch's newest N (default 100)"
+        "--window", type=_positive, default=100, help="among the branch's newest N (default 100)"
     )
 
     pr = engine_use(

@@ -51,7 +51,12 @@ class Parser(argparse.ArgumentParser):
     """argparse with every usage error on one line, ``PROG: error: MESSAGE`` (exit 2); the
     usage block it would print first is what ``--help`` shows. ``moe_bench.argparsing`` has
     its own for ``moe-bench``, which starts without torch (any ``moe_convert`` import loads it)
-    and must not depend on this library's command line."""
+    and must not depend on this library's command line. No abbreviations, as there: a flag has
+    one spelling (``--exp`` is not ``--experts``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
