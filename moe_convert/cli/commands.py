@@ -10,7 +10,8 @@ exit status 2: argparse's own errors, the argument types (``ArgumentTypeError``)
 which ``main`` hands to the subcommand's ``parser.error``. Anything else is a bug and shows
 its traceback.
 
-To add a subcommand: a ``cmd_NAME(args) -> int`` handler and ``add_command(...)`` in ``main``.
+To add a subcommand: a ``cmd_NAME(args) -> int`` handler and ``add_command(...)`` in
+``build_parser``.
 """
 
 from __future__ import annotations
