@@ -1,19 +1,24 @@
 """``moe-bench``: the one command of the tooling around the asv suite; scripts/ call it.
 
     moe-bench machine [--profile P] [--name NAME] [--shell]    record this machine for asv
-    moe-bench new-commits MACHINE [--config asv.conf.json]     commits to measure next there
-    moe-bench measurable REVISION... [--config asv.conf.json]  can the suite measure them?
+    moe-bench new-commits MACHINE [--config FILE]              commits to measure next there
+    moe-bench measurable REVISION... [--config FILE]           can the suite measure them?
     moe-bench summary [--results DIR] [--out DIR]              summary.md and plots
-    moe-bench compare RESULTS_DIR BASE HEAD [--paired FILE] [--markdown FILE]   the PR verdict
+    moe-bench compare BASE HEAD [--results DIR] [--paired FILE] [--out FILE]   the PR verdict
     moe-bench gate [--results DIR] [--budgets FILE] [--machine NAME] [--commit HASH]   budgets
-    moe-bench export RESULTS_DIR --out FILE [--format pytorch-v3] [--machine NAME] [--commit HASH]
-                     [--config ENGINE_CONFIG]
-    moe-bench publish [--config asv.conf.json]                 the dashboard, whole or not at all
+    moe-bench export --out FILE [--results DIR] [--config FILE] [--schema pytorch-v3]
+                     [--machine NAME] [--commit HASH]          records for the PyTorch HUD
+    moe-bench publish [--config FILE]                          the dashboard, whole or not at all
     moe-bench dashboard offline HTML_DIR | serve [HTML_DIR] [--port N] [--config FILE]
     moe-bench engine-config --engine vllm|flashinfer --repo PATH_OR_URL [--out FILE]   an engine
-    moe-bench engine-nightly CONFIG [--limit N]                the engine's newest commits
-    moe-bench engine-pr CONFIG BASE HEAD [--out DIR]           an engine PR against its merge base
-    moe-bench engine-find CONFIG GOOD BAD FIGURE [--shape S] [--strategy S]   its first bad commit
+    moe-bench engine-nightly --config FILE [--limit N]         the engine's newest commits
+    moe-bench engine-pr --config FILE BASE HEAD [--out DIR]    an engine PR against its merge base
+    moe-bench engine-find --config FILE GOOD BAD FIGURE [--shape S] [--strategy S]   first bad one
+
+One convention for every subcommand (docs/cli.md, "One convention"): ``--results DIR`` the asv
+results folder (default ``results``, asv.conf.json's results_dir; export: ``--config``'s),
+``--config FILE`` an asv config file (default asv.conf.json; an engine config where the engine
+commands need one), ``--out PATH`` what the subcommand writes, ``--machine NAME`` an asv machine.
 
 Each subcommand is a ``cmd_NAME(args) -> int`` over the library functions of its module, which
 is imported only when the subcommand runs (``gate`` needs no torch, ``machine`` no pandas). A
@@ -46,6 +51,28 @@ def _error(args: argparse.Namespace, message: object) -> int:
     return 2
 
 
+#: ``--results``'s default: asv.conf.json's results_dir.
+DEFAULT_RESULTS = "results"
+#: ``--config``'s default: this suite's asv config.
+DEFAULT_CONFIG = Path("asv.conf.json")
+
+
+def _add_results(parser: argparse.ArgumentParser, default: str | None = DEFAULT_RESULTS) -> None:
+    parser.add_argument(
+        "--results",
+        default=default,
+        metavar="DIR",
+        help="the asv results folder (default: "
+        + (f"{default}, asv.conf.json's results_dir)" if default else "--config's results_dir)"),
+    )
+
+
+def _add_config(parser: argparse.ArgumentParser, **kwargs) -> None:
+    kwargs.setdefault("default", DEFAULT_CONFIG)
+    kwargs.setdefault("help", f"the asv config file (default {DEFAULT_CONFIG})")
+    parser.add_argument("--config", type=Path, metavar="FILE", **kwargs)
+
+
 def _machine_name(text: str) -> str:
     """A machine name: asv makes it a folder, ``results/<name>/``."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text):
@@ -54,6 +81,12 @@ def _machine_name(text: str) -> str:
             "not starting with '.', '_' or '-' (e.g. h200, cpu-2core-xeon)"
         )
     return text
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
+    return int(text)
 
 
 def _port(text: str) -> int:
@@ -122,10 +155,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .results import ResultsError, load_results
 
     try:
-        frame = load_results(args.results_dir)
+        frame = load_results(args.results)
         base, head = commit_hash(frame, args.base), commit_hash(frame, args.head)
     except ResultsError as err:
-        return _error(args, f"{args.results_dir}: {err}")
+        return _error(args, f"{args.results}: {err}")
     threshold, paired = None, None
     if args.paired is not None:
         try:
@@ -134,9 +167,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             return _error(args, err)
     table = compare_commits(frame, base, head, paired)
     report = comment_markdown(table, base, head, paired_threshold=threshold)
-    if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(report)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report)
     print(report)
     return 1 if gate_failed(table) else 0
 
@@ -190,17 +223,21 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from .dashboard import configured_dir
     from .export import EngineRun, write_records
     from .results import ResultsError, load_results
 
     try:
         engine = EngineRun.from_config(args.config) if args.config else None
+        results = args.results or (
+            configured_dir(args.config, "results_dir") if args.config else DEFAULT_RESULTS
+        )
     except (OSError, ValueError, KeyError) as err:
         return _error(args, f"--config {str(args.config)!r}: not a readable asv config ({err})")
     try:
-        frame = load_results(args.results_dir, machine=args.machine)
+        frame = load_results(results, machine=args.machine)
         count, commits = write_records(
-            args.results_dir,
+            results,
             frame,
             args.out,
             machine=args.machine,
@@ -210,7 +247,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     except ResultsError as err:
         return _error(args, err)
     print(
-        f"{count} {args.format} records of commit {', '.join(c[:8] for c in commits)} in {args.out}"
+        f"{count} {args.schema} records of commit {', '.join(c[:8] for c in commits)} in {args.out}"
     )
     return 0
 
@@ -289,7 +326,7 @@ def cmd_engine_config(args: argparse.Namespace) -> int:
     print(
         f"{args.out}: {conf['engine']} at {conf['repo']} ({conf['branches'][0]}); results in "
         f"{conf['results_dir']}; then: asv --config {args.out} run|continuous|find|publish, "
-        "or moe-bench engine-nightly|engine-pr|engine-find (docs/engines.md)"
+        f"or moe-bench engine-nightly|engine-pr|engine-find --config {args.out} (docs/engines.md)"
     )
     return 0
 
@@ -416,8 +453,8 @@ def build_parser() -> ArgumentParser:
         "print the commits of the configured "
         "branches not yet measured on MACHINE, newest first (HEAD without history)",
     )
-    commits.add_argument("machine")
-    commits.add_argument("--config", type=Path, default=Path("asv.conf.json"))
+    commits.add_argument("machine", type=_machine_name)
+    _add_config(commits)
 
     measurable = _add(
         sub,
@@ -427,7 +464,7 @@ def build_parser() -> ArgumentParser:
         "config's oldest_commit",
     )
     measurable.add_argument("revisions", nargs="+", metavar="REVISION")
-    measurable.add_argument("--config", type=Path, default=Path("asv.conf.json"))
+    _add_config(measurable)
 
     summary = _add(
         sub,
@@ -435,7 +472,7 @@ def build_parser() -> ArgumentParser:
         cmd_summary,
         "write summary.md and plots of the latest results; print its path",
     )
-    summary.add_argument("--results", default="results", help="asv results_dir (default results)")
+    _add_results(summary)
     summary.add_argument(
         "--out", default="artifacts/summary", help="folder to write (default artifacts/summary)"
     )
@@ -447,16 +484,18 @@ def build_parser() -> ArgumentParser:
         "the PR verdict of HEAD against BASE: exit 0 "
         "nothing fails, 1 a regression or failure, 2 missing or corrupt results",
     )
-    compare.add_argument("results_dir")
     compare.add_argument("base")
     compare.add_argument("head")
+    _add_results(compare)
     compare.add_argument(
         "--paired",
         type=Path,
         default=None,
         help="the paired A/B result (benchmarks.paired): it decides time figures",
     )
-    compare.add_argument("--markdown", type=Path, default=None, help="write the PR comment here")
+    compare.add_argument(
+        "--out", type=Path, default=None, metavar="FILE", help="write the PR comment here too"
+    )
 
     gate = _add(
         sub,
@@ -465,7 +504,7 @@ def build_parser() -> ArgumentParser:
         "check budgets.json against the latest results: exit 0 "
         "within budget, 1 over, 2 malformed, missing, failed or n/a",
     )
-    gate.add_argument("--results", default="results", help="asv results_dir (default results)")
+    _add_results(gate)
     gate.add_argument("--budgets", default="budgets.json", help="budgets file")
     gate.add_argument("--machine", default=None, help="check only this machine's results")
     gate.add_argument("--commit", default=None, help="check this commit (default: latest)")
@@ -477,18 +516,20 @@ def build_parser() -> ArgumentParser:
         "write the figures of a commit as records of the PyTorch OSS benchmark database (v3: "
         "what the PyTorch HUD reads), one JSON list (docs/ecosystem.md)",
     )
-    export.add_argument("results_dir")
-    export.add_argument("--out", type=Path, required=True, help="the .json file to write")
     export.add_argument(
-        "--format", choices=["pytorch-v3"], default="pytorch-v3", help="the record schema"
+        "--out", type=Path, required=True, metavar="FILE", help="the .json file to write"
+    )
+    _add_results(export, default=None)
+    export.add_argument(
+        "--schema", choices=["pytorch-v3"], default="pytorch-v3", help="the record schema"
     )
     export.add_argument("--machine", default=None, help="export only this machine's results")
     export.add_argument("--commit", default=None, help="export this commit (default: latest)")
-    export.add_argument(
-        "--config",
-        type=Path,
+    _add_config(
+        export,
         default=None,
-        help="an engine config (engine-config): the records carry the engine's commit",
+        help="the asv config whose results these are (default: results/, this suite's); an "
+        "engine config (engine-config): the records carry the engine's commit",
     )
     publish = _add(
         sub,
@@ -498,7 +539,7 @@ def build_parser() -> ArgumentParser:
         "made offline, in explore/) into a fresh folder, then swapped in as html_dir: html_dir "
         "is the previous dashboard or the new one, never half",
     )
-    publish.add_argument("--config", type=Path, default=Path("asv.conf.json"))
+    _add_config(publish)
 
     dashboard = _add(sub, "dashboard", cmd_dashboard, "the asv dashboard, offline, on 127.0.0.1")
     actions = dashboard.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -511,7 +552,7 @@ def build_parser() -> ArgumentParser:
         "serve", help="serve what `moe-bench publish` wrote on 127.0.0.1 until Ctrl-C"
     )
     serve.add_argument("html_dir", type=Path, nargs="?", help="default: html_dir of --config")
-    serve.add_argument("--config", type=Path, default=Path("asv.conf.json"))
+    _add_config(serve)
     serve.add_argument("--port", type=_port, default=8080, help="0 picks a free port")
     serve.set_defaults(parser=serve)
 
@@ -549,7 +590,7 @@ def build_parser() -> ArgumentParser:
 
     def engine_use(name: str, handler, help: str) -> ArgumentParser:
         parser = _add(sub, name, handler, help)
-        parser.add_argument("config", type=Path, help="an engine config (engine-config)")
+        _add_config(parser, required=True, default=None, help="an engine config (engine-config)")
         parser.add_argument(
             "--machine", type=_machine_name, default=None, help="machine name (default: derived)"
         )
@@ -560,9 +601,9 @@ def build_parser() -> ArgumentParser:
         cmd_engine_nightly,
         "measure the engine's newest unmeasured commits, then publish the dashboard",
     )
-    nightly.add_argument("--limit", type=int, default=4, help="commits per night (default 4)")
+    nightly.add_argument("--limit", type=_positive, default=4, help="commits per night (default 4)")
     nightly.add_argument(
-        "--window", type=int, default=100, help="among the branch's newest N (default 100)"
+        "--window", type=_positive, default=100, help="among the branch's newest N (default 100)"
     )
 
     pr = engine_use(

@@ -17,7 +17,7 @@ direction changed), ``failed`` (in either commit, also a benchmark new in head),
 ``version changed`` (not comparable, as in asv), ``info``, ``info (decided by paired)``,
 ``info (other hardware)``.
 
-Usage: ``moe-bench compare RESULTS_DIR BASE HEAD [--paired FILE] [--markdown FILE]``
+Usage: ``moe-bench compare BASE HEAD [--results DIR] [--paired FILE] [--out FILE]``
 (``moe_bench.cli``); exit 0 when nothing fails, 1 otherwise, 2 on missing or corrupt results or
 paired file.
 ``moe_bench.report.comment_markdown`` renders the table as the PR comment.

@@ -37,8 +37,22 @@ BAD = [
     (["machine", "--name", "a/b"], ["'a/b'"]),
     (["machine", "--name=-x"], ["'-x'"]),
     (["machine", "--name", "../up"], ["'../up'"]),
-    (["compare", "results"], ["base", "head"]),
+    (["compare", "main"], ["head"]),
+    # the spellings before one convention (docs/cli.md): refused, naming the argument
+    (["compare", "results", "main", "HEAD"], ["unrecognized arguments: HEAD"]),
+    (["compare", "main", "HEAD", "--markdown", "x.md"], ["--markdown"]),
+    (["export", "results", "--out", "x.json"], ["unrecognized arguments: results"]),
+    (["export", "--out", "x.json", "--format", "pytorch-v3"], ["--format"]),
+    (["export", "--out", "x.json", "--schema", "csv"], ["'csv'", "pytorch-v3"]),
+    (["engine-nightly", "asv.engine-vllm.conf.json"], ["required: --config"]),
+    (["engine-nightly", "--config", "x.json", "--limit", "0"], ["--limit", "'0'", ">= 1"]),
+    (["engine-nightly", "--config", "x.json", "--window", "-3"], ["--window", "'-3'"]),
+    (["new-commits", "../up"], ["'../up'", "folder name"]),
+    (["engine-pr", "--config", "x.json", "main"], ["head"]),
+    (["engine-find", "--config", "x.json", "a", "b", "peak"], ["'peak'", "peak_transient_bytes"]),
     (["gate", "--budget"], ["--budget"]),
+    (["gate", "--budget", "b.json"], ["unrecognized arguments: --budget b.json"]),  # no abbrev.
+    (["dashboard", "serve", "--conf", "x"], ["moe-bench dashboard serve:", "--conf"]),
     (["summary", "extra"], ["moe-bench summary: error: unrecognized arguments: extra"]),
     (["dashboard", "offline", "html", "--port", "1"], ["moe-bench dashboard offline:", "--port 1"]),
     (["new-commits"], ["machine"]),
@@ -81,3 +95,33 @@ def test_port_in_use(tmp_path, capsys):
         port = taken.getsockname()[1]
         line = _error_line(["dashboard", "serve", str(tmp_path), "--port", str(port)], capsys)
     assert f"127.0.0.1:{port}" in line and "in use" in line
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "revisions", "text"),
+    [
+        ("continuous", ["-b", "LayerTime", "--launch-method", "spawn"], ["a", "b"], None),
+        ("run", ["--bench=Peak", "-a", "repeat=2"], ["HEAD^!"], None),
+        ("continuous", ["--bogus"], ["a", "b"], "unrecognized arguments: --bogus"),
+        ("continuous", ["-b"], ["a", "b"], "argument --bench/-b: expected one argument"),
+        ("run", ["-b", "x("], ["HEAD^!"], "'x(' is not a regular expression"),
+        ("run", ["-h"], ["HEAD^!"], "asv run --help"),
+        ("runn", [], [], "no such asv command 'runn'"),
+    ],
+)
+def test_the_asv_arguments_a_script_passes_on(command, args, revisions, text):
+    """``moe_bench.asv_args``: asv's own parser, its message in one line, nothing run."""
+    from moe_bench.asv_args import asv_usage_error
+
+    error = asv_usage_error(command, args, revisions)
+    assert error == text if text is None else text in error
+
+
+def test_asv_args_prints_one_line(capsys):
+    from moe_bench.asv_args import main
+
+    assert main(["scripts/bench", "run", "--bogus", "--", "HEAD^!"]) == 2
+    assert capsys.readouterr().err == (
+        "scripts/bench: error: asv run: unrecognized arguments: --bogus\n"
+    )
+    assert main(["scripts/bench", "run", "-b", "x", "--", "HEAD^!"]) == 0

@@ -96,12 +96,12 @@ def usage_arguments(script: Path) -> int:
 
 def moe_bench_writes(argv: list[str]) -> list[str]:
     """Parse ``moe-bench ARGV`` with its own parser (a usage error fails the test); the files it
-    writes (``--out``, ``--markdown``)."""
+    writes (``--out``)."""
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit:
         pytest.fail(f"moe-bench {' '.join(argv)}: the parser refused it (exit {exit.code})")
-    return [str(getattr(args, key)) for key in ("out", "markdown") if getattr(args, key, None)]
+    return [str(getattr(args, key)) for key in ("out",) if getattr(args, key, None)]
 
 
 def check_job(lines: list[str]) -> None:
@@ -157,7 +157,7 @@ def test_the_nightly_exports_and_keeps_the_dashboard():
     (lines,) = _steps(BUILDKITE / "nightly.yml")
     assert lines[1].startswith("scripts/nightly")
     export = next(argv for line in lines for argv in simple_commands(line) if "export" in argv)
-    assert export[1:4] == ["export", "results", "--machine"]
+    assert export[1:5] == ["export", "--results", "results", "--machine"]
     assert {
         "read artifacts/pytorch-v3/moe-convert-bench.json",
         "read artifacts/dashboard.tar.gz",
@@ -174,7 +174,7 @@ def test_the_pr_gate_compares_against_the_merge_base_and_annotates():
 
 def test_checking_catches_a_wrong_argument_and_an_unwritten_file():
     with pytest.raises(pytest.fail.Exception, match="refused"):
-        check_job(["moe-bench export results --format csv --out x.json"])
+        check_job(["moe-bench export --schema csv --out x.json"])
     with pytest.raises(AssertionError, match="too few arguments"):
         check_job(["scripts/compare HEAD"])
     with pytest.raises(AssertionError, match="no earlier command"):

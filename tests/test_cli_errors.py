@@ -144,7 +144,10 @@ BAD = [
     # the command itself
     ([], ["command"]),
     (["bogus"], ["'bogus'"]),
-    (["shapes", "--tp", "4"], ["--tp 4"]),
+    (["shapes", "--tp", "4"], ["python -m moe_convert shapes: error:", "--tp 4"]),
+    # no abbreviations: a flag has one spelling
+    (["measure", "--exp", "2"], ["python -m moe_convert measure: error:", "arguments: --exp 2"]),
+    (["strategies", "--mark"], ["--mark"]),
 ]
 
 QWEN_LIKE = {

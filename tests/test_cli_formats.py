@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from moe_convert import CATALOG, REGISTRY, layer_shape, strategies
+from moe_convert import CATALOG, REGISTRY, LayerShape, layer_shape, strategies
 from moe_convert.cli import commands as cli
 from moe_convert.formats.records import FORMATS
 
@@ -82,3 +82,117 @@ def test_a_quantized_usage_error_is_one_line(argv, texts, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"python -m moe_convert {argv[0]}: error: ")
     assert all(text in err for text in texts), err
+
+
+GPT_OSS_20B = {  # openai/gpt-oss-20b's config.json, the keys read
+    "_name_or_path": "openai/gpt-oss-20b",
+    "num_local_experts": 32,
+    "hidden_size": 2880,
+    "intermediate_size": 2880,
+    "num_hidden_layers": 24,
+    "hidden_act": "silu",
+}
+
+
+def _records(argv: list[str], capsys) -> list[dict]:
+    assert cli.main([*argv, "--json", "--quiet"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_a_config_json_of_a_format_is_padded_as_its_catalog_entry(tmp_path, capsys):
+    """``--format mxfp4`` with gpt-oss-20b's config.json: the catalog entry's padded shape, each
+    strategy's figures those of its record on it."""
+    (tmp_path / "config.json").write_text(json.dumps(GPT_OSS_20B))
+    records = _records(["measure", "--model", str(tmp_path), "--format", "mxfp4"], capsys)
+    catalog = layer_shape("gpt-oss-20b-mxfp4", 1)
+    assert [r["strategy"] for r in records] == sorted(strategies("mxfp4"))
+    for record in records:
+        assert record["format"] == "mxfp4" and record["layer_bytes"] == catalog.layer_bytes
+        assert record["peak_transient_bytes"] == REGISTRY[record["strategy"]].peak.evaluate(catalog)
+    # without --format, the same file is BF16, unpadded
+    (bf16,) = _records(["measure", "--model", str(tmp_path), "--strategy", "legacy"], capsys)
+    assert bf16["format"] == "bf16" and bf16["layer_bytes"] == 32 * 3 * 2880 * 2880 * 2
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_an_explicit_shape_takes_every_format(fmt, capsys):
+    """An explicit shape of ``--format``: per rank as given, its record's tensors and strategies."""
+    argv = ["measure", "--experts", "2", "--hidden", "512", "--intermediate", "256"]
+    records = _records([*argv, "--format", fmt], capsys)
+    shape = LayerShape("explicit", 1, 2, 512, 256, 1, format=fmt)
+    assert {r["strategy"] for r in records} == set(strategies(fmt))
+    assert {(r["format"], r["layer_bytes"]) for r in records} == {(fmt, shape.layer_bytes)}
+
+
+def test_verify_an_explicit_quantized_shape(capsys):
+    argv = ["verify", "--experts", "2", "--hidden", "256", "--intermediate", "128"]
+    assert cli.main([*argv, "--format", "nvfp4", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "w13 [2, 256, 128], w2 [2, 256, 64]" in out and "against nvfp4-legacy" in out
+    assert out.endswith("all byte-identical\n")
+
+
+def test_format_may_repeat_a_catalog_name_s_own(capsys):
+    argv = ["measure", "--model", "kimi-k2-nvfp4", "--tp", "8", "--strategy", "nvfp4-fast"]
+    assert _records([*argv, "--format", "nvfp4"], capsys) == _records(argv, capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "texts"),
+    [
+        (
+            ["measure", "--model", "qwen3-30b-a3b", "--format", "nvfp4"],
+            ["argument --format: nvfp4", "qwen3-30b-a3b is a bf16 catalog entry", "--format bf16"],
+        ),
+        (
+            ["verify", "--model", "kimi-k2-nvfp4", "--format", "bf16"],
+            ["kimi-k2-nvfp4 is a nvfp4 catalog entry"],
+        ),
+        (
+            [
+                "measure",
+                "--experts",
+                "2",
+                "--hidden",
+                "256",
+                "--intermediate",
+                "128",
+                "--format",
+                "fp4",
+            ],
+            ["argument --format: unknown format 'fp4'; formats: bf16, nvfp4"],
+        ),
+        (
+            [
+                "verify",
+                "--experts",
+                "2",
+                "--hidden",
+                "100",
+                "--intermediate",
+                "128",
+                "--format",
+                "nvfp4",
+            ],
+            ["explicit/tp1: w13 [2, 256, 50]", "not a multiple of 16"],
+        ),
+        (
+            [
+                "measure",
+                "--experts",
+                "2",
+                "--hidden",
+                "512",
+                "--intermediate",
+                "256",
+                "--format",
+                "fp8",
+                "--strategy",
+                "nvfp4-fast",
+            ],
+            ["'nvfp4-fast' cannot convert explicit/tp1 (format FP8", "fp8-fast"],
+        ),
+    ],
+)
+def test_a_format_usage_error_is_one_line(argv, texts, capsys):
+    test_a_quantized_usage_error_is_one_line(argv, texts, capsys)

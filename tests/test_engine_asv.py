@@ -227,7 +227,9 @@ def test_config_errors_are_one_line(history, tmp_path, args, words):
 
 def test_nightly_measures_the_newest_commits_then_publishes(history):
     home, config, hashes = history
-    done = _moe_bench(home, "engine-nightly", str(config), "--machine", MACHINE, "--limit", "2")
+    done = _moe_bench(
+        home, "engine-nightly", "--config", str(config), "--machine", MACHINE, "--limit", "2"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"2 commit(s) of vllm main: {hashes['u2'][:8]} {hashes['u1'][:8]}" in done.stderr
     conf = Config.load(str(config))
@@ -239,10 +241,11 @@ def test_nightly_measures_the_newest_commits_then_publishes(history):
     assert math.isnan(values["sglang-installed"])
     assert values["vllm"] < values["preallocated"] < values["legacy"]
     # the next night: only what is left within the window, then nothing
-    done = _moe_bench(home, "engine-nightly", str(config), "--machine", MACHINE, "--window", "3")
+    nightly = ("engine-nightly", "--config", str(config), "--machine", MACHINE, "--window", "3")
+    done = _moe_bench(home, *nightly)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"1 commit(s) of vllm main: {hashes['inplace'][:8]}" in done.stderr
-    done = _moe_bench(home, "engine-nightly", str(config), "--machine", MACHINE, "--window", "3")
+    done = _moe_bench(home, *nightly)
     assert done.returncode == 0 and "nothing new" in done.stderr
 
 
@@ -250,7 +253,7 @@ def test_the_per_expert_form_back_fails_the_pr(history):
     home, config, hashes = history
     out = home / "pr-bad"
     done = _moe_bench(
-        home, "engine-pr", str(config), "main", hashes["bad"], "--machine", MACHINE,
+        home, "engine-pr", "--config", str(config), "main", hashes["bad"], "--machine", MACHINE,
         "--out", str(out),
     )  # fmt: skip
     assert done.returncode == 1, done.stderr[-3000:]
@@ -270,8 +273,9 @@ def test_an_unchanged_engine_commit_passes_the_pr(history):
     home, config, hashes = history
     out = home / "pr-ok"
     done = _moe_bench(
-        home, "engine-pr", str(config), "main", "ok", "--machine", MACHINE, "--out", str(out)
-    )
+        home, "engine-pr", "--config", str(config), "main", "ok", "--machine", MACHINE,
+        "--out", str(out),
+    )  # fmt: skip
     assert done.returncode == 0, (out / "pr-comment.md").read_text()
     assert (out / "pr-comment.md").read_text().startswith("## PR gate: passed")
 
@@ -279,7 +283,8 @@ def test_an_unchanged_engine_commit_passes_the_pr(history):
 def test_find_names_the_injected_commit(history):
     home, config, hashes = history
     done = _moe_bench(
-        home, "engine-find", str(config), hashes["u2"], "regress", "peak_transient_bytes",
+        home, "engine-find", "--config", str(config), hashes["u2"], "regress",
+        "peak_transient_bytes",
         "--machine", MACHINE,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -292,7 +297,8 @@ def test_find_names_the_injected_commit(history):
 def test_a_failing_commit_in_the_range_does_not_mislead_find(history):
     home, config, hashes = history
     done = _moe_bench(
-        home, "engine-find", str(config), hashes["u2"], "broken", "peak_transient_bytes",
+        home, "engine-find", "--config", str(config), hashes["u2"], "broken",
+        "peak_transient_bytes",
         "--machine", MACHINE,
     )  # fmt: skip
     named = re.search(r"first regression: (\w+)", done.stdout)
@@ -310,7 +316,6 @@ def test_the_export_keys_records_to_the_engines_commit(history):
     done = _moe_bench(
         home,
         "export",
-        str(Config.load(str(config)).results_dir),
         "--machine",
         MACHINE,
         "--commit",

@@ -111,9 +111,10 @@ def results(tmp_path):
 
 
 def export(results, capsys, *args) -> tuple[int, list[dict], pytest.CaptureFixture]:
-    """``moe-bench export RESULTS --out FILE ARGS``: exit code, the records, stdout and stderr."""
+    """``moe-bench export --results RESULTS --out FILE ARGS``: exit code, the records, stdout and
+    stderr."""
     out = results / "out" / "moe-convert-bench.json"
-    code = cli.main(["export", str(results), "--out", str(out), *args])
+    code = cli.main(["export", "--results", str(results), "--out", str(out), *args])
     records = json.loads(out.read_text()) if out.exists() else []
     return code, records, capsys.readouterr()
 
@@ -315,7 +316,8 @@ def test_the_committed_results_export(machine, tmp_path, capsys):
     # What the nightly's export step runs on its own results: the latest commit of results/
     # (quantized shapes included since 9a89166), every record valid.
     out = tmp_path / "records.json"
-    assert cli.main(["export", str(ROOT / "results"), "--machine", machine, "--out", str(out)]) == 0
+    argv = ["export", "--results", str(ROOT / "results"), "--machine", machine]
+    assert cli.main([*argv, "--out", str(out)]) == 0
     records = json.loads(out.read_text())
     assert records
     for record in records:

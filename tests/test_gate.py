@@ -99,10 +99,11 @@ def run_compare(tmp_path, head_values, capsys, *, args=(), base_values=GOOD, **k
     code = cli.main(
         [
             "compare",
-            str(tmp_path),
             BASE[:8],
             HEAD[:8],
-            "--markdown",
+            "--results",
+            str(tmp_path),
+            "--out",
             str(tmp_path / "comment.md"),
             *args,
         ]
@@ -407,7 +408,7 @@ def test_compare_version_change_is_not_compared(tmp_path, capsys):
 
 def test_compare_without_head_results_is_an_error(tmp_path, capsys):
     write_results(tmp_path, BASE, GOOD)
-    assert cli.main(["compare", str(tmp_path), BASE, HEAD]) == 2
+    assert cli.main(["compare", BASE, HEAD, "--results", str(tmp_path)]) == 2
     assert f"no results for commit '{HEAD}'" in capsys.readouterr().err
 
 

@@ -419,3 +419,49 @@ def test_a_python3_that_cannot_make_the_venv_is_one_line(checkout, tmp_path):
         "because ensurepip is not available. (a python3 >= 3.10 with venv on PATH? Debian: "
         "apt-get install python3-venv)",
     ]
+
+
+#: Mistyped arguments of the scripts: (script, its arguments, the one line's text). Each is
+#: refused before asv (the stand-in would leave ``asv-started``) and before the machine is
+#: recorded (``~/.asv-machine.json``).
+BAD_SCRIPT_ARGS = [
+    ("compare", [], "give BASE HEAD first"),
+    ("compare", ["-b", "Layer", "HEAD"], "give BASE HEAD first"),
+    ("compare", ["HEAD~1"], "give BASE HEAD first"),
+    ("compare", ["HEAD~1", "HEAD", "-b"], "-b needs a regex"),
+    ("compare", ["nosuch", "HEAD"], "'nosuch' is not a commit of this checkout"),
+    ("compare", ["HEAD~1", "HEAD", "--bogus"], "asv continuous: unrecognized arguments: --bogus"),
+    ("compare", ["HEAD~1", "HEAD", "-b", "x("], "'x(' is not a regular expression"),
+    ("compare", ["HEAD~1", "HEAD", "--help"], "asv continuous --help"),
+    ("bench", ["--bogus"], "scripts/bench: error: asv run: unrecognized arguments: --bogus"),
+    ("bench", ["-b"], "asv run: argument --bench/-b: expected one argument"),
+    ("nightly", ["--bogus"], "scripts/nightly: error: asv run: unrecognized arguments: --bogus"),
+    ("gate", ["--budget", "x"], "moe-bench gate: error: unrecognized arguments: --budget x"),
+    ("gate", ["--result", "r"], "moe-bench gate: error: unrecognized arguments: --result r"),
+    ("preview", ["--port", "x"], "moe-bench dashboard serve: error: argument --port: 'x'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "text"),
+    BAD_SCRIPT_ARGS,
+    ids=[" ".join([s, *a]) for s, a, _ in BAD_SCRIPT_ARGS],
+)
+def test_a_mistyped_script_argument_is_one_line_before_any_work(
+    checkout, tmp_path, script, args, text
+):
+    repo, env = checkout
+    done = _script(repo, env, script, *args)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and text in done.stderr, done.stderr
+    assert not (tmp_path / "asv-started").exists()
+    assert not (tmp_path / ".asv-machine.json").exists()
+
+
+def test_gpu_check_refuses_a_mistyped_argument_in_one_line(tmp_path, capsys):
+    from moe_bench.gpucheck.__main__ import main
+
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path), "--dryrun"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == "scripts/gpu-check: error: unrecognized arguments: --dryrun\n"

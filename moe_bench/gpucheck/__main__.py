@@ -66,6 +66,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..argparsing import ArgumentParser
 from . import plan
 from .asvrun import step_asv
 from .exact import step_exact
@@ -167,7 +168,7 @@ def _environment() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(  # a usage error: one line, exit 2
         prog="scripts/gpu-check",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

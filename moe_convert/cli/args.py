@@ -21,6 +21,7 @@ import torch
 
 from ..formats.catalog import CATALOG, MAX_SIZE, ModelSpec, spec_from_hf_config
 from ..formats.engines import UNCALLABLE
+from ..formats.records import FORMATS
 from ..formats.registry import REGISTRY, UNAVAILABLE, strategies
 from ..formats.shape import LayerShape
 from ..units import format_bytes as _bytes
@@ -33,6 +34,7 @@ __all__ = [
     "bounded_int",
     "check_fits",
     "device_choice",
+    "format_name",
     "gib_amount",
     "max_split_list",
     "resolve_shape",
@@ -49,7 +51,12 @@ class Parser(argparse.ArgumentParser):
     """argparse with every usage error on one line, ``PROG: error: MESSAGE`` (exit 2); the
     usage block it would print first is what ``--help`` shows. ``moe_bench.argparsing`` has
     its own for ``moe-bench``, which starts without torch (any ``moe_convert`` import loads it)
-    and must not depend on this library's command line."""
+    and must not depend on this library's command line. No abbreviations, as there: a flag has
+    one spelling (``--exp`` is not ``--experts``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -116,6 +123,13 @@ def strategy_list(text: str) -> list[str] | None:
     return names
 
 
+def format_name(text: str) -> str:
+    """A key of ``FORMATS``: the format of an explicit or config.json shape."""
+    if text not in FORMATS:
+        raise argparse.ArgumentTypeError(f"unknown format {text!r}; formats: {', '.join(FORMATS)}")
+    return text
+
+
 def device_choice(*kinds: str) -> Callable[[str], str]:
     """A torch device string of one of ``kinds`` that this machine has."""
 
@@ -156,14 +170,20 @@ def max_split_list(text: str) -> list[int | None]:
 # Rules across arguments: raise UsageError.
 
 
-def _model_spec(model: str) -> ModelSpec:
-    """The catalog entry named ``model``, or the BF16 geometry of the config.json at that
-    path."""
+def _model_spec(model: str, fmt: str | None) -> ModelSpec:
+    """The catalog entry named ``model`` (``fmt``, if given, must be its format), or the geometry
+    of the config.json at that path in format ``fmt`` (default BF16)."""
     if model in CATALOG:
-        return CATALOG[model]
+        spec = CATALOG[model]
+        if fmt is not None and fmt != spec.format:
+            raise UsageError(
+                f"argument --format: {fmt}: --model {model} is a {spec.format} catalog entry; "
+                f"give --format {spec.format} or leave --format out"
+            )
+        return spec
     if Path(model).exists():
         try:
-            return spec_from_hf_config(model)
+            return spec_from_hf_config(model, fmt or "bf16")
         except ValueError as error:
             raise UsageError(f"argument --model: {error}") from None
     # Match Hugging Face ids too: "Qwen/Qwen3-30B-A3B" suggests qwen3-30b-a3b.
@@ -188,9 +208,12 @@ def _model_spec(model: str) -> ModelSpec:
 def resolve_shape(args: argparse.Namespace) -> LayerShape:
     """The layer shape named by ``--model``/``--tp`` (catalog name or config.json path) or by
     explicit ``--experts --hidden --intermediate``, with ``--experts`` limiting a model's experts.
+    ``--format`` (default BF16) is the format of an explicit or config.json shape; a catalog
+    name has its own, which ``--format`` may only repeat.
 
     An explicit shape is per rank already, so ``--tp`` is rejected with it (rather than
-    dividing ``--intermediate``, which would make the same numbers mean two shapes). Raises
+    dividing ``--intermediate``, which would make the same numbers mean two shapes), and it is
+    not padded: the format's check decides whether it converts. Raises
     ``UsageError`` for any combination that does not describe one shape that can be converted.
     """
     explicit = [
@@ -203,7 +226,7 @@ def resolve_shape(args: argparse.Namespace) -> LayerShape:
                 f"{', '.join(explicit)}: for an explicit shape only; --model "
                 f"{args.model} has its own sizes: give one or the other"
             )
-        spec = _model_spec(args.model)
+        spec = _model_spec(args.model, args.format)
         if not spec.valid_tp_sizes:
             raise UsageError(f"argument --model: {args.model}: {spec.tp_sizes_text}")
         if args.experts is not None and not 1 <= args.experts <= spec.experts:
@@ -235,7 +258,14 @@ def resolve_shape(args: argparse.Namespace) -> LayerShape:
         if not 1 <= args.experts <= MAX_SIZE:
             raise UsageError(f"argument --experts: {args.experts}: give 1 to {MAX_SIZE}")
         shape = LayerShape(
-            "explicit", 1, args.experts, args.hidden, args.intermediate, 1, args.gated
+            "explicit",
+            1,
+            args.experts,
+            args.hidden,
+            args.intermediate,
+            1,
+            args.gated,
+            format=args.format or "bf16",
         )
         blame, fix = "", ""
     if args.experts is not None:
@@ -296,7 +326,7 @@ def add_command(
     aliases: tuple[str, ...] = (),
 ) -> argparse.ArgumentParser:  # noqa: A002
     parser = sub.add_parser(name, help=help, description=help, aliases=list(aliases))
-    parser.set_defaults(func=handler)
+    parser.set_defaults(func=handler, parser=parser)
     return parser
 
 
@@ -323,6 +353,12 @@ def add_work_args(parser: argparse.ArgumentParser) -> None:
         dest="gated",
         action="store_false",
         help="non-gated activation (ReLU2), explicit shape: w13 is [E, I, H]",
+    )
+    parser.add_argument(
+        "--format",
+        type=format_name,
+        help=f"the format of an explicit or config.json shape ({', '.join(FORMATS)}; default "
+        "bf16); a catalog name has its own",
     )
     parser.add_argument(
         "--strategy", type=strategy_list, default="all", help="NAME[,NAME...] or all (default)"

@@ -10,7 +10,8 @@ exit status 2: argparse's own errors, the argument types (``ArgumentTypeError``)
 which ``main`` hands to the subcommand's ``parser.error``. Anything else is a bug and shows
 its traceback.
 
-To add a subcommand: a ``cmd_NAME(args) -> int`` handler and ``add_command(...)`` in ``main``.
+To add a subcommand: a ``cmd_NAME(args) -> int`` handler and ``add_command(...)`` in
+``build_parser``.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from .args import (
     resolve_strategies,
 )
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def _progress(steps: int, args: argparse.Namespace, desc: str) -> tqdm:
@@ -285,7 +286,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         print(
             f"measure {shape.label}: w13 {list(shape.w13_shape)}, w2 {list(shape.w2_shape)} "
             f"({_bytes(shape.layer_bytes)} per layer, {shape.moe_layers} MoE layers), "
-            f"device {args.device}"
+            f"format {shape.format}, device {args.device}"
         )
         print(
             "peak: dispatch-level peak transient bytes (exact), allocs: new storages; "
@@ -451,7 +452,9 @@ def cmd_engines(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> Parser:
+    """The ``python -m moe_convert`` parser: one subparser per subcommand, each with its
+    ``func``."""
     parser = Parser(prog="python -m moe_convert", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -560,12 +563,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--device", type=device_choice("cpu", "cuda"), default="cpu", help="cpu (default) or cuda"
     )
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the subcommand's parser, not the top one's
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.func(args)
     except UsageError as error:
-        sub.choices[args.command].error(str(error))
+        args.parser.error(str(error))
     except (ImportError, NotImplementedError) as error:  # an installed engine that cannot run
         print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
         return 1

@@ -337,13 +337,15 @@ class _Config:
         return value
 
 
-def spec_from_hf_config(path: str | Path) -> ModelSpec:
-    """The MoE geometry of a local Hugging Face ``config.json`` (file or folder); no hub access.
+def spec_from_hf_config(path: str | Path, format: str = "bf16") -> ModelSpec:
+    """The MoE geometry of a local Hugging Face ``config.json`` (file or folder) in ``format`` (a
+    key of ``FORMATS``: its ``shape`` pads H and I as vLLM pads that format); no hub access.
 
     Reads Qwen3-MoE, DeepSeek-V2/V3 and Mixtral style keys. Raises ``ValueError`` naming the
     file and the key for a file that is missing, not JSON, not an MoE model, or holds a
-    missing, non-integer or non-positive size.
+    missing, non-integer or non-positive size; and naming the formats for an unknown ``format``.
     """
+    format_record(format)
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
@@ -387,10 +389,11 @@ def spec_from_hf_config(path: str | Path) -> ModelSpec:
         hidden,
         intermediate,
         gated=act in ("silu", "swiglu"),
+        format=format,
     )
 
 
-def shape_from_hf_config(path: str | Path, tp: int) -> LayerShape:
-    """A layer shape from a local Hugging Face ``config.json`` (file or folder) and a TP size:
-    ``spec_from_hf_config(path).shape(tp)``."""
-    return spec_from_hf_config(path).shape(tp)
+def shape_from_hf_config(path: str | Path, tp: int, format: str = "bf16") -> LayerShape:
+    """A layer shape from a local Hugging Face ``config.json`` (file or folder), a TP size and a
+    format: ``spec_from_hf_config(path, format).shape(tp)``."""
+    return spec_from_hf_config(path, format).shape(tp)
