@@ -23,6 +23,7 @@ beside the results (``SUITE_COMMITS``), and the export carries both (``moe_bench
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import re
@@ -65,6 +66,9 @@ BENCHMARK_MODULE = "bench_engine"
 SUITE_COMMITS = "suite-commits.json"
 #: How a commit becomes a wheel: built from its sources without compiling, or downloaded.
 BUILDS = ("source", "wheel")
+#: Held while this checkout is built into the suite's wheel (``_suite_wheel``); in ``build/``,
+#: which setuptools writes there anyway (git-ignored).
+SUITE_WHEEL_LOCK = ROOT / "build" / ".suite-wheel.lock"
 
 
 class EngineError(Exception):
@@ -242,15 +246,23 @@ def engine_config(
 
 
 def _suite_wheel(folder: Path) -> Path:
-    """This checkout built into a wheel in ``folder`` (emptied first); its path."""
+    """This checkout built into a wheel in ``folder`` (emptied first); its path.
+
+    One build at a time per checkout (``SUITE_WHEEL_LOCK``, a ``flock``): setuptools builds in
+    the checkout's ``build/`` and ``*.egg-info``, and two ``engine-config`` runs at once (two
+    configs, or the tests on two workers) failed there (``file or directory:
+    'build/bdist.linux-x86_64/wheel/./moe_convert_bench-0.1.0-py3.11.egg-info'``)."""
     if folder.is_dir():
         for old in folder.glob("*.whl"):
             old.unlink()
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(ROOT)],
-        capture_output=True,
-        text=True,
-    )
+    SUITE_WHEEL_LOCK.parent.mkdir(exist_ok=True)
+    with SUITE_WHEEL_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(ROOT)],
+            capture_output=True,
+            text=True,
+        )
     wheels = list(folder.glob("*.whl"))
     if done.returncode != 0 or len(wheels) != 1:
         raise EngineError(f"building this suite's wheel failed: {done.stderr.strip()[-300:]}")

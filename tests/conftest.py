@@ -99,3 +99,24 @@ FULL_SIZE = [
     layer_shape("mixtral-8x7b", 2),
     LayerShape("relu2", 2, 64, 2048, 1024, 8, gated=False),
 ]
+
+
+#: Modules whose tests take the longest, handed out first under pytest-xdist: the engine
+#: histories (asv over a git history, two groups of 5-6 minutes, one per worker).
+LONGEST_FIRST = ("test_engine_asv.py",)
+
+
+def pytest_collection_modifyitems(config, items):
+    """On pytest-xdist's workers (scripts/test): ``LONGEST_FIRST``'s tests, then the other
+    ``slow`` ones, then the rest, each in file order. The longest work is handed out first
+    (scripts/test passes ``--no-loadscope-reorder``, so the workers get the tests in this order)
+    and the short tests fill in behind it on both workers, instead of a long test starting last
+    on one of them. Every worker sorts the same collection alike, as xdist requires. Without
+    xdist the order is the files'."""
+    if hasattr(config, "workerinput"):
+        items.sort(
+            key=lambda item: (
+                item.path.name not in LONGEST_FIRST,
+                item.get_closest_marker("slow") is None,
+            )
+        )

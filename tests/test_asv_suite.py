@@ -297,6 +297,7 @@ def test_asv_check_passes(scratch_config):
     assert "No problems found" in done.stdout
 
 
+@pytest.mark.slow
 def test_quick_run_of_a_subset_is_read_back(scratch_config):
     tmp, config = scratch_config
     recorded = subprocess.run(
@@ -410,6 +411,7 @@ print(" ".join(ran))
 """
 
 
+@pytest.mark.slow
 def test_the_suite_runs_against_the_oldest_commit_it_can_measure(tmp_path, monkeypatch):
     # asv takes benchmarks/ from the checkout and the library from the measured commit: a
     # benchmark that needs a newer library than `oldest_commit` must move that commit forward.

@@ -38,6 +38,10 @@ from moe_bench.publish import publish as publish_dashboard
 from moe_bench.report import write_summary
 from moe_bench.results import load_results
 
+# One pytest-xdist worker for the module (scripts/test: --dist loadgroup): one publish of each
+# dashboard and one Chromium, as without xdist.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_ARGS = [
     "--headless",

@@ -3,8 +3,9 @@ the config, a nightly over commits, the PR command, the bisection and the export
 (``moe_bench.engine``, docs/engines.md). No network and no vLLM: the tiny engine has vLLM's module
 path and function, and asv builds it as vLLM's ``empty`` target is built.
 
-One asv environment for the module (torch from the local index, flashinfer-python): the slow
-part, then about half a minute per measured commit. Each use runs ``moe-bench`` as a
+One asv environment per history (torch from the local index, flashinfer-python): the slow
+part, then about half a minute per measured commit. One history for the module, or one per
+pytest-xdist worker (the two groups below). Each use runs ``moe-bench`` as a
 subprocess with ``HOME`` in the test's folder (asv's machine file lives there).
 """
 
@@ -32,6 +33,13 @@ MACHINE = "engine-test"
 PEAK = "bench_engine.PeakMemory.track_peak_transient_bytes"
 
 pytestmark = pytest.mark.slow
+# Under pytest-xdist (scripts/test: ``--dist loadgroup``) the asv-driving tests run as two groups,
+# one per worker, each with its own history and environment (the module fixture is built once
+# per worker): the nightly, the export of its results and the bisection of ``regress`` on one;
+# the two PR runs and the bisection of ``broken`` on the other. In a group the tests run in file
+# order (the export reads the nightly's results). Without xdist the marks do nothing.
+HISTORY = pytest.mark.xdist_group("engine-history")
+PULLS = pytest.mark.xdist_group("engine-pulls")
 
 
 def _moe_bench(home: Path, *args: str) -> subprocess.CompletedProcess:
@@ -160,6 +168,7 @@ def test_the_engine_suite_times_as_the_suite_does():
     assert bench_engine.REPEATS == formats.REPEATS
 
 
+@HISTORY
 def test_the_config_is_asvs_with_the_engine_as_repo(history):
     home, config, hashes = history
     conf = Config.load(str(config))
@@ -183,6 +192,7 @@ def test_the_config_is_asvs_with_the_engine_as_repo(history):
             assert thresholds[re.escape(name)] == pytest.approx(m.factor - 1)
 
 
+@HISTORY
 def test_flashinfer_as_the_engine_builds_flashinfer_itself(history, tmp_path):
     home, _, _ = history
     done = _moe_bench(
@@ -205,6 +215,7 @@ def test_flashinfer_as_the_engine_builds_flashinfer_itself(history, tmp_path):
     assert conf.results_dir.endswith("results-fi")
 
 
+@HISTORY
 @pytest.mark.parametrize(
     ("args", "words"),
     [
@@ -225,6 +236,7 @@ def test_config_errors_are_one_line(history, tmp_path, args, words):
     assert all(w in done.stderr for w in words), done.stderr
 
 
+@HISTORY
 def test_nightly_measures_the_newest_commits_then_publishes(history):
     home, config, hashes = history
     done = _moe_bench(
@@ -249,6 +261,7 @@ def test_nightly_measures_the_newest_commits_then_publishes(history):
     assert done.returncode == 0 and "nothing new" in done.stderr
 
 
+@PULLS
 def test_the_per_expert_form_back_fails_the_pr(history):
     home, config, hashes = history
     out = home / "pr-bad"
@@ -269,6 +282,7 @@ def test_the_per_expert_form_back_fails_the_pr(history):
     assert verdicts == {"vllm": "regressed"}  # the engine's own code; the rest is the same
 
 
+@PULLS
 def test_an_unchanged_engine_commit_passes_the_pr(history):
     home, config, hashes = history
     out = home / "pr-ok"
@@ -280,6 +294,7 @@ def test_an_unchanged_engine_commit_passes_the_pr(history):
     assert (out / "pr-comment.md").read_text().startswith("## PR gate: passed")
 
 
+@HISTORY
 def test_find_names_the_injected_commit(history):
     home, config, hashes = history
     done = _moe_bench(
@@ -294,6 +309,7 @@ def test_find_names_the_injected_commit(history):
     assert runs <= math.ceil(math.log2(commits)) + 2
 
 
+@PULLS
 def test_a_failing_commit_in_the_range_does_not_mislead_find(history):
     home, config, hashes = history
     done = _moe_bench(
@@ -310,6 +326,7 @@ def test_a_failing_commit_in_the_range_does_not_mislead_find(history):
         assert "no answer" in done.stderr
 
 
+@HISTORY
 def test_the_export_keys_records_to_the_engines_commit(history):
     home, config, hashes = history
     out = home / "export" / "engine.json"

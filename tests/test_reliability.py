@@ -100,6 +100,7 @@ def _tree(folder: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_overlapping_runs_and_a_nightly_killed_while_measuring(checkout, tmp_path, monkeypatch):
     """A nightly measuring a new commit holds the checkout: a second run waits its bounded time
     and exits 75 naming it; killed (SIGKILL), it blocks nobody, loses no result, leaves html/ as
@@ -154,16 +155,29 @@ def test_lock_wait_must_be_whole_seconds(checkout):
     ]
 
 
-@pytest.fixture
-def published(tmp_path):
-    """The fixture's checkout with the project's asv plugin, its dashboard published once
-    (``moe-bench publish``); returns ``(repo, the dashboard's files)``."""
-    repo = tmp_path / "repo"
+#: The tests of ``published``: on one pytest-xdist worker (scripts/test), which publishes once.
+PUBLISHED = pytest.mark.xdist_group("reliability-published")
+
+
+@pytest.fixture(scope="module")
+def published_once(tmp_path_factory):
+    """The fixture's checkout with the project's asv plugin, its dashboard published once for the
+    module (``moe-bench publish``: 13-16 s here); ``published`` gives each test a copy."""
+    repo = tmp_path_factory.mktemp("published") / "repo"
     make_repo(repo)
     shutil.copytree(FIXTURE_RESULTS, repo / "results")
     conf = {**CONF, "plugins": [".moe_bench.asv_atomic"]}
     (repo / "asv.conf.json").write_text(json.dumps(conf))
     _publish(repo)
+    return repo
+
+
+@pytest.fixture
+def published(published_once, tmp_path):
+    """A copy of ``published_once`` of this test's own (its config names the repo as ``.``);
+    returns ``(repo, the dashboard's files)``."""
+    repo = tmp_path / "repo"
+    shutil.copytree(published_once, repo, symlinks=True)
     return repo, _tree(repo / "html")
 
 
@@ -179,6 +193,8 @@ def _publish(repo: Path, **kwargs):
     )
 
 
+@PUBLISHED
+@pytest.mark.slow
 @pytest.mark.parametrize("delay_s", [0.0, 0.5, 1.5])
 def test_publish_killed_leaves_the_previous_dashboard_or_the_new_one(published, delay_s):
     repo, previous = published
@@ -203,6 +219,7 @@ def test_publish_killed_leaves_the_previous_dashboard_or_the_new_one(published, 
     assert not list(repo.glob(".html.*"))
 
 
+@PUBLISHED
 def test_publish_swaps_by_two_renames_where_the_filesystem_cannot_exchange(published, monkeypatch):
     from moe_bench import publish
 
@@ -388,6 +405,8 @@ def test_a_host_of_the_same_kind_shares_the_history(tmp_path, capsys):
     assert lines == [] and (frame["commit"] == "e" * 40).any()
 
 
+@PUBLISHED
+@pytest.mark.slow
 def test_a_result_of_a_commit_not_on_main_is_named_and_the_rest_published(published):
     repo, previous = published
     stray = _foreign(repo / "results", "e" * 40)  # a PR commit's result among the nightly's

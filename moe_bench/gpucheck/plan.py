@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,6 +79,22 @@ TRITON_SWEEPS = [
 #: Step 5: timed calls per strategy (each paired with a timed copy), after one untimed round.
 TIMING_REPEATS = 10
 WALL_BUDGET_S = 360
+#: Multiplies every time box (each step's and the wall budget) where set, e.g. to 4 for a dry run
+#: on a loaded CPU: the budgets are the GPU box's, and a busy CPU can overrun them without a
+#: fault (tests/test_gpu_check.py's end-to-end dry run sets it; the report says so). Unset: 1.
+TIME_BOX_SCALE_ENV = "GPU_CHECK_TIME_BOX_SCALE"
+
+
+def time_box_scale(environ=os.environ) -> float:
+    """``TIME_BOX_SCALE_ENV``'s value (1.0 where unset); ``ValueError`` naming it unless > 0."""
+    text = environ.get(TIME_BOX_SCALE_ENV, "") or "1"
+    try:
+        scale = float(text)
+    except ValueError:
+        scale = 0.0
+    if not scale > 0:
+        raise ValueError(f"{TIME_BOX_SCALE_ENV}={text!r}: give a number above 0 (unset: 1)")
+    return scale
 
 
 @dataclasses.dataclass(frozen=True)

@@ -228,7 +228,12 @@ def report_markdown(summary: dict) -> str:
         "",
         f"{summary['device']}; torch {summary['torch']}, triton {summary['triton']}, "
         f"commit {summary['commit']}; {'dry run' if summary['dry_run'] else 'full run'}; "
-        f"{summary['seconds']:.0f} s wall.",
+        f"{summary['seconds']:.0f} s wall"
+        + (
+            f"; time boxes x{summary['time_box_scale']:g} (GPU_CHECK_TIME_BOX_SCALE)."
+            if summary.get("time_box_scale", 1) != 1
+            else "."
+        ),
         "",
     ]
     lines += _table(
