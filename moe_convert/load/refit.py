@@ -15,12 +15,13 @@ Legend: L the layer's checkpoint bytes (every tensor the strategy takes), P the 
 - ``layerwise``: fresh checkpoint tensors (``empty_like``) receive the new weights, the strategy
   converts them, and each result is copied into the tensor the first load gave.
 
-Two properties make a strategy reload-safe (``check_refit``, on CPU): every output of the refit
-lives in the storage the first load gave that output (its address kept, as captured CUDA graphs
-need), and its bytes equal a cold conversion of the same new weights. A strategy that breaks
-either in either way is not reload-safe, with the tensor and the property as the reason
-(``reload_safety``): a property of the strategy, not an error. Figures of one refit (peak
-transient, traffic, launches) come from ``measuring`` on ``refit_call``, exact on ``meta``.
+Two properties make a strategy reload-safe (``check_refit``; on CUDA where there is one, else on
+CPU): every output of the refit lives in the storage the first load gave that output (its
+address kept, as captured CUDA graphs need), and its bytes equal a cold conversion of the same
+new weights. A strategy that breaks either in either way is not reload-safe, with the tensor
+and the property as the reason (``reload_safety``): a property of the strategy, not an error.
+Figures of one refit (peak transient, traffic, launches) come from ``measuring`` on
+``refit_call``, exact on ``meta``.
 """
 
 from __future__ import annotations
@@ -216,12 +217,14 @@ def _same_bytes(got: torch.Tensor, want: torch.Tensor) -> bool:
     )
 
 
-def check_refit(shape: LayerShape, strategy: str, way: str) -> RefitCheck:
-    """Refit a ``shape`` layer converted by ``strategy`` on CPU, then check each output: its
-    storage the first load's (``untyped_storage().data_ptr()``), its bytes a cold conversion's
-    of the same new weights."""
+def check_refit(
+    shape: LayerShape, strategy: str, way: str, *, device: torch.device | str = "cpu"
+) -> RefitCheck:
+    """Refit a ``shape`` layer converted by ``strategy`` on ``device``, then check each output:
+    its storage the first load's (``untyped_storage().data_ptr()``), its bytes a cold
+    conversion's of the same new weights."""
     refit = _refit_function(way)
-    held, new = _first_load(shape, strategy, "cpu")
+    held, new = _first_load(shape, strategy, device)
     label = f"E{shape.experts} H{shape.hidden} I{shape.intermediate}" + (
         "" if shape.gated else " not gated"
     )
@@ -254,7 +257,9 @@ def reload_safety(strategy: str) -> str:
     """``strategy``'s reload class, checked (``check_refit``) on its format's ``check_shapes``
     in both ways: ``reload-safe``, or ``not reload-safe`` and, per way that breaks, its reason
     (``direct: w13_bias, w2_bias in new storage (E2 H128 I128)``); ``not checked`` for one that
-    cannot run here. The checks run once per registered record and process."""
+    cannot run here. Checked on CUDA where the machine has it (a strategy may need it: Triton,
+    FlashInfer's quantizers), else on CPU. The checks run once per registered record and
+    process."""
     if strategy in UNAVAILABLE:
         return "not checked (cannot run here)"
     return _checked_safety(REGISTRY[strategy])
@@ -262,10 +267,11 @@ def reload_safety(strategy: str) -> str:
 
 @functools.cache
 def _checked_safety(record: Strategy) -> str:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     reasons = {}
     for way in REFITS:
         for shape in check_shapes(record.format):
-            check = check_refit(shape, record.name, way)
+            check = check_refit(shape, record.name, way, device=device)
             if not check.safe:
                 reasons.setdefault(way, f"{check.reason} ({check.shape})")
     if not reasons:
