@@ -40,6 +40,7 @@ from ..formats.table import (
     strategy_record,
 )
 from ..load.allocator import POOLS, MiB
+from ..load.refit import documented_reload_safety, reload_safety
 from ..load.replay import WeightsDoNotFit, replay_load
 from ..load.wholemodel import DEVICE_EVENTS, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 from ..measuring.memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
@@ -95,14 +96,14 @@ def cmd_strategies(args: argparse.Namespace) -> int:
         path = Path(args.update)
         try:
             text = path.read_text()
-            updated = update_markdown(text)
+            updated = update_markdown(text, documented_reload_safety)
         except (OSError, ValueError) as error:
             raise UsageError(f"argument --update: {path}: {error}") from None
         if updated != text:
             path.write_text(updated)
         print(f"{path}: strategies table {'updated' if updated != text else 'already up to date'}")
     elif args.markdown:
-        print(strategies_markdown(), end="")
+        print(strategies_markdown(documented_reload_safety), end="")
     else:
         for fmt in FORMATS.values():
             here = strategies(fmt.name)
@@ -111,6 +112,7 @@ def cmd_strategies(args: argparse.Namespace) -> int:
                 needs = "" if record.name in here else f"  (not here: needs {record.needs})"
                 result = "views of the input" if record.inplace else "new tensors"
                 print(f"{record.name:<22} {fmt.name:<8} {result:<19} {record.origin}{needs}")
+                print(f"    {'reload':<15} {reload_safety(record.name)}")
                 for label, formula in (
                     ("peak transient", record.peak),
                     ("traffic", record.traffic),
@@ -464,7 +466,7 @@ def build_parser() -> Parser:
         sub,
         "strategies",
         cmd_strategies,
-        "every strategy: in place or not, origin, peak/traffic/launch formulas",
+        "every strategy: in place or not, origin, reload safety, peak/traffic/launch formulas",
     )
     p.add_argument(
         "--markdown", action="store_true", help="print the legend and table of docs/library.md"
