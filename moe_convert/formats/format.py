@@ -81,6 +81,9 @@ class Format:
     # in BlockMajorK by whole 128-byte blocks of a row (MXINT4; block-FP8's scale blocks
     # already imply it).
     weight_row_align: int = 1
+    # Why, where the engine refuses a row off those blocks rather than pad it (MXINT4: vLLM
+    # pads nothing, FlashInfer asserts): the check's message gives it instead of a padding.
+    weight_row_rule: str = ""
     # A gated w13's rows as the checkpoint holds them: ``[w1; w3]`` halves (every format but
     # one), or gpt-oss's interleaved pairs ``[w1_0, w3_0, w1_1, ...]`` (MXFP4's checkpoint).
     interleaved_w13: bool = False

@@ -19,7 +19,7 @@ budgets.json (``python -m benchmarks.budgets``) take their figures from the reco
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +33,7 @@ __all__ = [
     "Strategy",
     "StrategyFunction",
     "register",
+    "result_in_input",
     "strategies",
     "strategies_markdown",
     "update_markdown",
@@ -58,7 +59,7 @@ class Strategy:
 
     name: str  # BF16's: its kind ("legacy"); a quantized format's: "<format>-<kind>"
     function: StrategyFunction
-    inplace: bool  # the result lives in the input's own storage (data_ptr unchanged)
+    inplace: bool  # the result is written into the input's own storage (``result_in_input``)
     origin: str  # where it comes from: an engine's PR or release, a library's helper, "ours"
     needs: str = ""  # what must be installed or present for it to run ("": nothing more)
     peak: Formula | None = None  # peak transient bytes, dispatch level, row indices cached
@@ -92,6 +93,15 @@ class Strategy:
     def result(self) -> str:
         """What a conversion returns: ``views of the input`` or ``new tensors``."""
         return "views of the input" if self.inplace else "new tensors"
+
+
+def result_in_input(given: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]) -> bool:
+    """Whether a conversion of ``given`` wrote its result into ``given``'s own storage
+    (``Strategy.inplace``): ``got``'s w13 or w2 at its input's ``data_ptr``. Both, for every
+    strategy but one form of an engine's: vLLM 0.34.0's FP8 per-tensor rotation copies its
+    result back into the weights it is given, which for a gated w13 is the w1/w3 swap's new
+    tensor (w2 and a non-gated w13: the input's)."""
+    return any(got[name].data_ptr() == given[name].data_ptr() for name in ("w13", "w2"))
 
 
 #: name -> record of every format's strategy that runs here; looked up at call time.
