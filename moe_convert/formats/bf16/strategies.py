@@ -143,7 +143,7 @@ def preallocated(
     "inplace",
     format="bf16",
     inplace=True,
-    origin="vLLM PR #54699 (0.31.0 to 0.33.0)",
+    origin="vLLM PR #54699 (0.31.0 to 0.34.0)",
     peak=Formula("max(S13, S2)"),
     traffic=Formula("4 (T13 + T2) + E (X13 + X2)"),
     launches=Formula("4 E"),
