@@ -37,6 +37,9 @@ from .swizzle import COLS_PER_TILE, ROWS_PER_TILE, block_scale_interleave
 
 __all__ = ["MXINT4", "mxint4_fast", "mxint4_inplace", "mxint4_legacy", "mxint4_preallocated"]
 
+# vLLM's uint4b8 -> int4 on both nibbles of a byte: (n - 8) & 0xF == n ^ 8.
+SIGN_FLIP = 0x88
+
 # Compressed-tensors' int32 words of eight uint4b8 nibbles, bf16 scales per 32 elements.
 # vLLM 0.33.0 pads nothing on its path; FlashInfer's convert_to_block_layout(block_k=128) needs
 # H/2 and I/2 bytes in whole 128-byte blocks (prepare_trtllm_mxint4_weights: H and I % 256),
@@ -55,10 +58,11 @@ MXINT4 = Format(
     hidden_align=256,
     intermediate_align=256,
     weight_row_align=128,
+    block_major_k=True,
+    converted_weight_dtype=torch.uint8,
+    sign_flip=SIGN_FLIP,
+    flat_scales=True,
 )
-
-# vLLM's uint4b8 -> int4 on both nibbles of a byte: (n - 8) & 0xF == n ^ 8.
-SIGN_FLIP = 0x88
 
 
 def _convert_packed_uint4b8_to_signed_int4_inplace(t: torch.Tensor) -> torch.Tensor:
