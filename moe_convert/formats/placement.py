@@ -82,7 +82,7 @@ class Move:
     @property
     def moves_bytes(self) -> bool:
         """Whether the converted bytes differ from the checkpoint's in place."""
-        return self.order is not None or self.layout != "rows" or self.xor or self.widen
+        return self.order is not None or self.layout != "rows" or bool(self.xor) or self.widen
 
 
 def moves(fmt: Format, gated: bool) -> dict[str, Move]:
@@ -115,7 +115,9 @@ def moves(fmt: Format, gated: bool) -> dict[str, Move]:
     return out
 
 
-def _converted_dims(dims: tuple[int, ...], dtype: torch.dtype, move: Move, fmt: Format):
+def _converted_dims(
+    dims: tuple[int, ...], dtype: torch.dtype, move: Move, fmt: Format
+) -> tuple[int, ...]:
     """The converted tensor's shape, from the checkpoint tensor's ``dims`` and ``dtype``."""
     if move.layout == "blocks":
         experts, rows, cols = dims
