@@ -53,6 +53,7 @@ STRATEGY_AXIS = (
     "strided_inplace",
     "sglang",
     "trtllm",
+    "streaming",
     "flashinfer",
     "triton",
     "triton_inplace",

@@ -87,12 +87,14 @@ def assert_same_bytes(got: Layer, want: Layer) -> None:
         assert torch.equal(other.view(torch.uint8), tensor.view(torch.uint8)), name
 
 
-def test_every_format_has_the_four_kinds():
+def test_every_format_has_the_five_kinds():
     for fmt in SHAPES:
         kinds = {name.split("-", 1)[1] for name, r in QUANT_STRATEGIES.items() if r.format == fmt}
         # "vllm": vLLM's own function, where installed (moe_convert.formats.preparations);
         # "flashinfer": FlashInfer's helper, a BF16 layer in (tests/test_flashinfer_prepare.py)
-        assert kinds - {"vllm", "flashinfer"} == {"legacy", "preallocated", "inplace", "fast"}
+        assert kinds - {"vllm", "flashinfer"} == {
+            "legacy", "preallocated", "inplace", "fast", "streaming"
+        }  # fmt: skip
 
 
 @pytest.mark.parametrize("shape", CASES, ids=case_id)

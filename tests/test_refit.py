@@ -17,12 +17,12 @@ from conftest import requires_flashinfer
 from moe_convert import REGISTRY, Layer, LayerShape, convert, layer_shape, register
 from moe_convert.cli import commands as cli
 from moe_convert.formats.catalog import catalog_shapes
+from moe_convert.formats.placement import checkpoint_views, specs_of
 from moe_convert.formats.table import strategy_input
 from moe_convert.load.refit import (
     REFITS,
     check_refit,
     check_shapes,
-    checkpoint_views,
     direct_refit,
     refit_call,
     refit_memory,
@@ -96,7 +96,7 @@ def test_an_out_of_place_strategy_under_a_direct_reload_writes_the_views_then_mo
     new = fresh(SMALL_BF16, "strided_copy", 1)
     got = direct_refit(held, new, strategy="strided_copy", gated=True)
     # the loader's bytes went into the first load's storage, the conversion into new storage
-    views = checkpoint_views(held, new)
+    views = checkpoint_views(held, specs_of(new))
     assert storages(views) == before
     assert_same_bytes(views, new)
     assert set(storages(got).values()).isdisjoint(before.values())
@@ -145,7 +145,7 @@ def test_a_checkpoint_view_is_the_converted_storage_from_its_first_byte():
     (shape,) = check_shapes("mxfp4")
     held = convert(fresh(shape, "mxfp4-inplace", 0), strategy="mxfp4-inplace")
     new = fresh(shape, "mxfp4-inplace", 1)
-    views = checkpoint_views(held, new)
+    views = checkpoint_views(held, specs_of(new))
     for name, tensor in new.items():
         view = views[name]
         assert (view.shape, view.dtype, view.is_contiguous()) == (tensor.shape, tensor.dtype, True)

@@ -45,7 +45,12 @@ from ..formats.table import (
     strategy_record,
 )
 from ..load.allocator import POOLS, MiB
-from ..load.refit import documented_reload_safety, reload_safety
+from ..load.refit import (
+    documented_reload_safety,
+    documented_reversibility,
+    reload_safety,
+    reversibility,
+)
 from ..load.replay import WeightsDoNotFit, replay_load
 from ..load.wholemodel import DEVICE_EVENTS, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 from ..measuring.memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
@@ -101,14 +106,14 @@ def cmd_strategies(args: argparse.Namespace) -> int:
         path = Path(args.update)
         try:
             text = path.read_text()
-            updated = update_markdown(text, documented_reload_safety)
+            updated = update_markdown(text, documented_reload_safety, documented_reversibility)
         except (OSError, ValueError) as error:
             raise UsageError(f"argument --update: {path}: {error}") from None
         if updated != text:
             path.write_text(updated)
         print(f"{path}: strategies table {'updated' if updated != text else 'already up to date'}")
     elif args.markdown:
-        print(strategies_markdown(documented_reload_safety), end="")
+        print(strategies_markdown(documented_reload_safety, documented_reversibility), end="")
     else:
         for fmt in FORMATS.values():
             here = strategies(fmt.name)
@@ -118,6 +123,7 @@ def cmd_strategies(args: argparse.Namespace) -> int:
                 result = "views of the input" if record.inplace else "new tensors"
                 print(f"{record.name:<22} {fmt.name:<8} {result:<19} {record.origin}{needs}")
                 print(f"    {'reload':<15} {reload_safety(record.name)}")
+                print(f"    {'inverse':<15} {reversibility(record.name)}")
                 for label, formula in (
                     ("peak transient", record.peak),
                     ("traffic", record.traffic),
@@ -471,7 +477,8 @@ def build_parser() -> Parser:
         sub,
         "strategies",
         cmd_strategies,
-        "every strategy: in place or not, origin, reload safety, peak/traffic/launch formulas",
+        "every strategy: in place or not, origin, reload safety, reversible in place, "
+        "peak/traffic/launch formulas",
     )
     p.add_argument(
         "--markdown", action="store_true", help="print the legend and table of docs/library.md"

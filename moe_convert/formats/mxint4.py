@@ -37,6 +37,9 @@ from .swizzle import COLS_PER_TILE, ROWS_PER_TILE, block_scale_interleave
 
 __all__ = ["MXINT4", "mxint4_fast", "mxint4_inplace", "mxint4_legacy", "mxint4_preallocated"]
 
+# vLLM's uint4b8 -> int4 on both nibbles of a byte: (n - 8) & 0xF == n ^ 8.
+SIGN_FLIP = 0x88
+
 # Compressed-tensors' int32 words of eight uint4b8 nibbles, bf16 scales per 32 elements.
 # vLLM 0.33.0 and 0.34.0 pad nothing on its path (no alignment here: the catalog gives the
 # model's own sizes); FlashInfer's convert_to_block_layout(block_k=128) needs H/2 and I/2 bytes
@@ -55,10 +58,11 @@ MXINT4 = Format(
     weight_row_align=128,
     weight_row_rule="vLLM's MXINT4 preparation pads nothing, and FlashInfer's "
     'convert_to_block_layout(block_k=128) asserts "K must be divisible by blockK"',
+    block_major_k=True,
+    converted_weight_dtype=torch.uint8,
+    sign_flip=SIGN_FLIP,
+    flat_scales=True,
 )
-
-# vLLM's uint4b8 -> int4 on both nibbles of a byte: (n - 8) & 0xF == n ^ 8.
-SIGN_FLIP = 0x88
 
 
 def _convert_packed_uint4b8_to_signed_int4_inplace(t: torch.Tensor) -> torch.Tensor:

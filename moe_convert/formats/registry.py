@@ -197,36 +197,48 @@ MARKDOWN_BEGIN = (
 MARKDOWN_END = "<!-- end of the strategies table -->"
 
 
-def strategies_markdown(reload_class: Callable[[str], str]) -> str:
+def strategies_markdown(
+    reload_class: Callable[[str], str], reversible: Callable[[str], str]
+) -> str:
     """The legend and the table of every strategy of every format, registered here or not, by
     name: the text docs/library.md holds between ``MARKDOWN_BEGIN`` and ``MARKDOWN_END``.
 
     ``reload_class(name)`` fills the "reload" column (``load.refit.documented_reload_safety``:
-    checked by the refit, above this module)."""
+    checked by the refit, above this module), ``reversible(name)`` the "inverse" column
+    (``load.refit.documented_reversibility``)."""
     records = sorted([*REGISTRY.values(), *UNAVAILABLE.values()], key=lambda r: r.name)
     legend = "; ".join(f"{letter} {symbol.meaning}" for letter, symbol in LEGEND.items())
     lines = [
         f"Legend: {legend}. A space multiplies; `cdiv(a, b)` is `ceil(a / b)`.",
         "",
-        "| strategy | from | needs | result | reload | peak transient | traffic | launches |",
-        "|---|---|---|---|---|---|---|---|",
+        "| strategy | from | needs | result | reload | inverse | peak transient | traffic "
+        "| launches |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         lines.append(
             f"| `{r.name}` | {r.origin} | {r.needs or '-'} | {r.result} | {reload_class(r.name)} "
-            f"| {_code(r.peak)} | {_code(r.traffic)} | {_code(r.launches)} |"
+            f"| {reversible(r.name)} | {_code(r.peak)} | {_code(r.traffic)} | {_code(r.launches)} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def update_markdown(text: str, reload_class: Callable[[str], str]) -> str:
+def update_markdown(
+    text: str, reload_class: Callable[[str], str], reversible: Callable[[str], str]
+) -> str:
     """``text`` (a markdown file) with what lies between ``MARKDOWN_BEGIN`` and ``MARKDOWN_END``
-    replaced by ``strategies_markdown(reload_class)``. Raises ``ValueError`` when the markers
-    are missing."""
+    replaced by ``strategies_markdown(reload_class, reversible)``. Raises ``ValueError`` when
+    the markers are missing."""
     begin, end = text.find(MARKDOWN_BEGIN), text.find(MARKDOWN_END)
     if begin < 0 or end < begin:
         raise ValueError(
             f"no strategies table: the file needs the line {MARKDOWN_BEGIN!r}, "
             f"then the line {MARKDOWN_END!r}"
         )
-    return text[:begin] + MARKDOWN_BEGIN + "\n" + strategies_markdown(reload_class) + text[end:]
+    return (
+        text[:begin]
+        + MARKDOWN_BEGIN
+        + "\n"
+        + strategies_markdown(reload_class, reversible)
+        + text[end:]
+    )

@@ -4,8 +4,9 @@ in vLLM 0.34's two ways, and whether a strategy survives it (its reload safety).
 Legend: L the layer's checkpoint bytes (every tensor the strategy takes), P the strategy's peak.
 
 - ``direct`` (``VLLM_RELOAD_MODE=direct``): each tensor the first load converted is viewed back in
-  checkpoint layout on its own storage (``checkpoint_views``), the new weights are written into
-  those views, and the strategy runs again on them. What is assumed where a converted tensor is
+  checkpoint layout on its own storage (``formats.placement.checkpoint_views``, the views its
+  ``restore`` returns too), the new weights are written into those views, and the strategy runs
+  again on them. What is assumed where a converted tensor is
   not the checkpoint tensor's shape: the view is the converted tensor's storage from the
   tensor's own first byte, laid out contiguously in the checkpoint tensor's dtype and shape; it
   needs at least the checkpoint tensor's bytes there (MXFP4's float32 biases hold twice their
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from ..formats.layer import Layer
+from ..formats.placement import checkpoint_views, moves, restore, specs_of, view_problem
 from ..formats.records import FORMATS
 from ..formats.registry import REGISTRY, UNAVAILABLE, Strategy
 from ..formats.shape import LayerShape
@@ -45,15 +47,16 @@ __all__ = [
     "RefitCheck",
     "check_refit",
     "check_shapes",
-    "checkpoint_views",
     "direct_refit",
     "documented_reload_safety",
+    "documented_reversibility",
     "layerwise_refit",
     "refit_call",
     "refit_memory",
     "refit_traffic",
     "reload_safety",
-    "view_problem",
+    "reverse_problem",
+    "reversibility",
 ]
 
 #: Sizes tried, smallest first, for the shapes a strategy's reload safety is checked on (H and I
@@ -63,53 +66,16 @@ _CHECK_SIZES = (64, 128, 256, 512)
 _CHECK_EXPERTS = 2
 
 
-def view_problem(held: Layer, checkpoint: Layer) -> str | None:
-    """Why ``held`` (a converted layer) cannot be viewed in ``checkpoint``'s layout on its own
-    storage, or ``None``: a tensor of ``checkpoint`` that ``held`` lacks, or whose storage holds
-    fewer bytes from the held tensor's first byte than the checkpoint tensor needs."""
-    for name, like in checkpoint.items():
-        if name not in held:
-            return f"{name}: the converted layer has none to view"
-        tensor = held[name]
-        room = tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size()
-        if room < like.nbytes:
-            return (
-                f"{name}: its storage holds {room} bytes from the converted tensor on, the "
-                f"checkpoint's {tuple(like.shape)} {like.dtype} needs {like.nbytes}"
-            )
-    return None
-
-
-def _view_as(held: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    # The whole storage as bytes (a view), then the checkpoint tensor's bytes from held's start.
-    whole = held.as_strided((held.untyped_storage().nbytes() // held.element_size(),), (1,), 0)
-    start = held.storage_offset() * held.element_size()
-    return whole.view(torch.uint8)[start : start + like.nbytes].view(like.dtype).view(like.shape)
-
-
-def checkpoint_views(held: Layer, checkpoint: Layer) -> Layer:
-    """Views of ``held``'s storages in ``checkpoint``'s layout: for each tensor of
-    ``checkpoint``, a contiguous tensor of its dtype and shape on the storage of ``held``'s
-    tensor of that name, from that tensor's first byte (module docstring: what is assumed).
-
-    No byte is read or written; ``ValueError`` (``view_problem``'s reason) where one cannot be
-    made."""
-    problem = view_problem(held, checkpoint)
-    if problem is not None:
-        raise ValueError(f"cannot view the converted layer in checkpoint layout: {problem}")
-    return Layer(**{name: _view_as(held[name], like) for name, like in checkpoint.items()})
-
-
 def direct_refit(held: Layer, new: Layer, *, strategy: str, gated: bool) -> Layer:
     """vLLM 0.34's direct reload of a layer ``held`` converted by ``strategy``: ``new`` (a layer
     of what the strategy takes, in checkpoint layout) written into ``checkpoint_views(held,
-    new)``, then ``convert`` of those views.
+    specs_of(new))``, then ``convert`` of those views.
 
     Returns the conversion's result: views of ``held``'s storage for a strategy that works in
     place, new tensors (``held`` left holding ``new``'s checkpoint bytes) for one that does not.
     Peak transient: the conversion's on the views (P); traffic: 2 L for the writes, then the
     conversion's."""
-    views = checkpoint_views(held, new)
+    views = checkpoint_views(held, specs_of(new))
     for name, tensor in new.items():
         views[name].copy_(tensor)
     return convert(views, strategy=strategy, gated=gated)
@@ -165,7 +131,7 @@ def refit_call(
     refit = _refit_function(way)
     held, new = _first_load(shape, strategy, device)
     if way == "direct":
-        checkpoint_views(held, new)  # refused now, not inside a measurement
+        checkpoint_views(held, specs_of(new))  # refused now, not inside a measurement
     return lambda: refit(held, new, strategy=strategy, gated=shape.gated)
 
 
@@ -217,6 +183,12 @@ def _same_bytes(got: torch.Tensor, want: torch.Tensor) -> bool:
     )
 
 
+def _label(shape: LayerShape) -> str:
+    return f"E{shape.experts} H{shape.hidden} I{shape.intermediate}" + (
+        "" if shape.gated else " not gated"
+    )
+
+
 def check_refit(
     shape: LayerShape, strategy: str, way: str, *, device: torch.device | str = "cpu"
 ) -> RefitCheck:
@@ -225,10 +197,8 @@ def check_refit(
     conversion's of the same new weights."""
     refit = _refit_function(way)
     held, new = _first_load(shape, strategy, device)
-    label = f"E{shape.experts} H{shape.hidden} I{shape.intermediate}" + (
-        "" if shape.gated else " not gated"
-    )
-    refused = view_problem(held, new) if way == "direct" else None
+    label = _label(shape)
+    refused = view_problem(held, specs_of(new)) if way == "direct" else None
     if refused is not None:
         return RefitCheck(strategy, way, label, (), (), f"no checkpoint view ({refused})")
     cold = convert(Layer(**{n: t.clone() for n, t in new.items()}), strategy=strategy,
@@ -287,3 +257,57 @@ def documented_reload_safety(strategy: str) -> str:
     if record.needs:
         return "checked where it runs (`python -m moe_convert strategies`)"
     return reload_safety(strategy)
+
+
+def reverse_problem(
+    shape: LayerShape, strategy: str, *, device: torch.device | str = "cpu"
+) -> str | None:
+    """Why ``strategy``'s output of a fresh ``shape`` layer is not reversible in place, or
+    ``None``: its tensors' storage too small for the layer it took (``view_problem``), or the
+    bytes ``formats.placement.restore`` leaves there not that layer's (by tensor). The layer
+    is converted on ``device`` and restored in place; a clone of it is the reference."""
+    taken = strategy_input(shape, strategy, device)
+    checkpoint = {name: t.clone() for name, t in taken.items()}
+    converted = convert(taken, strategy=strategy, gated=shape.gated)
+    problem = view_problem(converted, specs_of(taken))
+    if problem is not None:
+        return f"no room ({problem})"
+    storages = {name: t.untyped_storage().data_ptr() for name, t in converted.items()}
+    restored = restore(converted, shape)
+    moved = [n for n, t in restored.items() if t.untyped_storage().data_ptr() != storages[n]]
+    differ = [n for n, t in checkpoint.items() if n not in restored
+              or not _same_bytes(restored[n], t)]  # fmt: skip
+    parts = [f"{', '.join(moved)} in new storage"] * bool(moved)
+    lossy = {n for n, move in moves(shape.fmt, shape.gated).items() if move.clamp is not None}
+    why = f" (clamped to at least {shape.fmt.scale_min}: lossy)" if set(differ) <= lossy else ""
+    parts += [f"{', '.join(differ)} not the checkpoint's bytes{why}"] * bool(differ)
+    return "; ".join(parts) or None
+
+
+def reversibility(strategy: str) -> str:
+    """``strategy``'s inverse class, checked (``reverse_problem``) on its format's
+    ``check_shapes``: ``reversible in place``, or ``not reversible in place`` and the first
+    reason (``w13_scale, w2_scale not the checkpoint's bytes (E2 H128 I128)``); ``not
+    checked`` for one that cannot run here. On CUDA where there is one, else on CPU; once per
+    registered record and process."""
+    if strategy in UNAVAILABLE:
+        return "not checked (cannot run here)"
+    return _checked_reversibility(REGISTRY[strategy])
+
+
+@functools.cache
+def _checked_reversibility(record: Strategy) -> str:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for shape in check_shapes(record.format):
+        problem = reverse_problem(shape, record.name, device=device)
+        if problem is not None:
+            return f"not reversible in place: {problem} ({_label(shape)})"
+    return "reversible in place"
+
+
+def documented_reversibility(strategy: str) -> str:
+    """The inverse class docs/library.md's table shows, as ``documented_reload_safety``."""
+    record = REGISTRY.get(strategy) or UNAVAILABLE[strategy]
+    if record.needs:
+        return "checked where it runs (`python -m moe_convert strategies`)"
+    return reversibility(strategy)
