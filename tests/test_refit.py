@@ -21,6 +21,7 @@ from moe_convert.formats.placement import checkpoint_views, specs_of
 from moe_convert.formats.table import strategy_input
 from moe_convert.load.refit import (
     REFITS,
+    VLLM_WAYS,
     check_refit,
     check_shapes,
     direct_refit,
@@ -156,7 +157,7 @@ def test_a_checkpoint_view_is_the_converted_storage_from_its_first_byte():
 
 def test_an_unknown_way_is_one_line_naming_the_ways():
     with pytest.raises(
-        ValueError, match=r"^unknown refit way 'sideways'; ways: direct, layerwise$"
+        ValueError, match=r"^unknown refit way 'sideways'; ways: direct, layerwise, streamed$"
     ):
         refit_call(SMALL_BF16, "inplace", "sideways")
 
@@ -215,3 +216,50 @@ def test_every_refit_is_the_write_and_the_conversion_on_meta(strategy):
     layerwise = refit_traffic(shape, strategy, "layerwise")
     assert layerwise.traffic_bytes == 2 * size + work.traffic_bytes + 2 * out_bytes
     assert layerwise.launches == tensors + work.launches + outputs
+
+
+# Every strategy that takes its format's checkpoint: a streamed refit places into its layer.
+PLACEABLE = [name for name in PLAIN if REGISTRY[name].takes == REGISTRY[name].format]
+
+
+@pytest.mark.parametrize("strategy", PLACEABLE)
+def test_a_streamed_refit_keeps_every_address_and_gives_a_cold_conversion_s_bytes(strategy):
+    """Ours: whatever strategy made the held layer, its experts placed in it (no conversion
+    run) keep every output's storage and give the bytes a cold conversion of the new weights
+    gives, gated and not."""
+    for shape in check_shapes(REGISTRY[strategy].format):
+        check = check_refit(shape, strategy, "streamed")
+        assert check.safe, check.reason
+
+
+def test_the_reload_class_is_vllm_s_ways_only():
+    assert VLLM_WAYS == ("direct", "layerwise") and set(REFITS) == {*VLLM_WAYS, "streamed"}
+    # out of place: lost under vLLM's direct reload, however safe our streamed refit of it is
+    assert reload_safety("strided_copy").startswith("not reload-safe: direct:")
+
+
+@requires_flashinfer
+def test_a_streamed_refit_of_a_strategy_that_quantizes_its_input_is_refused():
+    shape = check_shapes("fp8")[0]
+    check = check_refit(shape, "fp8-flashinfer", "streamed")
+    assert not check.safe and "quantizes a bf16 layer itself" in check.refused
+    with pytest.raises(ValueError, match="quantizes a bf16 layer itself"):
+        refit_call(shape, "fp8-flashinfer", "streamed")
+
+
+@pytest.mark.parametrize("fmt", sorted({REGISTRY[name].format for name in PLACEABLE}))
+def test_a_streamed_refit_costs_the_streaming_strategy_s_placement_without_its_output(fmt):
+    """Exact on meta, a catalog shape of every format: the streamed refit moves what the
+    format's streaming strategy moves, in as many launches, and holds what it holds but the
+    converted layer it allocates (nothing at all but MXINT4's one slice)."""
+    streaming = "streaming" if fmt == "bf16" else f"{fmt}-streaming"
+    shape = _catalog_shape(fmt)
+    out = convert(strategy_input(shape, streaming, "meta"), strategy=streaming, gated=shape.gated)
+    held = sum(t.nbytes for t in out.values())
+    peak = refit_memory(shape, f"{fmt}-inplace" if fmt != "bf16" else "inplace", "streamed")
+    assert peak.peak_bytes == strategy_memory(shape, streaming).peak_bytes - held
+    if fmt != "mxint4":
+        assert peak.peak_bytes == 0
+    refit = refit_traffic(shape, streaming, "streamed")
+    work = strategy_traffic(shape, streaming)
+    assert (refit.traffic_bytes, refit.launches) == (work.traffic_bytes, work.launches)

@@ -53,6 +53,7 @@ __all__ = [
     "empty_converted",
     "moves",
     "place_expert",
+    "place_layer",
     "placement_index",
     "register_streaming",
     "restore",
@@ -268,19 +269,21 @@ def place_expert(converted: Layer, shape: LayerShape, expert: int, **slices: tor
         _place(converted[name][expert], parts, plan[name], dims[1:], dtype.itemsize)
 
 
-def streaming(layer: Layer, gated: bool, fmt: Format) -> Layer:
-    """The whole-layer form of ``place_expert``, as a loader would call it: the converted layer
-    allocated (``empty_converted``), then each expert's slices placed as they would arrive (a
-    gated ``[w1; w3]`` w13 and its scales as their halves ``w1``, ``w3``).
-
-    Out of place: new tensors; the input is unchanged. Peak transient: the converted layer,
-    nothing else."""
+def _shape_of(layer: Layer, gated: bool, fmt: Format) -> LayerShape:
+    """The ``LayerShape`` of a checkpoint-layout ``layer`` of format ``fmt`` (one rank)."""
     experts, hidden, packed = layer.w2.shape
-    shape = LayerShape("streaming", 1, experts, hidden, packed * fmt.elements_per_item, 1, gated,
-                       fmt.name)  # fmt: skip
-    out = empty_converted(shape, layer.w13.device)
+    return LayerShape("placed", 1, experts, hidden, packed * fmt.elements_per_item, 1, gated,
+                      fmt.name)  # fmt: skip
+
+
+def place_layer(converted: Layer, layer: Layer, gated: bool, fmt: Format) -> Layer:
+    """Every expert of ``layer`` (checkpoint layout, format ``fmt``) placed into ``converted`` by
+    ``place_expert``, as a loader would deliver them: a gated ``[w1; w3]`` w13 and its scales as
+    their halves ``w1``, ``w3``. Returns ``converted``, written in its own storage; ``layer`` is
+    read. Peak transient: ``place_expert``'s (none; MXINT4: one slice)."""
+    shape = _shape_of(layer, gated, fmt)
     split = gated and not fmt.interleaved_w13
-    for e in range(experts):
+    for e in range(shape.experts):
         slices = {}
         for name, tensor in layer.items():
             if split and name in _HALVES:
@@ -288,8 +291,19 @@ def streaming(layer: Layer, gated: bool, fmt: Format) -> Layer:
                 slices.update(zip(_HALVES[name], (first, second), strict=True))
             else:
                 slices[name] = tensor[e]
-        place_expert(out, shape, e, **slices)
-    return out
+        place_expert(converted, shape, e, **slices)
+    return converted
+
+
+def streaming(layer: Layer, gated: bool, fmt: Format) -> Layer:
+    """The whole-layer form of ``place_expert``: the converted layer allocated
+    (``empty_converted``), then each expert's slices placed as they would arrive
+    (``place_layer``).
+
+    Out of place: new tensors; the input is unchanged. Peak transient: the converted layer,
+    nothing else."""
+    converted = empty_converted(_shape_of(layer, gated, fmt), layer.w13.device)
+    return place_layer(converted, layer, gated, fmt)
 
 
 #: A checkpoint layer's tensors by name as ``(shape, dtype)``: ``LayerShape.tensor_specs``,

@@ -15,11 +15,16 @@ Legend: L the layer's checkpoint bytes (every tensor the strategy takes), P the 
   is refused with that reason (``view_problem``), as vLLM refuses online quantization.
 - ``layerwise``: fresh checkpoint tensors (``empty_like``) receive the new weights, the strategy
   converts them, and each result is copied into the tensor the first load gave.
+- ``streamed`` (ours, what vLLM #56570 asks for): no conversion runs; each expert's new slices
+  are placed straight into the held layer (``formats.placement.place_layer``), which every
+  strategy of a format leaves in the same bytes. For a strategy that takes its format's
+  checkpoint; one that quantizes a BF16 layer itself is refused.
 
 Two properties make a strategy reload-safe (``check_refit``; on CUDA where there is one, else on
 CPU): every output of the refit lives in the storage the first load gave that output (its
 address kept, as captured CUDA graphs need), and its bytes equal a cold conversion of the same
-new weights. A strategy that breaks either in either way is not reload-safe, with the tensor
+new weights. A strategy that breaks either in either of vLLM's ways (``VLLM_WAYS``) is not
+reload-safe, with the tensor
 and the property as the reason (``reload_safety``): a property of the strategy, not an error.
 Figures of one refit (peak transient, traffic, launches) come from ``measuring`` on
 ``refit_call``, exact on ``meta``.
@@ -34,7 +39,14 @@ from dataclasses import dataclass
 import torch
 
 from ..formats.layer import Layer
-from ..formats.placement import checkpoint_views, moves, restore, specs_of, view_problem
+from ..formats.placement import (
+    checkpoint_views,
+    moves,
+    place_layer,
+    restore,
+    specs_of,
+    view_problem,
+)
 from ..formats.records import FORMATS
 from ..formats.registry import REGISTRY, UNAVAILABLE, Strategy
 from ..formats.shape import LayerShape
@@ -44,6 +56,7 @@ from ..measuring.traffic import TrafficMeasurement, measure_traffic
 
 __all__ = [
     "REFITS",
+    "VLLM_WAYS",
     "RefitCheck",
     "check_refit",
     "check_shapes",
@@ -57,6 +70,7 @@ __all__ = [
     "reload_safety",
     "reverse_problem",
     "reversibility",
+    "streamed_refit",
 ]
 
 #: Sizes tried, smallest first, for the shapes a strategy's reload safety is checked on (H and I
@@ -100,8 +114,38 @@ def layerwise_refit(held: Layer, new: Layer, *, strategy: str, gated: bool) -> L
     return held
 
 
+def _streamed_problem(strategy: str) -> str | None:
+    """Why a streamed refit of ``strategy``'s layer cannot run, or ``None``."""
+    record = REGISTRY[strategy]
+    if record.takes != record.format:
+        return (
+            f"{strategy} quantizes a {record.takes} layer itself: a streamed refit places "
+            f"{record.format} checkpoint slices"
+        )
+    return None
+
+
+def streamed_refit(held: Layer, new: Layer, *, strategy: str, gated: bool) -> Layer:
+    """Our refit of a layer ``held`` converted by ``strategy``: no conversion runs; ``new``'s
+    experts (checkpoint layout) are placed straight into ``held`` (``place_layer``), the bytes
+    every strategy of the format gives. Returns ``held``, in its own storage. Peak transient:
+    none (MXINT4: one expert's slice); traffic: ``place_expert``'s. ``ValueError`` for a
+    strategy that takes another format's layer (``_streamed_problem``)."""
+    problem = _streamed_problem(strategy)
+    if problem is not None:
+        raise ValueError(problem)
+    return place_layer(held, new, gated, FORMATS[REGISTRY[strategy].format])
+
+
 #: way -> its refit, ``(held, new, *, strategy, gated) -> Layer``.
-REFITS: dict[str, Callable[..., Layer]] = {"direct": direct_refit, "layerwise": layerwise_refit}
+REFITS: dict[str, Callable[..., Layer]] = {
+    "direct": direct_refit,
+    "layerwise": layerwise_refit,
+    "streamed": streamed_refit,
+}
+#: vLLM 0.34's ways, the ones a strategy's reload class is checked in (``streamed`` is ours: it
+#: runs no strategy, so it says nothing of one).
+VLLM_WAYS = ("direct", "layerwise")
 
 
 def _refit_function(way: str) -> Callable[..., Layer]:
@@ -132,6 +176,10 @@ def refit_call(
     held, new = _first_load(shape, strategy, device)
     if way == "direct":
         checkpoint_views(held, specs_of(new))  # refused now, not inside a measurement
+    if way == "streamed":
+        if (problem := _streamed_problem(strategy)) is not None:
+            raise ValueError(problem)
+        refit(held, new, strategy=strategy, gated=shape.gated)  # place_expert's indices cached
     return lambda: refit(held, new, strategy=strategy, gated=shape.gated)
 
 
@@ -201,6 +249,8 @@ def check_refit(
     refused = view_problem(held, specs_of(new)) if way == "direct" else None
     if refused is not None:
         return RefitCheck(strategy, way, label, (), (), f"no checkpoint view ({refused})")
+    if way == "streamed" and (problem := _streamed_problem(strategy)) is not None:
+        return RefitCheck(strategy, way, label, (), (), problem)
     cold = convert(Layer(**{n: t.clone() for n, t in new.items()}), strategy=strategy,
                    gated=shape.gated)  # fmt: skip
     storages = {name: t.untyped_storage().data_ptr() for name, t in held.items()}
@@ -225,11 +275,11 @@ def check_shapes(fmt: str) -> tuple[LayerShape, ...]:
 
 def reload_safety(strategy: str) -> str:
     """``strategy``'s reload class, checked (``check_refit``) on its format's ``check_shapes``
-    in both ways: ``reload-safe``, or ``not reload-safe`` and, per way that breaks, its reason
-    (``direct: w13_bias, w2_bias in new storage (E2 H128 I128)``); ``not checked`` for one that
-    cannot run here. Checked on CUDA where the machine has it (a strategy may need it: Triton,
-    FlashInfer's quantizers), else on CPU. The checks run once per registered record and
-    process."""
+    in vLLM's two ways (``VLLM_WAYS``): ``reload-safe``, or ``not reload-safe`` and, per way
+    that breaks, its reason (``direct: w13_bias, w2_bias in new storage (E2 H128 I128)``);
+    ``not checked`` for one that cannot run here. Checked on CUDA where the machine has it (a
+    strategy may need it: Triton, FlashInfer's quantizers), else on CPU. The checks run once
+    per registered record and process."""
     if strategy in UNAVAILABLE:
         return "not checked (cannot run here)"
     return _checked_safety(REGISTRY[strategy])
@@ -239,7 +289,7 @@ def reload_safety(strategy: str) -> str:
 def _checked_safety(record: Strategy) -> str:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     reasons = {}
-    for way in REFITS:
+    for way in VLLM_WAYS:
         for shape in check_shapes(record.format):
             check = check_refit(shape, record.name, way, device=device)
             if not check.safe:
