@@ -9,7 +9,7 @@ this module's: ``PeakMemory``, ``Traffic``, ``CudaMemory``, ``LayerTime``, ``Pro
 (``bench_nvfp4.PeakMemory.track_peak_transient_bytes``); BF16's are the two modules asv has
 recorded since before the formats, ``bench_convert`` (a layer's conversion: ``CONVERSION``) and
 ``bench_allocator`` (the rank's load: ``LOAD``), so their history reads on. Each figure of a
-quantized format is judged and shown as its BF16 sibling (``moe_bench.metrics.quant_sibling``).
+quantized format is judged and shown as its BF16 sibling (``moe_suite.metrics.quant_sibling``).
 This module itself holds no benchmark: its classes are private, which asv's discovery skips.
 
 A format's grid is its catalog shapes (``FORMAT_SHAPES``) x its strategies (``kinds``), the

@@ -37,8 +37,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from moe_suite.profiles import PROFILES
+
 from .argparsing import ArgumentParser
-from .profiles import PROFILES
 
 __all__ = ["main"]
 
@@ -98,8 +99,9 @@ def _port(text: str) -> int:
 
 
 def cmd_machine(args: argparse.Namespace) -> int:
+    from moe_suite.profiles import detect_device, profile_from_env
+
     from . import machine
-    from .profiles import detect_device, profile_from_env
 
     device = detect_device()
     try:
@@ -333,8 +335,9 @@ def cmd_engine_config(args: argparse.Namespace) -> int:
 
 def _engine_machine(args: argparse.Namespace) -> str:
     """Record this machine for asv (as ``moe-bench machine``); its name."""
+    from moe_suite.profiles import detect_device, profile_from_env
+
     from . import machine
-    from .profiles import detect_device, profile_from_env
 
     return machine.record_machine(profile_from_env(detect_device()), args.machine)
 

@@ -28,8 +28,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from moe_convert.load.wholemodel import RankLoad
+from moe_suite.metrics import METRICS, PEAK_BYTES, TIME
 
-from .metrics import METRICS, PEAK_BYTES, TIME
 from .units import scale
 
 __all__ = ["write_plots", "write_rank_load_plot"]

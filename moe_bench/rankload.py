@@ -32,10 +32,10 @@ from moe_convert.formats.catalog import shape_from_label
 from moe_convert.load.loadtime import COSTS_FILE, DeviceCosts, predict_load_seconds
 from moe_convert.load.replay import pr45589_replay
 from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
+from moe_suite.metrics import PEAK_BYTES, RANK_LOAD_FIGURES, RANK_LOAD_REPLAY, RANK_LOAD_TIME, TIME
 
 from .document import Block, Cell
 from .gpucheck.plan import LOAD_STRATEGIES
-from .metrics import PEAK_BYTES, RANK_LOAD_FIGURES, RANK_LOAD_REPLAY, RANK_LOAD_TIME, TIME
 from .units import human
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 ``summary_table`` takes ``moe_bench.results.load_results``'s frame and keeps, for each machine,
 its latest commit: per model shape x strategy the figures of the metrics table that have a
-summary column (``moe_bench.metrics``: time of one layer, copy ratio, traffic ratio, peak
+summary column (``moe_suite.metrics``: time of one layer, copy ratio, traffic ratio, peak
 transient bytes, whole-model seconds) and the speed-up over ``legacy``, each with its change
 against the previous result of the same point and a mark where the metrics table's rule calls
 the change a regression (``metrics.judge``: the PR gate's rule; time figures, with no paired run
@@ -22,11 +22,7 @@ import pandas as pd
 from moe_convert.formats.catalog import shape_format
 from moe_convert.formats.records import FORMATS
 from moe_convert.load.loadtime import DeviceCosts, read_costs
-
-from .document import Block, Cell, Image, Link, to_html, to_markdown
-from .gate import failed_benchmarks
-from .hardware import copy_scale, copy_seconds, copy_spread, strategy_changes
-from .metrics import (
+from moe_suite.metrics import (
     EXACT,
     FAILING,
     HARDWARE_BAND,
@@ -42,6 +38,10 @@ from .metrics import (
     same_hardware,
     steady,
 )
+
+from .document import Block, Cell, Image, Link, to_html, to_markdown
+from .gate import failed_benchmarks
+from .hardware import copy_scale, copy_seconds, copy_spread, strategy_changes
 from .plots import write_plots, write_rank_load_plot
 from .rankload import (
     every_strategy_blocks,
@@ -262,11 +262,11 @@ def format_blocks(table: pd.DataFrame) -> list[Block]:
             text=(
                 f"⚠: worse than the previous result of the same point by the PR gate's rule: "
                 f"{exact}: any rise; {timed}: more than {NOISE_FACTOR:g}x (no paired run in a "
-                f"history; moe_bench.metrics.NOISE_FACTOR), absolute seconds ({_HOST_BOUND}) only "
+                f"history; moe_suite.metrics.NOISE_FACTOR), absolute seconds ({_HOST_BOUND}) only "
                 "against a run on same-looking hardware (its same-size copies within "
-                f"{HARDWARE_BAND:g}x of this run's; moe_bench.metrics.HARDWARE_BAND); between two "
+                f"{HARDWARE_BAND:g}x of this run's; moe_suite.metrics.HARDWARE_BAND); between two "
                 f"steady runs, also a copy ratio beyond {STRATEGY_FACTOR:g}x where its strategy "
-                "rose so in the median over its shapes (moe_bench.metrics.STRATEGY_FACTOR). "
+                "rose so in the median over its shapes (moe_suite.metrics.STRATEGY_FACTOR). "
                 f"Speed-up: `{BASELINE}` time / time. Copy ratio: time / a same-size copy's (1 is "
                 "the out-of-place limit). Traffic ratio: bytes moved / (2 x layer bytes). Whole "
                 "model: every MoE layer of the model on one rank.",

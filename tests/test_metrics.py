@@ -1,4 +1,4 @@
-"""The metrics table (moe_bench.metrics): it covers the whole asv suite, asv's dashboard
+"""The metrics table (moe_suite.metrics): it covers the whole asv suite, asv's dashboard
 configuration agrees with it, its rule decides; and the nightly's choice of commits to measure."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from fixtures.asv_fixture import OUT as FIXTURE_RESULTS
 from fixtures.asv_fixture import git, make_repo
 
 from moe_bench import cli
-from moe_bench.metrics import (
+from moe_bench.results import new_commits, unmeasurable
+from moe_suite.metrics import (
     COPY_RATIO,
     EXACT,
     HARDWARE_BAND,
@@ -37,7 +38,6 @@ from moe_bench.metrics import (
     judge,
     steady,
 )
-from moe_bench.results import new_commits, unmeasurable
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = re.compile(r"^(time|timeraw|track|peakmem|mem)_")

@@ -392,7 +392,7 @@ def metric(benchmark: str) -> Metric:
         return METRICS[benchmark]
     except KeyError:
         raise KeyError(
-            f"benchmark {benchmark!r} is not in the metrics table: add it to moe_bench/metrics.py "
+            f"benchmark {benchmark!r} is not in the metrics table: add it to moe_suite/metrics.py "
             "(unit, lower-is-better, gate rule, display unit)"
         ) from None
 
