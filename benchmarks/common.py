@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import moe_convert
 from moe_suite.profiles import detect_device, profile_from_env
+from moe_suite.shapes import SHAPES  # the BF16 axis (moe_bench.gpucheck times it too)
 
 from . import isolation, library
 
@@ -40,15 +41,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Model shapes benchmarked, ``model/tpN`` (see ``moe_convert.formats.catalog.CATALOG``).
-SHAPES = (
-    "qwen3-235b-a22b/tp4",
-    "qwen3-30b-a3b/tp1",
-    "qwen3-30b-a3b/tp2",
-    "deepseek-v3/tp4",
-    "deepseek-v3/tp8",
-    "deepseek-v2-lite/tp1",
-)
 
 #: Strategies registered only where they can run: the registry's records with a non-empty
 #: ``needs`` (``flashinfer`` where its package is installed, ``triton`` and ``triton_inplace`` where

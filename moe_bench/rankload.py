@@ -3,7 +3,7 @@
 From each machine's latest results, per model shape x strategy, the whole rank's load as vLLM
 makes it (``bench_allocator``: the default pool at ``max_split_size_mb`` 20): its seconds,
 **measured** on CUDA (``RankLoadTime``) or, elsewhere, **predicted** for the device whose costs
-were recorded last (``moe_convert.load.loadtime``: that device's per-layer seconds and event costs
+were recorded last (``moe_suite.loadtime``: that device's per-layer seconds and event costs
 times the replayed driver calls), or n/a where neither exists; then the replayed driver calls,
 the peak reserved bytes and the layers an OOM left unconverted; one layer's peak transient
 bytes (``PeakMemory``); and whether the same load under
@@ -29,9 +29,9 @@ import pandas as pd
 
 from moe_convert import REGISTRY
 from moe_convert.formats.catalog import shape_from_label
-from moe_convert.load.loadtime import COSTS_FILE, DeviceCosts, predict_load_seconds
 from moe_convert.load.replay import pr45589_replay
 from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
+from moe_suite.loadtime import COSTS_FILE, DeviceCosts, predict_load_seconds
 from moe_suite.metrics import PEAK_BYTES, RANK_LOAD_FIGURES, RANK_LOAD_REPLAY, RANK_LOAD_TIME, TIME
 
 from .document import Block, Cell

@@ -21,7 +21,7 @@ import pandas as pd
 
 from moe_convert.formats.catalog import shape_format
 from moe_convert.formats.records import FORMATS
-from moe_convert.load.loadtime import DeviceCosts, read_costs
+from moe_suite.loadtime import DeviceCosts, read_costs
 from moe_suite.metrics import (
     EXACT,
     FAILING,

@@ -13,8 +13,8 @@ from moe_bench import rankload
 from moe_bench.document import to_markdown
 from moe_bench.plots import write_rank_load_plot
 from moe_bench.results import COLUMNS
-from moe_convert.load.loadtime import DeviceCosts, EventCosts, predict_load_seconds
 from moe_convert.load.replay import pr45589_replay
+from moe_suite.loadtime import DeviceCosts, EventCosts, predict_load_seconds
 from moe_suite.metrics import RANK_LOAD_REPLAY, RANK_LOAD_TIME, TIME
 
 SHAPE = "qwen3-235b-a22b/tp4"

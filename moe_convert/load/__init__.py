@@ -1,2 +1,3 @@
 """A whole rank's load: the CUDA caching-allocator model (``allocator``), the load replayed in it
-(``replay``) or run on CUDA (``wholemodel``), and its seconds predicted (``loadtime``)."""
+(``replay``) or run on CUDA (``wholemodel``), and its seconds predicted (``loadtime``; the
+arithmetic, torch-free, is ``moe_suite.loadtime``'s)."""
