@@ -563,7 +563,10 @@ class _RankLoad(_Grid):
     the device), ``num_device_alloc_failed`` (``cudaMalloc`` calls the full device refused: the
     model's own count) and ``num_alloc_retries`` (full releases of the cache); then the peak
     reserved bytes and the layers an OOM left unconverted (0 when the load fits; the OOM's
-    layer is the rank's layers less those lost). A strategy that brings back per-layer allocator
+    layer is the rank's layers less those lost). Two facts of the load beside them, for
+    ``moe_bench``, which reads results without the library: the rank's MoE layers and the bytes
+    the device lends (the summary predicts the load's seconds over the layers converted and
+    places the sleep-mode peak against that device). A strategy that brings back per-layer allocator
     churn (vLLM #45589's 10.7 s legacy load instead of 2.4 s) shows here even when its peak live
     bytes look fine.
 
@@ -615,6 +618,16 @@ class _RankLoad(_Grid):
         return self.result.layers - self.result.layers_converted
 
     track_layers_lost_to_oom.unit = "layers"
+
+    def track_moe_layers(self, loads: dict, shape: str, kind: str) -> int:
+        return self.result.layers
+
+    track_moe_layers.unit = "layers"
+
+    def track_device_bytes(self, loads: dict, shape: str, kind: str) -> int:
+        return self.result.device_bytes
+
+    track_device_bytes.unit = "bytes"
 
 
 class _RankLoadReplay(_RankLoad):

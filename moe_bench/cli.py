@@ -21,7 +21,8 @@ results folder (default ``results``, asv.conf.json's results_dir; export: ``--co
 commands need one), ``--out PATH`` what the subcommand writes, ``--machine NAME`` an asv machine.
 
 Each subcommand is a ``cmd_NAME(args) -> int`` over the library functions of its module, which
-is imported only when the subcommand runs (``gate`` needs no torch, ``machine`` no pandas). A
+is imported only when the subcommand runs (``summary``, ``gate``, ``compare`` and ``publish``
+need no torch, ``machine`` no pandas). A
 usage error is one line, ``moe-bench NAME: error: MESSAGE``, exit 2 (``argparsing``); so are
 missing or corrupt results, budgets and paired files. ``python -m moe_bench`` is the same command,
 for a checkout on ``PYTHONPATH`` without the console script (scripts/gpu-check).
