@@ -61,8 +61,9 @@ FORMAT_OF = {label: fmt for fmt, labels in FORMAT_SHAPES.items() for label in la
 #: FlashInfer's own helper (``<format>-flashinfer``, a BF16 layer in: registered for FP8
 #: per-tensor where FlashInfer is installed, for NVFP4, MXFP8 and MXINT4 where CUDA is too, never
 #: for MXFP4 and block-FP8; FP8's runs on meta, the others' meta figures are n/a, the reason
-#: given).
-QUANT_KINDS = ("legacy", "preallocated", "inplace", "fast", "flashinfer")
+#: given), then the streaming placement (``<format>-streaming``, issue 38). asv keys a
+#: benchmark's history by its parameter list: a kind is added at the end, never moved.
+QUANT_KINDS = ("legacy", "preallocated", "inplace", "fast", "flashinfer", "streaming")
 #: The shapes the cpu profile times: BF16's all, and per quantized format the one of the
 #: smallest expert (every shape of a format runs the same code; on CPU, time serves the paired
 #: A/B of a change). BF16's 54 cells took 43 s on the shared 2-core machine; the quantized grid

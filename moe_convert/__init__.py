@@ -37,7 +37,7 @@ from .formats.catalog import (
     spec_from_hf_config,
 )
 from .formats.layer import Layer
-from .formats.layout import unconvert
+from .formats.placement import empty_converted, place_expert, restore
 from .formats.records import FORMATS  # imports each format's module, which registers its own
 from .formats.registry import REGISTRY, UNAVAILABLE, Strategy, register, strategies
 from .formats.shape import LayerShape
@@ -56,12 +56,14 @@ __all__ = [
     "Strategy",
     "check_weights",
     "convert",
+    "empty_converted",
     "layer_call",
     "layer_tensors",
     "layer_shape",
+    "place_expert",
     "register",
+    "restore",
     "shape_from_hf_config",
     "spec_from_hf_config",
     "strategies",
-    "unconvert",
 ]

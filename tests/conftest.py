@@ -88,6 +88,7 @@ requires_chromium = requires("chromium")
 
 
 # Imported here, not at the top: TRITON_INTERPRET (above) must be set before moe_convert loads.
+import moe_convert  # noqa: E402
 from moe_convert import LayerShape, layer_shape  # noqa: E402
 
 #: Real models' layers at full size (and a non-gated one), on which tests/test_memory.py and
@@ -99,6 +100,22 @@ FULL_SIZE = [
     layer_shape("mixtral-8x7b", 2),
     LayerShape("relu2", 2, 64, 2048, 1024, 8, gated=False),
 ]
+
+
+@pytest.fixture(scope="session")
+def warm_grids() -> None:
+    """This process has imported what measuring a grid's cell on ``meta`` imports.
+
+    A grid's ``setup_cache`` measures its cells in a worker forked from this process
+    (``benchmarks.isolation``), which inherits its imports: without this, every worker imported
+    torch's dispatch machinery (``torch._dynamo``) on its first cell, and FlashInfer's helpers
+    on a ``-flashinfer`` one, again for each ``setup_cache`` a test calls (11 to 30 s each on
+    this 2-core machine under load). For the tests of modules that import ``benchmarks``."""
+    from benchmarks import formats
+
+    formats._peak("qwen3-30b-a3b/tp2", "strided_copy")
+    if "fp8-flashinfer" in moe_convert.REGISTRY:
+        formats._peak("llama-4-maverick-fp8/tp8", "flashinfer")
 
 
 #: Modules whose tests take the longest, handed out first under pytest-xdist: the engine

@@ -53,6 +53,7 @@ STRATEGY_AXIS = (
     "strided_inplace",
     "sglang",
     "trtllm",
+    "streaming",
     "flashinfer",
     "triton",
     "triton_inplace",
@@ -158,6 +159,7 @@ def _grid_cache(monkeypatch, bench, label: str, strategies: tuple[str, ...]) -> 
     return cache
 
 
+@pytest.mark.usefixtures("warm_grids")  # forks a grid's measuring worker
 def test_sleep_mode_replay_reads_both_figures_from_one_replay_per_cell(monkeypatch):
     # each cell's figures are those of replay_load called as the benchmark always called it
     label, bench = "qwen3-30b-a3b/tp2", bench_allocator.SleepModeReplay()
@@ -178,6 +180,7 @@ def test_sleep_mode_replay_reads_both_figures_from_one_replay_per_cell(monkeypat
         )
 
 
+@pytest.mark.usefixtures("warm_grids")  # forks a grid's measuring worker
 def test_rank_load_replay_reads_every_figure_from_one_replay_per_cell(monkeypatch):
     # the default pool at 20 MiB, the rank's weights plus PR #45589's headroom
     label, bench = "qwen3-30b-a3b/tp2", bench_allocator.RankLoadReplay()
@@ -226,6 +229,7 @@ def test_rank_load_time_is_n_a_without_cuda(monkeypatch):
         bench.setup({}, "qwen3-30b-a3b/tp2", "legacy")
 
 
+@pytest.mark.usefixtures("warm_grids")  # forks a grid's measuring worker
 def test_traffic_reads_its_three_figures_from_one_count_per_cell(monkeypatch):
     label, bench = "qwen3-30b-a3b/tp2", bench_convert.Traffic()
     counts = _grid_cache(monkeypatch, bench, label, ("strided_copy", "legacy"))
@@ -373,6 +377,7 @@ shape = "qwen3-30b-a3b/tp2"
 formats.FORMAT_OF = {shape: "bf16", "llama-4-maverick-fp8/tp8": "fp8"}
 common.STRATEGY_AXIS = ("strided_copy", "inplace")
 formats.REPEATS = 1
+formats._peak(shape, "inplace")  # each grid's forked worker inherits the imports (warm_grids)
 cells = {("shape", "strategy"): (shape, "inplace"), ("shape",): (shape,)}
 ran = []
 for module in (bench_allocator, bench_convert, bench_noise):

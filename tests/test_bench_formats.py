@@ -30,8 +30,11 @@ from benchmarks import (  # noqa: E402
     bench_mxfp8,
     bench_mxint4,
     bench_nvfp4,
+    common,
     formats,
 )
+
+pytestmark = pytest.mark.usefixtures("warm_grids")  # most tests fork a grid's measuring worker
 
 #: Each format's modules: BF16's two, each quantized format's one.
 MODULES = {
@@ -56,9 +59,14 @@ def quant_catalog_shapes() -> list:
     return [shape for shape in catalog_shapes() if shape.format != "bf16"]
 
 
-def narrow(monkeypatch, *labels: str) -> None:
-    """Every grid of the suite measures ``labels`` only."""
+def narrow(monkeypatch, *labels: str, kinds: tuple[str, ...] = ()) -> None:
+    """Every grid of the suite measures ``labels`` only and, given ``kinds``, only those of each
+    format's strategy axis (BF16's strategy names, a quantized format's kinds): the cells a test
+    reads, not every cell of its shapes."""
     monkeypatch.setattr(formats, "FORMAT_OF", {label: formats.FORMAT_OF[label] for label in labels})
+    if kinds:
+        monkeypatch.setattr(common, "STRATEGY_AXIS", kinds)
+        monkeypatch.setattr(formats, "QUANT_KINDS", kinds)
 
 
 def test_every_format_has_a_module_of_every_shape_and_kind():
@@ -137,7 +145,7 @@ def test_the_grid_reads_the_records_peaks_and_traffic(monkeypatch):
     # FlashInfer has no MXFP4 helper of gpt-oss's layout: n/a, saying so
     with pytest.raises(NotImplementedError, match="mxfp4-flashinfer is not registered here"):
         peaks.setup(peak_cache, shape.label, "flashinfer")
-    for kind in formats.QUANT_KINDS[:-1]:
+    for kind in (kind for kind in formats.QUANT_KINDS if kind != "flashinfer"):
         record = REGISTRY[f"mxfp4-{kind}"]
         peaks.setup(peak_cache, shape.label, kind)
         got = peaks.track_peak_transient_bytes(peak_cache, shape.label, kind)
@@ -159,7 +167,7 @@ def test_fp8_helper_is_measured_on_meta_and_one_that_cannot_run_there_is_na(monk
     # others; one that calls CUDA ops (mxint4-flashinfer, ... on a GPU box) cannot: its
     # PeakMemory, Traffic and replay cells are n/a with the reason
     label = "llama-4-maverick-fp8/tp8"
-    narrow(monkeypatch, label)
+    narrow(monkeypatch, label, kinds=("fast", "flashinfer"))
     record = REGISTRY["fp8-flashinfer"]
     shape = layer_shape("llama-4-maverick-fp8", 8)
     peak = bench_fp8.PeakMemory()
@@ -182,7 +190,7 @@ def test_a_library_without_a_format_makes_its_cells_na(monkeypatch):
     import moe_convert
 
     nvfp4, bf16 = "kimi-k2-nvfp4/tp8", "qwen3-30b-a3b/tp2"
-    narrow(monkeypatch, nvfp4, bf16)
+    narrow(monkeypatch, nvfp4, bf16, kinds=("fast", "legacy"))
     # a commit before issue 18 (no FORMATS) or one without NVFP4's record
     monkeypatch.setattr(moe_convert, "FORMATS", {"bf16": moe_convert.FORMATS["bf16"]})
     cache = bench_nvfp4.PeakMemory().setup_cache()
@@ -194,8 +202,6 @@ def test_a_library_without_a_format_makes_its_cells_na(monkeypatch):
 
 
 def test_cuda_memory_is_na_without_cuda(monkeypatch):
-    from benchmarks import common
-
     monkeypatch.setattr(common, "device", lambda: "cpu")
     with pytest.raises(NotImplementedError, match="needs a CUDA device"):
         bench_fp8.CudaMemory().setup("llama-4-maverick-fp8/tp8", "fast")
@@ -237,7 +243,7 @@ def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):
     # One class per device, one setup_cache for the three; every figure read from the cell's
     # rank_load on the class's device: PR #45589's headroom beside the rank's weights, a GB200,
     # an H200.
-    narrow(monkeypatch, "gpt-oss-20b-mxfp4/tp1")
+    narrow(monkeypatch, "gpt-oss-20b-mxfp4/tp1", kinds=("legacy", "fast"))
     shape = layer_shape("gpt-oss-20b-mxfp4", 1)
     devices = {"Replay": shape.model_bytes + PR45589_HEADROOM_BYTES, **LOAD_DEVICES}
     loads = bench_mxfp4.RankLoadReplay().setup_cache()
@@ -258,7 +264,7 @@ def test_a_rank_whose_weights_do_not_fit_a_device_is_na_there(monkeypatch):
     # DeepSeek-V3 TP4's BF16 experts (58 layers, 330 GiB) fit neither a GB200 nor an H200: n/a,
     # with the replay's reason; with PR #45589's headroom beside them they load and convert.
     label = "deepseek-v3/tp4"
-    narrow(monkeypatch, label)
+    narrow(monkeypatch, label, kinds=("strided_copy",))
     loads = bench_allocator.RankLoadReplay().setup_cache()
     for device in ("GB200", "H200"):
         with pytest.raises(NotImplementedError, match="do not fit: device_bytes"):
@@ -273,7 +279,7 @@ def test_a_helper_that_takes_bf16_weights_is_loaded_with_them(monkeypatch):
     # fp8-flashinfer quantizes the BF16 layers the rank loads: PR #45589's device is their bytes
     # and its headroom, not the FP8 checkpoint's.
     label = "llama-4-maverick-fp8/tp8"
-    narrow(monkeypatch, label)
+    narrow(monkeypatch, label, kinds=("flashinfer",))
     shape = layer_shape("llama-4-maverick-fp8", 8)
     loaded = dataclasses.replace(shape, format="bf16").model_bytes
     assert formats._loaded_bytes(label, "flashinfer") == loaded > shape.model_bytes
@@ -330,8 +336,6 @@ def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interle
 def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cell(monkeypatch):
     # The cpu profile times CPU_PROFILE_SHAPES with CPU_PROFILE_EXPERTS experts; every other
     # shape is n/a, saying why; the three figures read one timing.time_layer each.
-    from benchmarks import common
-
     monkeypatch.setattr(common, "profile", lambda: "cpu")
     monkeypatch.setattr(common, "CPU_PROFILE_EXPERTS", 1)
     monkeypatch.setattr(formats, "REPEATS", 3)
@@ -343,7 +347,7 @@ def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cel
     full = layer_shape("gpt-oss-20b-mxfp4", 1)
     with pytest.raises(NotImplementedError, match="mxfp4-flashinfer is not registered here"):
         bench.setup(timings, timed, "flashinfer")  # no FlashInfer helper of gpt-oss's layout
-    for kind in formats.QUANT_KINDS[:-1]:
+    for kind in (kind for kind in formats.QUANT_KINDS if kind != "flashinfer"):
         bench.setup(timings, timed, kind)
         measured = timings[timed, kind]
         assert measured.strategy == f"mxfp4-{kind}" and measured.shape.experts == 1

@@ -41,6 +41,10 @@ BAD = [
         ["verify", "--model", "qwen3-30b-a3b", "--tp", "8"],
         ["qwen3-30b-a3b/tp8", "bytes per row (192)", "valid TPs: 1, 2, 3, 4, 6, 12"],
     ),
+    (
+        ["measure", "--model", "kimi-k2-thinking-mxint4", "--tp", "16", "--device", "meta"],
+        ["kimi-k2-thinking-mxint4/tp16", "I per rank = 128", "K must be divisible by blockK"],
+    ),
     (["replay", "--model", "qwen3-30b-a3b", "--tp", "24", "--device-gib", "80"], ["tp 24"]),
     (
         ["measure", "--experts", "4", "--hidden", "4096", "--intermediate", "384", "--tp", "4"],

@@ -42,7 +42,8 @@ def test_verify_holds_every_strategy_of_a_format_to_its_upstream_path(model, cap
     out = capsys.readouterr().out
     fmt = CATALOG[model].format
     assert f"against {fmt}-legacy" in out and out.endswith("all byte-identical\n")
-    assert out.count(" w13 ok  w2 ok  w13_scale ok  w2_scale ok") == 4
+    # -legacy, -preallocated, -inplace, -fast, -streaming
+    assert out.count(" w13 ok  w2 ok  w13_scale ok  w2_scale ok") == 5
 
 
 def test_replay_takes_a_quantized_layer(capsys):

@@ -402,17 +402,16 @@ def prepare_fp8_moe_layer_for_fi(
 
 @requires_flashinfer
 def test_quantized_adapters_share_the_mechanism(fake_vllm, capsys):
-    """FP8 and block-FP8 run vLLM's function on CPU and give their -legacy bytes; MXFP8's and
-    NVFP4's need CUDA (or their file): never registered where they cannot run, the reason said."""
+    """FP8, block-FP8 and MXFP8 run vLLM's function on CPU (MXFP8's CUDA-only interleave stood
+    in for) and give their -legacy bytes; NVFP4's and MXINT4's need their file: never registered
+    where they cannot run, the reason said."""
     fake_vllm("0.33.0", PREPARE_FP8)
     engines = {engine.format: engine for engine in PREPARATIONS}
-    for fmt in ("fp8", "fp8block"):
+    for fmt in ("fp8", "fp8block", "mxfp8"):
         assert f"{fmt}-vllm" in strategies(fmt) and registered_form(engines[fmt]) is not None
         check = check_engine(engines[fmt])
         assert check.identical, check.detail
         assert "gated=False: w13 ok, w2 ok" in check.detail and f"{fmt}-legacy" in check.detail
-    if not torch.cuda.is_available():
-        assert "needs CUDA" in UNCALLABLE["mxfp8-vllm"] and "mxfp8-vllm" not in REGISTRY
     for fmt, module in (("nvfp4", "flashinfer_fp4_moe"), ("mxint4", "flashinfer_mxint4_moe")):
         assert f"{fmt}-vllm" not in REGISTRY and module in UNCALLABLE[f"{fmt}-vllm"]
     assert "fake vllm logs" not in capsys.readouterr().out
@@ -445,3 +444,58 @@ def test_fp8_adapter_of_vllm_0_16_converts_gated_layers_only(fake_vllm):
     layer = layer_tensors(shape, "cpu")
     with pytest.raises(NotImplementedError, match="converts gated layers only"):
         convert(layer, strategy="fp8-vllm", gated=False)
+
+
+# vLLM 0.34.0's per-tensor rotation: the w1/w3 swap's copy first (gated), then the result copied
+# back into the weights the rotation is given (``gemm{1,2}_weights.copy_(torch.stack(...))``).
+PREPARE_FP8_COPIED_BACK = (
+    PREPARE_FP8.replace(
+        "    given = Layer(w13, w2) if fmt",
+        """    if fmt == "fp8":
+        if layer.moe_config.is_act_and_mul:
+            w13 = swap_w13_to_w31(w13)
+        rotate_weights_for_fi_trtllm_fp8_per_tensor_moe(w13, w2, layer.activation.is_gated)
+        return w13, w2, w13_scale, w2_scale
+    given = Layer(w13, w2) if fmt""",
+    )
+    + """
+
+def rotate_weights_for_fi_trtllm_fp8_per_tensor_moe(gemm1_weights, gemm2_weights, is_gated):
+    checkpoint = swap_w13_to_w31(gemm1_weights) if is_gated else gemm1_weights  # [w1; w3]
+    out = REGISTRY["fp8-legacy"].function(Layer(checkpoint, gemm2_weights.clone()), is_gated)
+    gemm1_weights.copy_(out.w13)
+    gemm2_weights.copy_(out.w2)
+"""
+)
+
+
+@requires_flashinfer
+def test_fp8_adapter_of_vllm_0_34_reads_the_copy_back_as_in_place(fake_vllm):
+    """0.34.0's rotation copies its result back: told by the rotation's own body (``copy_``),
+    registered in place, its result in w2's input storage and (not gated) w13's."""
+    fake_vllm("0.34.0", PREPARE_FP8_COPIED_BACK)
+    fp8 = next(engine for engine in PREPARATIONS if engine.format == "fp8")
+    form = registered_form(fp8)
+    assert form.releases == "0.34.0" and form.inplace and REGISTRY["fp8-vllm"].inplace
+    assert "copied back" in REGISTRY["fp8-vllm"].origin
+    check = check_engine(fp8)
+    assert check.identical, check.detail
+    for gated in (True, False):
+        layer = layer_tensors(LayerShape("small", 1, 2, 64, 128, 1, gated, "fp8"), "cpu")
+        got = convert(layer, strategy="fp8-vllm", gated=gated)
+        assert got.w2.data_ptr() == layer.w2.data_ptr()
+        assert (got.w13.data_ptr() == layer.w13.data_ptr()) == (not gated)  # gated: the swap's
+
+
+def test_fp8_forms_are_told_apart_by_the_rotations_body():
+    fp8 = next(engine for engine in PREPARATIONS if engine.format == "fp8")
+    parameters = ("layer", "w13", "w2", "w13_scale", "w13_input_scale", "w2_scale",
+                  "w2_input_scale", "is_trtllm")  # fmt: skip
+    rotate = "rotate_weights_for_fi_trtllm_fp8_per_tensor_moe"
+    bodies = {
+        "0.17.0 to 0.33.0": FunctionCode(("gemm1_weights",), {"stack": 1, "shuffle_matrix_a": 2}),
+        "0.34.0": FunctionCode(("gemm1_weights",), {"stack": 1, "copy_": 1}),
+    }
+    for releases, body in bodies.items():
+        code = FunctionCode(parameters, {rotate: 3}, {rotate: body})
+        assert [form.releases for form in fp8.forms if form.matches(code)] == [releases]

@@ -1,5 +1,5 @@
 """Row indices against FlashInfer's own, the strided views against index + block layout, the
-inverses, the index caches, and ``unconvert`` after every strategy."""
+inverses and the index caches (every strategy's inverse: tests/test_placement.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import pytest
 import torch
 from conftest import requires_flashinfer
 
-from moe_convert import Layer, convert, strategies, unconvert
-from moe_convert.formats.bf16.inputs import random_weights
 from moe_convert.formats.layout import (
     block_layout_copies,
     block_layout_shape,
@@ -184,19 +182,3 @@ def test_block_layout_copies_only_when_there_are_several_k_blocks():
     blocks = to_block_layout(several)
     assert blocks.data_ptr() != several.data_ptr()
     assert from_block_layout(blocks).data_ptr() != blocks.data_ptr()
-
-
-@pytest.mark.parametrize("gated", [True, False], ids=["gated", "not-gated"])
-@pytest.mark.parametrize("name", sorted(strategies("bf16")))
-def test_unconvert_inverts_every_strategy(name, gated):
-    experts, inter, hidden = 3, 128, 384
-    w13_shape = (experts, 2 * inter if gated else inter, hidden)
-    w13, w2 = random_weights(w13_shape, (experts, hidden, inter), seed=5)
-    out13, out2 = convert(Layer(w13.clone(), w2.clone()), strategy=name, gated=gated).values()
-    back13, back2 = unconvert(out13, out2, gated=gated)
-    assert back13.dtype == back2.dtype == torch.bfloat16
-    assert torch.equal(back13.view(torch.uint8), w13.view(torch.uint8))
-    assert torch.equal(back2.view(torch.uint8), w2.view(torch.uint8))
-    # copies, never views of the converted weights
-    assert back13.untyped_storage().data_ptr() != out13.untyped_storage().data_ptr()
-    assert back2.untyped_storage().data_ptr() != out2.untyped_storage().data_ptr()

@@ -212,7 +212,7 @@ BAD = {
         ),
         True,
         ValueError,
-        ["w2", "(2, 256, 16)", "64 bytes per row", "BlockMajorK", "multiple of 256"],
+        ["w2", "(2, 256, 16)", "64 bytes per row", "blockK", "multiples of 256"],
     ),
     "mxint4-not-gated": (
         "mxint4",
@@ -245,14 +245,14 @@ def test_bad_input_is_one_line_before_any_byte_is_written(case):
 # vLLM 0.33.0's padding of I per rank, (gated, not gated): flashinfer_fp4_moe.py (NVFP4: "64 if
 # is_gated else 128"), flashinfer_utils.py (FP8 per-tensor: "16 if is_gated else 128"; MXFP8:
 # 128), oracle/fp8.py (block-FP8: whole 128-row blocks); MXFP4 and MXINT4 exist only gated
-# (MXINT4's 256 is FlashInfer's: vLLM pads nothing there).
+# (MXINT4: vLLM pads nothing, FlashInfer asserts whole 128-byte rows: Format.weight_row_align).
 VLLM_INTERMEDIATE_ALIGN = {
     "nvfp4": (64, 128),
     "fp8": (16, 128),
     "mxfp8": (128, 128),
     "fp8block": (128, 128),
     "mxfp4": (128, None),
-    "mxint4": (256, None),
+    "mxint4": (1, None),
 }
 
 

@@ -10,6 +10,7 @@ from conftest import requires_flashinfer
 
 from moe_convert import FORMATS, REGISTRY, Layer, LayerShape, convert
 from moe_convert.formats.layout import swap_w13_to_w31
+from moe_convert.formats.registry import result_in_input
 from moe_convert.formats.rows import row_index
 from moe_convert.formats.swizzle import block_scale_interleave
 from moe_convert.formats.table import random_layer
@@ -86,19 +87,25 @@ def assert_same_bytes(got: Layer, want: Layer) -> None:
         assert torch.equal(other.view(torch.uint8), tensor.view(torch.uint8)), name
 
 
-def test_every_format_has_the_four_kinds():
+def test_every_format_has_the_five_kinds():
     for fmt in SHAPES:
         kinds = {name.split("-", 1)[1] for name, r in QUANT_STRATEGIES.items() if r.format == fmt}
         # "vllm": vLLM's own function, where installed (moe_convert.formats.preparations);
         # "flashinfer": FlashInfer's helper, a BF16 layer in (tests/test_flashinfer_prepare.py)
-        assert kinds - {"vllm", "flashinfer"} == {"legacy", "preallocated", "inplace", "fast"}
+        assert kinds - {"vllm", "flashinfer"} == {
+            "legacy", "preallocated", "inplace", "fast", "streaming"
+        }  # fmt: skip
 
 
 @pytest.mark.parametrize("shape", CASES, ids=case_id)
 def test_every_strategy_gives_the_legacy_bytes(shape):
     layer = random_layer(shape, "cpu")
     want = convert(copy_of(layer), strategy=f"{shape.format}-legacy", gated=shape.gated)
-    aligned = shape.intermediate % FORMATS[shape.format].intermediate_alignment(shape.gated) == 0
+    fmt = FORMATS[shape.format]
+    aligned = (
+        shape.intermediate % fmt.intermediate_alignment(shape.gated) == 0
+        and shape.hidden % fmt.hidden_align == 0  # MXFP8: vLLM pads H to 256 too
+    )
     for name, record in QUANT_STRATEGIES.items():
         if record.format != shape.format or record.takes != shape.format:
             continue  # FlashInfer's helpers take a BF16 layer: tests/test_flashinfer_prepare.py
@@ -107,11 +114,14 @@ def test_every_strategy_gives_the_legacy_bytes(shape):
         given = copy_of(layer)
         got = convert(given, strategy=name, gated=shape.gated)
         assert_same_bytes(got, want)
+        assert result_in_input(given, got) == record.inplace
         # An installed vLLM's function (formats/preparations.py) leaves its input as its
-        # transcription does.
-        name = name.replace("-vllm", "-legacy")
+        # transcription does; in place (vLLM 0.34.0's FP8 per-tensor copy-back), w2 in its own
+        # storage, and w13 unless gated (then the w1/w3 swap's copy).
+        adapter, name = name.endswith("-vllm"), name.replace("-vllm", "-legacy")
         if record.inplace:  # weights and scales in their own storage
-            for field in ("w13", "w2", "w13_scale", "w2_scale"):
+            fields = ("w2",) if adapter else ("w13", "w2", "w13_scale", "w2_scale")
+            for field in fields:
                 if getattr(given, field) is not None:
                     assert getattr(got, field).data_ptr() == getattr(given, field).data_ptr()
         elif name in REORDER_IN_PLACE and shape.gated:  # vLLM's reorder, in place on the input

@@ -34,6 +34,7 @@ from moe_convert.formats.registry import (
     update_markdown,
 )
 from moe_convert.formulas import LEGEND, sizes
+from moe_convert.load.refit import documented_reload_safety, documented_reversibility
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY_DOC = ROOT / "docs" / "library.md"
@@ -58,19 +59,21 @@ def test_every_strategy_states_its_facts(name):
 
 def test_the_docs_table_is_the_registry_s():
     text = LIBRARY_DOC.read_text()
-    assert update_markdown(text) == text, (
+    assert update_markdown(text, documented_reload_safety, documented_reversibility) == text, (
         "docs/library.md's strategies table is stale: run "
         "`python -m moe_convert strategies --update docs/library.md`"
     )
 
 
 def test_the_table_lists_every_strategy_with_its_formulas():
-    table = strategies_markdown()
+    table = strategies_markdown(documented_reload_safety, documented_reversibility)
     for record in [*strategies("bf16").values(), *strategies("bf16", available=False).values()]:
         row = next(line for line in table.splitlines() if line.startswith(f"| `{record.name}` |"))
         assert f"`{record.peak.gated}`" in row and record.result in row
     assert (
-        "| `legacy` | vLLM before PR #45589 (0.16.0 to 0.23.0) | - | new tensors | `3 T13 + 2 T2`; "
+        "| `legacy` | vLLM before PR #45589 (0.16.0 to 0.23.0) | - | new tensors | "
+        "not reload-safe: direct: w13, w2 in new storage (E2 H64 I64) | reversible in place "
+        "| `3 T13 + 2 T2`; "
         "not gated " in table
     )
 
@@ -84,7 +87,10 @@ def test_update_command_rewrites_only_the_table(tmp_path, capsys):
         text.startswith(f"# Title\n\n{MARKDOWN_BEGIN}\nLegend: E experts")
         and "old table" not in text
     )
-    assert text.endswith(f"{MARKDOWN_END}\n\nAfter.\n") and update_markdown(text) == text
+    assert (
+        text.endswith(f"{MARKDOWN_END}\n\nAfter.\n")
+        and update_markdown(text, documented_reload_safety, documented_reversibility) == text
+    )
     assert "updated" in capsys.readouterr().out
 
 

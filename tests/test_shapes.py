@@ -157,6 +157,20 @@ def test_valid_tp_sizes_are_those_that_convert(model, tp_sizes, kernel):
     assert "multiple of 64" in spec.shape(2 * tp_sizes[-1]).conversion_error
 
 
+@pytest.mark.parametrize("tp, inter", [(16, 128), (32, 64)])
+def test_mxint4_shape_vllm_refuses_is_not_padded_and_says_why(tp, inter):
+    """vLLM pads nothing on its MXINT4 path and FlashInfer asserts whole 128-byte blocks a row:
+    Kimi-K2-Thinking at TP16 and TP32 is refused there, with that reason, not padded to 256."""
+    spec = CATALOG["kimi-k2-thinking-mxint4"]
+    shape = spec.shape(tp)
+    assert (shape.hidden, shape.intermediate) == (7168, inter)
+    error = shape.conversion_error
+    assert f"I per rank = {inter} is {inter // 2} bytes per row" in error
+    assert '"K must be divisible by blockK"' in error and "multiples of 256" in error
+    assert "pad" not in error.split("Fix:")[1]  # vLLM pads nothing: no padding to suggest
+    assert spec.valid_tp_sizes == (1, 2, 4, 8) and set(spec.tp_sizes) <= {1, 2, 4, 8}
+
+
 def test_shape_from_label_is_the_inverse_of_label():
     for shape in catalog_shapes():
         assert shape_from_label(shape.label) == shape

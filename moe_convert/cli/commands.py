@@ -30,7 +30,12 @@ from ..formats.catalog import catalog_shapes
 from ..formats.engines import check_engine, registered_form
 from ..formats.preparations import PREPARATIONS
 from ..formats.records import FORMATS
-from ..formats.registry import strategies, strategies_markdown, update_markdown
+from ..formats.registry import (
+    result_in_input,
+    strategies,
+    strategies_markdown,
+    update_markdown,
+)
 from ..formats.shape import LayerShape
 from ..formats.table import (
     convert,
@@ -40,6 +45,12 @@ from ..formats.table import (
     strategy_record,
 )
 from ..load.allocator import POOLS, MiB
+from ..load.refit import (
+    documented_reload_safety,
+    documented_reversibility,
+    reload_safety,
+    reversibility,
+)
 from ..load.replay import WeightsDoNotFit, replay_load
 from ..load.wholemodel import DEVICE_EVENTS, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 from ..measuring.memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
@@ -95,14 +106,14 @@ def cmd_strategies(args: argparse.Namespace) -> int:
         path = Path(args.update)
         try:
             text = path.read_text()
-            updated = update_markdown(text)
+            updated = update_markdown(text, documented_reload_safety, documented_reversibility)
         except (OSError, ValueError) as error:
             raise UsageError(f"argument --update: {path}: {error}") from None
         if updated != text:
             path.write_text(updated)
         print(f"{path}: strategies table {'updated' if updated != text else 'already up to date'}")
     elif args.markdown:
-        print(strategies_markdown(), end="")
+        print(strategies_markdown(documented_reload_safety, documented_reversibility), end="")
     else:
         for fmt in FORMATS.values():
             here = strategies(fmt.name)
@@ -111,6 +122,8 @@ def cmd_strategies(args: argparse.Namespace) -> int:
                 needs = "" if record.name in here else f"  (not here: needs {record.needs})"
                 result = "views of the input" if record.inplace else "new tensors"
                 print(f"{record.name:<22} {fmt.name:<8} {result:<19} {record.origin}{needs}")
+                print(f"    {'reload':<15} {reload_safety(record.name)}")
+                print(f"    {'inverse':<15} {reversibility(record.name)}")
                 for label, formula in (
                     ("peak transient", record.peak),
                     ("traffic", record.traffic),
@@ -152,7 +165,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             }
             # in place: the weights come back in the input's storage (a quantized layer's
             # biases come back float32, in new tensors)
-            aliased = all(got[key].data_ptr() == given[key].data_ptr() for key in ("w13", "w2"))
+            aliased = result_in_input(given, got)
             alias_ok = aliased == strategy_record(shape, name).inplace
             ok = all(same.values()) and alias_ok
             failed += not ok
@@ -464,7 +477,8 @@ def build_parser() -> Parser:
         sub,
         "strategies",
         cmd_strategies,
-        "every strategy: in place or not, origin, peak/traffic/launch formulas",
+        "every strategy: in place or not, origin, reload safety, reversible in place, "
+        "peak/traffic/launch formulas",
     )
     p.add_argument(
         "--markdown", action="store_true", help="print the legend and table of docs/library.md"

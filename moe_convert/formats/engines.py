@@ -33,7 +33,7 @@ import importlib.metadata
 import importlib.util
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from ..formulas import Formula
 from .bf16.reference import AVAILABLE as FLASHINFER_AVAILABLE
 from .layer import Layer
 from .records import format_record
-from .registry import REGISTRY, register
+from .registry import REGISTRY, register, result_in_input
 from .shape import LayerShape
 from .table import convert, layer_tensors, reference_conversion
 
@@ -76,6 +76,9 @@ class FunctionCode:
     # Each name called in its body (nested functions included: ``copy_``) -> the most arguments
     # one of those calls passes.
     calls: dict[str, int]
+    # The same, read, of each function of its module that its body calls (one level down):
+    # what a form told by a helper's body reads (vLLM 0.34.0's FP8 per-tensor rotation).
+    helpers: dict[str, FunctionCode] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,6 @@ class Engine:
     # The forms its function has had, oldest first, told by its code (``Form.matches``); none:
     # the adapter is registered where the engine is installed, without reading its code.
     forms: tuple[Form, ...] = ()
-    cuda_only: str = ""  # why its function runs on CUDA only ("": it runs anywhere)
 
     @property
     def installed(self) -> bool:
@@ -170,19 +172,24 @@ def read_function(engine: Engine) -> FunctionCode | str:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     except (OSError, SyntaxError) as error:
         return f"{engine.distribution} {engine.version}: cannot read {engine.module}: {error}"
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == engine.function:
-            arguments = node.args
-            names = [
-                a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)
-            ]
-            calls: dict[str, int] = {}
-            for call in ast.walk(node):
-                if isinstance(call, ast.Call) and isinstance(call.func, (ast.Attribute, ast.Name)):
-                    name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
-                    calls[name] = max(calls.get(name, 0), len(call.args) + len(call.keywords))
-            return FunctionCode(tuple(names), calls)
-    return f"{engine.distribution} {engine.version} has no {engine.function} in {engine.module}"
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    if engine.function not in functions:
+        return f"{engine.distribution} {engine.version} has no {engine.function} in {engine.module}"
+    code = _function_code(functions[engine.function])
+    helpers = {name: _function_code(functions[name]) for name in code.calls if name in functions}
+    return FunctionCode(code.parameters, code.calls, helpers)
+
+
+def _function_code(node: ast.FunctionDef) -> FunctionCode:
+    """A function's parameters and the calls in its body (``FunctionCode``, no helpers)."""
+    arguments = node.args
+    names = [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
+    calls: dict[str, int] = {}
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call) and isinstance(call.func, (ast.Attribute, ast.Name)):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
+            calls[name] = max(calls.get(name, 0), len(call.args) + len(call.keywords))
+    return FunctionCode(tuple(names), calls)
 
 
 def engine_form(engine: Engine) -> Form | str:
@@ -225,8 +232,6 @@ def register_engine(engine: Engine, adapter: Callable, *, needs: str) -> Form | 
     tests after they install a fake engine. Returns the form.
     """
     form = engine_form(engine) if engine.installed else None
-    if isinstance(form, Form) and engine.cuda_only and not torch.cuda.is_available():
-        form = f"needs CUDA: {engine.cuda_only}"
     found = form if isinstance(form, Form) else None
     _FORMS.pop(engine.strategy, None)
     UNCALLABLE.pop(engine.strategy, None)
@@ -311,8 +316,8 @@ def _case(engine: Engine, gated: bool, device: torch.device | str) -> tuple[str,
     want = reference_of(layer)
     given = Layer(**{name: tensor.clone() for name, tensor in layer.items()})
     got = convert(given, strategy=engine.strategy, gated=gated)
-    aliased = all(got[name].data_ptr() == given[name].data_ptr() for name in ("w13", "w2"))
-    return reference, [(name, got[name], tensor) for name, tensor in want.items()], aliased
+    pairs = [(name, got[name], tensor) for name, tensor in want.items()]
+    return reference, pairs, result_in_input(given, got)
 
 
 def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> EngineCheck:
@@ -320,9 +325,10 @@ def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> Engin
     FlashInfer's helpers (BF16) or the format's ``-legacy`` transcription (quantized).
 
     Gated and non-gated, ``CHECK_*`` sizes, on clones of the same random tensors as the
-    reference; the result must also alias the input exactly when the adapter is registered in
-    place. ``identical`` is ``None`` where the engine is not installed or its function cannot
-    run here (a CUDA-only path on CPU, an absent function: ``detail`` says which), and
+    reference; the result must also be written into the input's storage
+    (``registry.result_in_input``) exactly when the adapter is registered in place.
+    ``identical`` is ``None`` where the engine is not installed or its function cannot be
+    called (absent, a signature of no known form: ``detail`` says which), and
     ``False`` where it is installed but disagrees, cannot run (flashinfer-python missing: the
     engines import it) or raises (the error is in ``detail``): an installed engine is never
     skipped. A gated-only form is checked gated.

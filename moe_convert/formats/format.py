@@ -81,6 +81,9 @@ class Format:
     # in BlockMajorK by whole 128-byte blocks of a row (MXINT4; block-FP8's scale blocks
     # already imply it).
     weight_row_align: int = 1
+    # Why, where the engine refuses a row off those blocks rather than pad it (MXINT4: vLLM
+    # pads nothing, FlashInfer asserts): the check's message gives it instead of a padding.
+    weight_row_rule: str = ""
     # A gated w13's rows as the checkpoint holds them: ``[w1; w3]`` halves (every format but
     # one), or gpt-oss's interleaved pairs ``[w1_0, w3_0, w1_1, ...]`` (MXFP4's checkpoint).
     interleaved_w13: bool = False
@@ -89,6 +92,22 @@ class Format:
     # flagged (``LayerShape.invalid_reason``). 1: the catalog pads every shape first.
     kernel_align: int = 1
     kernel_rule: str = ""
+    # What the conversion does per tensor beyond the row order (``placement.moves`` derives
+    # every tensor's move from these and the fields above; the streaming strategy and the
+    # in-place inverse both follow it):
+    # the weights come out in BlockMajorK, ``[E, K/128, M, 128]`` bytes (BF16, block-FP8, MXINT4);
+    block_major_k: bool = False
+    # the converted weights' dtype where it is not ``weight_dtype`` (MXINT4's int32 -> uint8);
+    converted_weight_dtype: torch.dtype | None = None
+    # a byte every weight byte is XOR-ed with (MXINT4's uint4b8 -> int4, ``0x88``; 0: none);
+    sign_flip: int = 0
+    # rows shuffled together: 32 (``epilogue_tile_m`` 128), 16 (block-FP8's tile of 64);
+    shuffle_block: int = 32
+    # the swizzled scales kept flat per expert, ``[E, M K]`` (MXINT4), not ``[E, M, K]``;
+    flat_scales: bool = False
+    # the least value the scales are clamped up to (block-FP8's 1e-10; None: not clamped). A
+    # clamp is not invertible: the inverse leaves such scales as the conversion made them.
+    scale_min: float | None = None
 
     def intermediate_alignment(self, gated: bool) -> int:
         """What vLLM pads I per rank up to a multiple of, for a gated layer or not."""

@@ -47,6 +47,9 @@ FP8BLOCK = Format(
     scale_block=128,
     scale_block_rows=128,
     intermediate_align=128,
+    block_major_k=True,
+    shuffle_block=SHUFFLE_BLOCK_TILE64,
+    scale_min=MIN_BLOCK_SCALE,
 )
 
 

@@ -159,14 +159,18 @@ def check_layer(layer: Layer, fmt: Format, gated: bool) -> None:
             tensor = getattr(layer, name)
             row_bytes = tensor.shape[2] * tensor.element_size()
             if row_bytes % fmt.weight_row_align:
+                elements = tensor.shape[2] * fmt.elements_per_item
+                size = "H" if name == "w13" else "I per rank"
+                multiple = fmt.weight_row_align * fmt.elements_per_item // tensor.element_size()
                 fail(
                     ValueError,
                     name,
                     tensor,
-                    f"{row_bytes} bytes per row, not whole {fmt.weight_row_align}-byte blocks "
-                    "(BlockMajorK)",
-                    f"pad the hidden / intermediate size to a multiple of "
-                    f"{fmt.weight_row_align * fmt.elements_per_item // fmt.weight_dtype.itemsize}",
+                    f"{size} = {elements} is {row_bytes} bytes per row, not whole "
+                    f"{fmt.weight_row_align}-byte blocks (BlockMajorK)"
+                    + (f": {fmt.weight_row_rule}" if fmt.weight_row_rule else ""),
+                    f"H and I per rank must be multiples of {multiple}"
+                    + ("" if fmt.weight_row_rule else ": pad them"),
                 )
     for name in ("w13", "w2"):
         rows = getattr(layer, name).shape[1]

@@ -38,7 +38,6 @@ __all__ = [
     "block_layout_view",
     "block_layout_copies",
     "swap_w13_to_w31",
-    "unconvert",
 ]
 
 # Bytes per K block of BlockMajorK; fixed by the kernel.
@@ -205,24 +204,3 @@ def block_layout_copies(
     halves = rows_u8.view(*lead, 2, rows // 2, row_bytes)
     dst = blocks_u8.view(*lead, nblocks, rows // SHUFFLE_BLOCK, 2, 2, 8, BLOCK_K)
     return [(dst.select(-3, a0), _shuffled_source(halves.select(-3, 1 - a0), 2)) for a0 in (0, 1)]
-
-
-def unconvert(
-    w13_out: torch.Tensor, w2_out: torch.Tensor, *, gated: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Turn converted weights back into checkpoint layout: the inverse of every strategy.
-
-    ``w13_out`` bf16 ``[E, nb13, M13, 64]`` and ``w2_out`` bf16 ``[E, nb2, M2, 64]`` (any
-    strategy's output) become new contiguous bf16 ``w13 [E, 2I, H]`` (``[E, I, H]`` when not
-    gated) and ``w2 [E, H, I]`` in the checkpoint's ``[w1; w3]`` order. Copies, never views.
-    """
-
-    def rows(blocks: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        rows_u8 = from_block_layout(blocks.view(torch.uint8))
-        restored = torch.empty_like(rows_u8)
-        restored[:, index] = rows_u8  # rows_out[r] = rows_in[P[r]]  =>  rows_in[P[r]] = rows_out[r]
-        return restored.view(torch.bfloat16)
-
-    m13, m2 = w13_out.shape[2], w2_out.shape[2]
-    device = w13_out.device
-    return rows(w13_out, w13_row_index(m13, gated, device)), rows(w2_out, w2_row_index(m2, device))

@@ -37,10 +37,13 @@ from .swizzle import COLS_PER_TILE, ROWS_PER_TILE, block_scale_interleave
 
 __all__ = ["MXINT4", "mxint4_fast", "mxint4_inplace", "mxint4_legacy", "mxint4_preallocated"]
 
+# vLLM's uint4b8 -> int4 on both nibbles of a byte: (n - 8) & 0xF == n ^ 8.
+SIGN_FLIP = 0x88
+
 # Compressed-tensors' int32 words of eight uint4b8 nibbles, bf16 scales per 32 elements.
-# vLLM 0.33.0 pads nothing on its path; FlashInfer's convert_to_block_layout(block_k=128) needs
-# H/2 and I/2 bytes in whole 128-byte blocks (prepare_trtllm_mxint4_weights: H and I % 256),
-# gated only.
+# vLLM 0.33.0 and 0.34.0 pad nothing on its path (no alignment here: the catalog gives the
+# model's own sizes); FlashInfer's convert_to_block_layout(block_k=128) needs H/2 and I/2 bytes
+# in whole 128-byte blocks (prepare_trtllm_mxint4_weights: H and I % 256), gated only.
 MXINT4 = Format(
     name="mxint4",
     title="MXINT4",
@@ -52,13 +55,14 @@ MXINT4 = Format(
     scale_block=32,
     relaid_scale_dtype=torch.bfloat16,
     gated_only=True,
-    hidden_align=256,
-    intermediate_align=256,
     weight_row_align=128,
+    weight_row_rule="vLLM's MXINT4 preparation pads nothing, and FlashInfer's "
+    'convert_to_block_layout(block_k=128) asserts "K must be divisible by blockK"',
+    block_major_k=True,
+    converted_weight_dtype=torch.uint8,
+    sign_flip=SIGN_FLIP,
+    flat_scales=True,
 )
-
-# vLLM's uint4b8 -> int4 on both nibbles of a byte: (n - 8) & 0xF == n ^ 8.
-SIGN_FLIP = 0x88
 
 
 def _convert_packed_uint4b8_to_signed_int4_inplace(t: torch.Tensor) -> torch.Tensor:

@@ -18,11 +18,11 @@ does (named on it), never a transcription; its result must be byte-identical to 
   called by ``fused_moe/oracle/int_wna16.py``; ``mxint4-vllm``).
 
 MXFP8's, NVFP4's and MXINT4's paths call FlashInfer's CUDA scale interleave (MXINT4's sign step
-also asserts CUDA tensors): registered only where CUDA is available (``UNCALLABLE`` says so
-elsewhere). Their figures are not stated (``None``):
-vLLM builds FlashInfer's row indices per call, which the transcriptions cache; ``measure``
-gives them. MXFP4's ``convert_to_mxfp4_moe_kernel_format`` (``fused_moe/oracle/mxfp4.py``)
-takes vLLM's layer and backend objects: not adapted yet.
+also asserts CUDA tensors): off CUDA, ``standins.cpu_steps`` puts upstream torch definitions in
+their place for the call, allocating on ``meta`` what the CUDA steps allocate. Their figures
+are not stated (``None``): vLLM builds FlashInfer's row indices per call, which the
+transcriptions cache; ``measure`` gives them. MXFP4's ``convert_to_mxfp4_moe_kernel_format``
+(``fused_moe/oracle/mxfp4.py``) takes vLLM's layer and backend objects: not adapted yet.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from .engines import (
 )
 from .engines import same_storage as _same_storage
 from .layer import Layer
+from .standins import cpu_steps
 
 __all__ = ["PREPARATIONS", "register_preparations"]
 
@@ -69,20 +70,27 @@ _NVFP4_PARAMETERS = (
 )
 
 
-def _fp8_form(fmt: str, branch: str, releases: str, arguments: int = 0, gated_only="") -> Form:
+def _fp8_form(
+    fmt: str, branch: str, releases: str, arguments: int = 0, gated_only="", copies_back=False
+) -> Form:
     """``prepare_fp8_moe_layer_for_fi`` with the branch (a call in its body) for ``fmt``, called
-    with ``arguments`` arguments where given; ``releases``: those read that have it
-    (docs/engines.md: every sdist from 0.16.0 read)."""
+    with ``arguments`` arguments where given, the branch's body calling ``copy_`` exactly when
+    ``copies_back`` (its result copied into the weights it is given: in place); ``releases``:
+    those read that have it (docs/engines.md: every sdist from 0.16.0 read)."""
 
     def matches(code: FunctionCode) -> bool:
         called = code.calls.get(branch)
         called_so = called is not None and arguments in (0, called)
-        return code.parameters == _FP8_PARAMETERS and called_so
+        helper = code.helpers.get(branch)
+        copies = helper is not None and "copy_" in helper.calls
+        return code.parameters == _FP8_PARAMETERS and called_so and copies == copies_back
 
-    name = f"prepare_fp8_moe_layer_for_fi, {branch}"
+    name = f"prepare_fp8_moe_layer_for_fi, {branch}" + (" copied back" if copies_back else "")
+    contract = _COPIED_BACK if copies_back else _CONTRACT
     return Form(
-        name, releases, f"{fmt}-legacy", False, matches, gated_only=gated_only, contract=_CONTRACT
-    )
+        name, releases, f"{fmt}-legacy", copies_back, matches, gated_only=gated_only,
+        contract=contract,
+    )  # fmt: skip
 
 
 _ROTATE = "rotate_weights_for_fi_trtllm_fp8_per_tensor_moe"
@@ -92,9 +100,16 @@ _CONTRACT = (
     "as). Peak transient: measured, not stated (vLLM builds FlashInfer's row indices per call, "
     "which the transcriptions cache)."
 )
+#: vLLM 0.34.0's FP8 per-tensor rotation: ``gemm{1,2}_weights.copy_(torch.stack(...))``.
+_COPIED_BACK = (
+    "In place: the stacked result copied back into the weights vLLM's rotation is given, w2's "
+    "input and, not gated, w13's (gated, w13 is the w1/w3 swap's new tensor): one more full "
+    "copy than the 0.17.0 to 0.33.0 form, whose ``.data =`` rebinds. Peak transient: measured, "
+    "not stated."
+)
 
 
-def _vllm_engine(fmt: str, module: str, function: str, *forms: Form, cuda_only="") -> Engine:
+def _vllm_engine(fmt: str, module: str, function: str, *forms: Form) -> Engine:
     return Engine(
         strategy=f"{fmt}-vllm",
         distribution="vllm",
@@ -104,11 +119,9 @@ def _vllm_engine(fmt: str, module: str, function: str, *forms: Form, cuda_only="
         import_first="vllm.model_executor.layers.fused_moe",  # as for the BF16 ``vllm``
         format=fmt,
         forms=forms,
-        cuda_only=cuda_only,
     )
 
 
-_INTERLEAVE = "FlashInfer's block scale interleave is a CUDA op"
 _MXINT4_PARAMETERS = ("gemm1_weights", "gemm1_scales", "gemm2_weights", "gemm2_scales")
 #: Every quantized engine function with an adapter, installed here or not.
 PREPARATIONS = (
@@ -124,19 +137,19 @@ PREPARATIONS = (
             gated_only=f"its {_ROTATE} has no is_gated_activation: it reorders rows as gated",
         ),
         _fp8_form("fp8", _ROTATE, "0.17.0 to 0.33.0", arguments=3),
+        _fp8_form("fp8", _ROTATE, "0.34.0", arguments=3, copies_back=True),
     ),
     _vllm_engine(
         "fp8block",
         _FP8_MODULE,
         "prepare_fp8_moe_layer_for_fi",
-        _fp8_form("fp8block", "_shuffle_deepseek_fp8_moe_weights", "0.20.0 to 0.33.0"),
+        _fp8_form("fp8block", "_shuffle_deepseek_fp8_moe_weights", "0.20.0 to 0.34.0"),
     ),
     _vllm_engine(
         "mxfp8",
         _FP8_MODULE,
         "prepare_fp8_moe_layer_for_fi",
-        _fp8_form("mxfp8", "_shuffle_mxfp8_moe_weights", "0.19.0 to 0.33.0"),
-        cuda_only=_INTERLEAVE,
+        _fp8_form("mxfp8", "_shuffle_mxfp8_moe_weights", "0.19.0 to 0.34.0"),
     ),
     _vllm_engine(
         "nvfp4",
@@ -144,13 +157,12 @@ PREPARATIONS = (
         "prepare_static_weights_for_trtllm_fp4_moe",
         Form(
             "prepare_static_weights_for_trtllm_fp4_moe after reorder_w1w3_to_w3w1",
-            "0.17.0 to 0.33.0",
+            "0.17.0 to 0.34.0",
             "nvfp4-legacy",
             False,
             lambda code: code.parameters == _NVFP4_PARAMETERS,
             contract=_CONTRACT,
         ),
-        cuda_only=_INTERLEAVE,
     ),
     _vllm_engine(
         "mxint4",
@@ -158,18 +170,25 @@ PREPARATIONS = (
         "prepare_static_weights_for_trtllm_mxint4_moe",
         Form(
             "prepare_static_weights_for_trtllm_mxint4_moe",
-            "0.16.0 to 0.33.0",
+            "0.16.0 to 0.34.0",
             "mxint4-legacy",
             False,
             lambda code: code.parameters == _MXINT4_PARAMETERS,
             contract=_CONTRACT,
         ),
-        cuda_only=f"{_INTERLEAVE}, and its sign step asserts CUDA tensors",
     ),
 )
 
 #: vLLM's ``weight_block_size`` per FP8 format: what tells its branches apart.
 _BLOCK_SIZE = {"fp8": None, "fp8block": [128, 128], "mxfp8": [1, 32]}
+
+
+def _call(engine: Engine, device: torch.device, *args, **kwargs):
+    """``call_engine``, FlashInfer's and vLLM's CUDA-only steps stood in for off CUDA
+    (``standins.cpu_steps``; the engine imported first, as its modules need)."""
+    engine.resolve()
+    with cpu_steps(device):
+        return call_engine(engine, *args, **kwargs)
 
 
 def _form(engine: Engine, gated: bool) -> Form:
@@ -212,8 +231,9 @@ def _fp8_family(engine: Engine, layer: Layer, gated: bool) -> Layer:
     ones = torch.ones(experts, dtype=torch.float32, device=layer.w13.device)
     scales = (ones, ones) if fmt == "fp8" else (layer.w13_scale, layer.w2_scale)
     # vLLM 0.16.0 to 0.18.1 return (w13, w2, w13_scale): per-tensor only, scales passed through.
-    w13, w2, *converted_scales = call_engine(
+    w13, w2, *converted_scales = _call(
         engine,
+        layer.w13.device,
         layer=stand_in,
         w13=layer.w13.detach(),
         w2=layer.w2.detach(),
@@ -223,7 +243,8 @@ def _fp8_family(engine: Engine, layer: Layer, gated: bool) -> Layer:
         w2_input_scale=ones,
         is_trtllm=True,
     )
-    check_form(engine, form, _same_storage(w13, layer.w13))
+    in_input = _same_storage(w13, layer.w13) or _same_storage(w2, layer.w2)
+    check_form(engine, form, in_input)  # 0.34.0's per-tensor form: w2's, at least
     if fmt == "fp8":
         return Layer(w13, w2)
     return Layer(w13, w2, *converted_scales)
@@ -241,8 +262,9 @@ def _nvfp4(engine: Engine, layer: Layer, gated: bool) -> Layer:
     if gated:
         module, _ = engine.resolve()
         w13, w13_scale = module.reorder_w1w3_to_w3w1(w13, w13_scale)
-    out = call_engine(
+    out = _call(
         engine,
+        w13.device,
         w13,
         w2,
         w13_scale,
@@ -262,7 +284,7 @@ def _mxint4(engine: Engine, layer: Layer, gated: bool) -> Layer:
     it leaves the input signed and ``[w3; w1]`` (vLLM's in-place steps). Gated only, as vLLM's.
     """
     form = _form(engine, gated)
-    out = call_engine(engine, layer.w13, layer.w13_scale, layer.w2, layer.w2_scale)
+    out = _call(engine, layer.w13.device, layer.w13, layer.w13_scale, layer.w2, layer.w2_scale)
     check_form(engine, form, _same_storage(out["gemm1_weights"], layer.w13))
     return Layer(
         out["gemm1_weights"], out["gemm2_weights"], out["gemm1_scales"], out["gemm2_scales"]

@@ -19,7 +19,7 @@ budgets.json (``python -m benchmarks.budgets``) take their figures from the reco
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +33,7 @@ __all__ = [
     "Strategy",
     "StrategyFunction",
     "register",
+    "result_in_input",
     "strategies",
     "strategies_markdown",
     "update_markdown",
@@ -58,7 +59,7 @@ class Strategy:
 
     name: str  # BF16's: its kind ("legacy"); a quantized format's: "<format>-<kind>"
     function: StrategyFunction
-    inplace: bool  # the result lives in the input's own storage (data_ptr unchanged)
+    inplace: bool  # the result is written into the input's own storage (``result_in_input``)
     origin: str  # where it comes from: an engine's PR or release, a library's helper, "ours"
     needs: str = ""  # what must be installed or present for it to run ("": nothing more)
     peak: Formula | None = None  # peak transient bytes, dispatch level, row indices cached
@@ -92,6 +93,15 @@ class Strategy:
     def result(self) -> str:
         """What a conversion returns: ``views of the input`` or ``new tensors``."""
         return "views of the input" if self.inplace else "new tensors"
+
+
+def result_in_input(given: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]) -> bool:
+    """Whether a conversion of ``given`` wrote its result into ``given``'s own storage
+    (``Strategy.inplace``): ``got``'s w13 or w2 at its input's ``data_ptr``. Both, for every
+    strategy but one form of an engine's: vLLM 0.34.0's FP8 per-tensor rotation copies its
+    result back into the weights it is given, which for a gated w13 is the w1/w3 swap's new
+    tensor (w2 and a non-gated w13: the input's)."""
+    return any(got[name].data_ptr() == given[name].data_ptr() for name in ("w13", "w2"))
 
 
 #: name -> record of every format's strategy that runs here; looked up at call time.
@@ -187,32 +197,48 @@ MARKDOWN_BEGIN = (
 MARKDOWN_END = "<!-- end of the strategies table -->"
 
 
-def strategies_markdown() -> str:
+def strategies_markdown(
+    reload_class: Callable[[str], str], reversible: Callable[[str], str]
+) -> str:
     """The legend and the table of every strategy of every format, registered here or not, by
-    name: the text docs/library.md holds between ``MARKDOWN_BEGIN`` and ``MARKDOWN_END``."""
+    name: the text docs/library.md holds between ``MARKDOWN_BEGIN`` and ``MARKDOWN_END``.
+
+    ``reload_class(name)`` fills the "reload" column (``load.refit.documented_reload_safety``:
+    checked by the refit, above this module), ``reversible(name)`` the "inverse" column
+    (``load.refit.documented_reversibility``)."""
     records = sorted([*REGISTRY.values(), *UNAVAILABLE.values()], key=lambda r: r.name)
     legend = "; ".join(f"{letter} {symbol.meaning}" for letter, symbol in LEGEND.items())
     lines = [
         f"Legend: {legend}. A space multiplies; `cdiv(a, b)` is `ceil(a / b)`.",
         "",
-        "| strategy | from | needs | result | peak transient | traffic | launches |",
-        "|---|---|---|---|---|---|---|",
+        "| strategy | from | needs | result | reload | inverse | peak transient | traffic "
+        "| launches |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         lines.append(
-            f"| `{r.name}` | {r.origin} | {r.needs or '-'} | {r.result} | {_code(r.peak)} "
-            f"| {_code(r.traffic)} | {_code(r.launches)} |"
+            f"| `{r.name}` | {r.origin} | {r.needs or '-'} | {r.result} | {reload_class(r.name)} "
+            f"| {reversible(r.name)} | {_code(r.peak)} | {_code(r.traffic)} | {_code(r.launches)} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def update_markdown(text: str) -> str:
+def update_markdown(
+    text: str, reload_class: Callable[[str], str], reversible: Callable[[str], str]
+) -> str:
     """``text`` (a markdown file) with what lies between ``MARKDOWN_BEGIN`` and ``MARKDOWN_END``
-    replaced by ``strategies_markdown()``. Raises ``ValueError`` when the markers are missing."""
+    replaced by ``strategies_markdown(reload_class, reversible)``. Raises ``ValueError`` when
+    the markers are missing."""
     begin, end = text.find(MARKDOWN_BEGIN), text.find(MARKDOWN_END)
     if begin < 0 or end < begin:
         raise ValueError(
             f"no strategies table: the file needs the line {MARKDOWN_BEGIN!r}, "
             f"then the line {MARKDOWN_END!r}"
         )
-    return text[:begin] + MARKDOWN_BEGIN + "\n" + strategies_markdown() + text[end:]
+    return (
+        text[:begin]
+        + MARKDOWN_BEGIN
+        + "\n"
+        + strategies_markdown(reload_class, reversible)
+        + text[end:]
+    )

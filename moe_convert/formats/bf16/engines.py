@@ -65,7 +65,7 @@ VLLM_FORMS = (
     ),
     Form(
         "in place (#54699)",
-        "0.31.0 to 0.33.0",
+        "0.31.0 to 0.34.0",
         "inplace",
         inplace=True,
         # It writes each relaid expert back over its own bytes.

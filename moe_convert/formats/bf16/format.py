@@ -149,6 +149,7 @@ BF16 = Format(
     inputs=_inputs,
     quantized_by_check=_quantized_by_check,
     weight_dtype=torch.bfloat16,
+    block_major_k=True,
     kernel_align=KERNEL_INTERMEDIATE_ALIGN,
     kernel_rule="Bf16MoeLauncher::check_moe; vLLM pads it up",
 )

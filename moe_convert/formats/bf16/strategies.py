@@ -18,7 +18,7 @@ floor is ``2 (T13 + T2)``.
 Every function takes ``(w13, w2, gated)`` already checked by ``check_weights`` and returns
 ``(w13_out, w2_out)``; ``formats.registry.register`` wraps each once, so that its record
 (``REGISTRY[NAME]``) and ``convert(layer, strategy=NAME)`` take and return a ``Layer``.
-The inverse of every strategy is ``layout.unconvert``.
+The inverse of every strategy, in place, is ``placement.restore``.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def preallocated(
     "inplace",
     format="bf16",
     inplace=True,
-    origin="vLLM PR #54699 (0.31.0 to 0.33.0)",
+    origin="vLLM PR #54699 (0.31.0 to 0.34.0)",
     peak=Formula("max(S13, S2)"),
     traffic=Formula("4 (T13 + T2) + E (X13 + X2)"),
     launches=Formula("4 E"),
@@ -343,7 +343,7 @@ def sglang(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Tens
     load step. SGLang clears its permute cache at the start of every call and recomputes the
     two indices (O(M) work); here, as for every strategy, the indices come from ``layout``'s
     cache. Its inverse for refit, ``_restore_trtllm_bf16_canonical_layout``, is
-    ``layout.unconvert`` here.
+    ``placement.restore`` here (every format's, in place too).
 
     In place: returns 4-D bf16 views of the inputs' storages (``data_ptr`` unchanged). Peak
     transient: three expert-sized tiles with two or more experts (the previous tile, the clone
