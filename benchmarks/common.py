@@ -5,7 +5,7 @@ Parameter values are readable names: shapes ``model/tpN``, strategies by their r
 is made when a benchmark measures.
 
 The profile (``MOE_BENCH_PROFILE``: ``full`` or ``cpu``; default ``full`` where CUDA is
-available, ``cpu`` elsewhere: ``moe_bench.profiles`` decides, scripts/ export it) sets how many
+available, ``cpu`` elsewhere: ``moe_suite.profiles`` decides, scripts/ export it) sets how many
 experts the *timed* benchmarks convert: ``full`` converts every expert of the layer, ``cpu``
 keeps each expert's geometry (I, H) but only ``CPU_PROFILE_EXPERTS`` of them, so a 2-core CI
 machine finishes. Memory benchmarks are always
@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import moe_convert
-from moe_bench.profiles import detect_device, profile_from_env
+from moe_suite.profiles import detect_device, profile_from_env
+from moe_suite.shapes import SHAPES  # the BF16 axis (moe_bench.gpucheck times it too)
 
 from . import isolation, library
 
@@ -40,15 +41,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Model shapes benchmarked, ``model/tpN`` (see ``moe_convert.formats.catalog.CATALOG``).
-SHAPES = (
-    "qwen3-235b-a22b/tp4",
-    "qwen3-30b-a3b/tp1",
-    "qwen3-30b-a3b/tp2",
-    "deepseek-v3/tp4",
-    "deepseek-v3/tp8",
-    "deepseek-v2-lite/tp1",
-)
 
 #: Strategies registered only where they can run: the registry's records with a non-empty
 #: ``needs`` (``flashinfer`` where its package is installed, ``triton`` and ``triton_inplace`` where
@@ -113,7 +105,7 @@ def device() -> str:
 
 @functools.cache
 def profile() -> str:
-    """The profile in use: ``MOE_BENCH_PROFILE``, else the device's (``moe_bench.profiles``)."""
+    """The profile in use: ``MOE_BENCH_PROFILE``, else the device's (``moe_suite.profiles``)."""
     return profile_from_env(device())
 
 

@@ -6,7 +6,7 @@ must move none of them (a refactor of the library), dump them at two commits and
     python -m benchmarks.exact dump OUT.json [-b REGEX]   # the figures of the library imported
     python -m benchmarks.exact diff BEFORE.json AFTER.json  # every difference; exit 1 if any
 
-A figure is exact where ``moe_bench.metrics`` says so (peaks, traffic, launches, driver calls,
+A figure is exact where ``moe_suite.metrics`` says so (peaks, traffic, launches, driver calls,
 OOM layers, experts). Each benchmark module's classes are run as asv runs them: ``setup_cache``
 once per function (asv keys it by its definition, so the formats' classes share one), then
 ``setup`` and each exact ``track_`` method per parameter combination. A skipped cell is recorded
@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from moe_bench.metrics import EXACT, METRICS
+from moe_suite.metrics import EXACT, METRICS
 
 __all__ = ["diff", "dump"]
 

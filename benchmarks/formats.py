@@ -9,7 +9,7 @@ this module's: ``PeakMemory``, ``Traffic``, ``CudaMemory``, ``LayerTime``, ``Pro
 (``bench_nvfp4.PeakMemory.track_peak_transient_bytes``); BF16's are the two modules asv has
 recorded since before the formats, ``bench_convert`` (a layer's conversion: ``CONVERSION``) and
 ``bench_allocator`` (the rank's load: ``LOAD``), so their history reads on. Each figure of a
-quantized format is judged and shown as its BF16 sibling (``moe_bench.metrics.quant_sibling``).
+quantized format is judged and shown as its BF16 sibling (``moe_suite.metrics.quant_sibling``).
 This module itself holds no benchmark: its classes are private, which asv's discovery skips.
 
 A format's grid is its catalog shapes (``FORMAT_SHAPES``) x its strategies (``kinds``), the
@@ -564,7 +564,10 @@ class _RankLoad(_Grid):
     the device), ``num_device_alloc_failed`` (``cudaMalloc`` calls the full device refused: the
     model's own count) and ``num_alloc_retries`` (full releases of the cache); then the peak
     reserved bytes and the layers an OOM left unconverted (0 when the load fits; the OOM's
-    layer is the rank's layers less those lost). A strategy that brings back per-layer allocator
+    layer is the rank's layers less those lost). Two facts of the load beside them, for
+    ``moe_bench``, which reads results without the library: the rank's MoE layers and the bytes
+    the device lends (the summary predicts the load's seconds over the layers converted and
+    places the sleep-mode peak against that device). A strategy that brings back per-layer allocator
     churn (vLLM #45589's 10.7 s legacy load instead of 2.4 s) shows here even when its peak live
     bytes look fine.
 
@@ -616,6 +619,16 @@ class _RankLoad(_Grid):
         return self.result.layers - self.result.layers_converted
 
     track_layers_lost_to_oom.unit = "layers"
+
+    def track_moe_layers(self, loads: dict, shape: str, kind: str) -> int:
+        return self.result.layers
+
+    track_moe_layers.unit = "layers"
+
+    def track_device_bytes(self, loads: dict, shape: str, kind: str) -> int:
+        return self.result.device_bytes
+
+    track_device_bytes.unit = "bytes"
 
 
 class _RankLoadReplay(_RankLoad):

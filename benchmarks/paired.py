@@ -50,6 +50,8 @@ from types import ModuleType
 
 import torch
 
+from moe_suite.metrics import quant_sibling
+
 # the modules, not their functions: asv would take a module-level ``time_once`` for a benchmark
 from . import common, formats, library
 
@@ -328,10 +330,6 @@ def cells(regex: re.Pattern | None) -> list[tuple[str, str]]:
     """Every cell (shape, strategy of its format) the profile times (``formats.is_timed``) that
     ``regex`` selects: a cell is selected by its format's names of ``JUDGED_BENCHMARKS``
     (``bench_convert.LayerTime...`` for BF16's, ``bench_nvfp4.LayerTime...`` for NVFP4's)."""
-    # Imported here: asv imports this module with the measured commit's moe_bench, which may
-    # predate the quantized formats' figures.
-    from moe_bench.metrics import quant_sibling
-
     judged = {
         fmt: JUDGED_BENCHMARKS
         if fmt == "bf16"

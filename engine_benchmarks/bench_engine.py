@@ -13,7 +13,7 @@ engine, 10-13 s for vLLM, per commit, not per figure): peak transient bytes, tra
 launches of the full-size layer on ``meta`` (exact), and on the local device one layer's seconds
 and its ratio to a same-size copy under the profile (``MOE_BENCH_PROFILE``; the cpu profile times
 8 experts). The classes and methods are named as ``benchmarks/bench_convert.py``'s, so the metrics
-table judges them by the same rules (``moe_bench.metrics``).
+table judges them by the same rules (``moe_suite.metrics``).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from __future__ import annotations
 import dataclasses
 
 import moe_convert
-from moe_bench.profiles import detect_device, profile_from_env
 from moe_convert.formats.catalog import shape_from_label
 from moe_convert.formats.shape import LayerShape
 from moe_convert.measuring import timing
 from moe_convert.measuring.memory import strategy_memory
 from moe_convert.measuring.traffic import strategy_traffic
+from moe_suite.profiles import detect_device, profile_from_env
 
 #: ``model/tpN``: the gated layer the engines' own figures are read on (docs/engines.md). One
 #: shape: a history has a commit a few hours, and every commit pays the whole grid.

@@ -25,10 +25,10 @@ def main() -> None:
     from bench_engine import CPU_THREADS, _timed_shape  # this folder: the worker's sys.path[0]
 
     import moe_convert
-    from moe_bench.profiles import detect_device
     from moe_convert.formats.bf16 import inputs
     from moe_convert.formats.catalog import shape_from_label
     from moe_convert.measuring import timing
+    from moe_suite.profiles import detect_device
 
     device = torch.device(detect_device())
     cells: dict[tuple[str, str], tuple] = {}

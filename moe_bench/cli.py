@@ -21,7 +21,8 @@ results folder (default ``results``, asv.conf.json's results_dir; export: ``--co
 commands need one), ``--out PATH`` what the subcommand writes, ``--machine NAME`` an asv machine.
 
 Each subcommand is a ``cmd_NAME(args) -> int`` over the library functions of its module, which
-is imported only when the subcommand runs (``gate`` needs no torch, ``machine`` no pandas). A
+is imported only when the subcommand runs (``summary``, ``gate``, ``compare`` and ``publish``
+need no torch, ``machine`` no pandas). A
 usage error is one line, ``moe-bench NAME: error: MESSAGE``, exit 2 (``argparsing``); so are
 missing or corrupt results, budgets and paired files. ``python -m moe_bench`` is the same command,
 for a checkout on ``PYTHONPATH`` without the console script (scripts/gpu-check).
@@ -37,8 +38,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from moe_suite.profiles import PROFILES
+
 from .argparsing import ArgumentParser
-from .profiles import PROFILES
 
 __all__ = ["main"]
 
@@ -98,8 +100,9 @@ def _port(text: str) -> int:
 
 
 def cmd_machine(args: argparse.Namespace) -> int:
+    from moe_suite.profiles import detect_device, profile_from_env
+
     from . import machine
-    from .profiles import detect_device, profile_from_env
 
     device = detect_device()
     try:
@@ -333,8 +336,9 @@ def cmd_engine_config(args: argparse.Namespace) -> int:
 
 def _engine_machine(args: argparse.Namespace) -> str:
     """Record this machine for asv (as ``moe-bench machine``); its name."""
+    from moe_suite.profiles import detect_device, profile_from_env
+
     from . import machine
-    from .profiles import detect_device, profile_from_env
 
     return machine.record_machine(profile_from_env(detect_device()), args.machine)
 

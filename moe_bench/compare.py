@@ -1,6 +1,6 @@
 """The PR gate's verdict: two commits' asv results, and the paired A/B result, in one table.
 
-Each figure is judged by its rule in the metrics table (``moe_bench.metrics``): ``exact``
+Each figure is judged by its rule in the metrics table (``moe_suite.metrics``): ``exact``
 figures (bytes, launches, traffic, experts, retries) fail on any change for the worse;
 ``paired`` (time-derived) figures are decided by the paired run when ``--paired`` is given
 (``benchmarks.paired``: base and head alternated in one process, a confidence interval on the
@@ -31,8 +31,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from moe_suite.metrics import FAILING, METRICS, PAIRED_TIME, judge
+
 from .hardware import copy_scale, copy_seconds, strategy_changes
-from .metrics import FAILING, METRICS, PAIRED_TIME, judge
 from .results import ResultsError
 
 __all__ = [

@@ -32,7 +32,8 @@ from asv.graph import Graph
 from asv.util import load_json
 from asv_tachyon import cli as tachyon_cli
 
-from .metrics import METRICS
+from moe_suite.metrics import METRICS
+
 from .units import SCALES
 
 __all__ = [
@@ -91,7 +92,7 @@ def make_offline(html_dir) -> None:
     (``assets/LICENSE.asv-tachyon.txt``), removes asv's own page files (the CDN-loading shell
     and its scripts, which nothing loads any more), writes the empty sidecar files the UI asks
     for (``SIDECARS``, and ``samples/`` beside ``graphs/``), marks each benchmark's
-    ``less_is_better`` in ``index.json`` from the metrics table (``moe_bench.metrics``;
+    ``less_is_better`` in ``index.json`` from the metrics table (``moe_suite.metrics``;
     asv-tachyon would otherwise colour a rise of a ``track_`` benchmark, e.g. peak bytes, as an
     improvement), makes the UI print bytes in binary units and its regressions view list every
     published regression (``_patch_ui``). Idempotent.
@@ -136,7 +137,7 @@ def make_offline(html_dir) -> None:
     unknown = sorted(name for name in published["benchmarks"] if name not in METRICS)
     if unknown:
         raise OfflineError(
-            f"{index}: benchmark(s) not in the metrics table (moe_bench/metrics.py): "
+            f"{index}: benchmark(s) not in the metrics table (moe_suite/metrics.py): "
             + ", ".join(unknown)
         )
     for name, benchmark in published["benchmarks"].items():

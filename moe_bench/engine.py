@@ -37,7 +37,7 @@ from asv.config import Config
 from asv.repo import get_repo
 from asv.results import iter_results_for_machine
 
-from .metrics import EXACT, METRICS, NOISE_FACTOR, PAIRED
+from moe_suite.metrics import EXACT, METRICS, NOISE_FACTOR, PAIRED
 
 __all__ = [
     "BENCHMARK_MODULE",
@@ -354,7 +354,7 @@ def _asv_output(config: Path, *args: str) -> tuple[int, str]:
 
 def _launch_method() -> str:
     """asv's launch method: a fresh interpreter per benchmark on CUDA, forked on CPU."""
-    from .profiles import detect_device
+    from moe_suite.profiles import detect_device
 
     return "spawn" if detect_device() == "cuda" else "forkserver"
 
@@ -498,7 +498,7 @@ def find(
     range measured without the figure is reported, and an answer that does not pass the check
     is a ``problem``, never a commit.
     """
-    from .metrics import judge
+    from moe_suite.metrics import judge
 
     conf = load_config(config)
     repo = engine_repo_path(conf)

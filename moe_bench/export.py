@@ -14,7 +14,7 @@ engine's repository, branch and commit as the measured code (its ``dependencies`
 ``uploader_metadata``'s head fields for the uploader), and this suite's commit that measured it
 as provenance (``dependencies["moe-convert-bench"]``, ``role`` "measuring suite").
 
-Every figure of the metrics table (``moe_bench.metrics``) is exported, each under the name the
+Every figure of the metrics table (``moe_suite.metrics``) is exported, each under the name the
 HUD already knows where its row says one (``Metric.pytorch_name``, converted to that name's unit
 by ``HUD_METRICS``), else under its own (``metric_name``): a new row of the table is exported
 with no change here. Figures without a model shape (the machine's noise) are left out: the
@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .metrics import METRICS, Metric
+from moe_suite.metrics import METRICS, Metric
+
 from .results import ResultsError, latest, machine_info
 
 __all__ = [

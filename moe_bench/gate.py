@@ -1,6 +1,6 @@
 """Budgets: limits checked into the repository (``budgets.json``), checked against asv results.
 
-A budget names a benchmark of the metrics table (``moe_bench.metrics``), a shape, optionally a
+A budget names a benchmark of the metrics table (``moe_suite.metrics``), a shape, optionally a
 strategy and a machine, and a ``max`` (lower is better: seconds, bytes) or a ``min`` (higher is
 better). Each is checked against the latest commit of every machine it applies to (or
 ``--commit``). Exit status of ``moe-bench gate`` (``moe_bench.cli``): 0 when every budget
@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .metrics import METRICS
+from moe_suite.metrics import METRICS
+
 from .results import latest
 from .units import human
 
@@ -119,7 +120,7 @@ def _budget(path: Path, i: int, entry) -> Budget:
     if entry["benchmark"] not in METRICS:
         raise BudgetError(
             f"{where}: benchmark {entry['benchmark']!r} is not in the metrics table "
-            "(moe_bench/metrics.py)"
+            "(moe_suite/metrics.py)"
         )
     return Budget(
         entry["benchmark"],

@@ -9,11 +9,11 @@ beside the strategy, so every run, the committed history included, already holds
 copy speed: layer seconds / copy ratio is the cell's copy time (within 21 % of the copies' own
 median in two grids timed under loads of 4-7; the cells of one shape agree within 1.25x in
 ``results/cpu-2core-epyc``). ``copy_scale`` compares two runs by the median over the cells both
-timed, so a few odd cells do not decide; ``moe_bench.metrics.same_hardware`` says what the
+timed, so a few odd cells do not decide; ``moe_suite.metrics.same_hardware`` says what the
 figure means. The cells of one shape copy the same bytes, so how far their copy times spread
 (``copy_spread``) says how steady the host was while the run timed. Between two steady runs a
 code change that slows one strategy shows in every shape it runs, noise in one cell at a time:
-``strategy_changes`` takes the median over shapes (``moe_bench.metrics.STRATEGY_FACTOR``).
+``strategy_changes`` takes the median over shapes (``moe_suite.metrics.STRATEGY_FACTOR``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import math
 
 import pandas as pd
 
-from .metrics import COPY_RATIO, TIME, steady
+from moe_suite.metrics import COPY_RATIO, TIME, steady
 
 __all__ = [
     "MIN_CELLS",

@@ -7,7 +7,7 @@ dashboard's filters and graph paths. This adds ``gpu``, ``gpus``, ``cuda``, ``dr
 records: the engines' versions separate one engine release's history from the next.
 
 The name says what the machine is: ``cpu-2core-xeon``, ``gb200``, ``h200``; a profile other
-than the device's default (``moe_bench.profiles.default_profile``) is appended
+than the device's default (``moe_suite.profiles.default_profile``) is appended
 (``h200-cpu-profile``), so the two never share a history series. Hosts of one kind share
 the name and its history (several GB200 boxes, a CI pool): ``moe_bench.hardware`` tells their
 time figures apart (docs/benchmarks.md).
@@ -25,7 +25,7 @@ import subprocess
 import torch
 from asv.machine import Machine, MachineCollection
 
-from .profiles import PROFILES, default_profile
+from moe_suite.profiles import PROFILES, default_profile
 
 __all__ = ["machine_facts", "machine_name", "record_machine", "steady_facts"]
 

@@ -23,14 +23,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from moe_convert.load.wholemodel import RankLoad
+from moe_suite.metrics import METRICS, PEAK_BYTES, TIME
 
-from .metrics import METRICS, PEAK_BYTES, TIME
 from .units import scale
+
+if TYPE_CHECKING:  # the library's result type, for annotations only: no torch at import
+    from moe_convert.load.wholemodel import RankLoad
 
 __all__ = ["write_plots", "write_rank_load_plot"]
 

@@ -3,19 +3,25 @@
 From each machine's latest results, per model shape x strategy, the whole rank's load as vLLM
 makes it (``bench_allocator``: the default pool at ``max_split_size_mb`` 20): its seconds,
 **measured** on CUDA (``RankLoadTime``) or, elsewhere, **predicted** for the device whose costs
-were recorded last (``moe_convert.load.loadtime``: that device's per-layer seconds and event costs
-times the replayed driver calls), or n/a where neither exists; then the replayed driver calls,
+were recorded last (``moe_suite.loadtime``: that device's per-layer seconds and event costs
+times the replayed driver calls, over the layers converted: ``RankLoadReplay``'s recorded MoE
+layers less those lost), or n/a where neither exists; then the replayed driver calls,
 the peak reserved bytes and the layers an OOM left unconverted; one layer's peak transient
 bytes (``PeakMemory``); and whether the same load under
 vLLM's sleep mode fits that device (``SleepModeReplay``'s peak: the sleep-mode pool never gives a
 segment back, so its reserved bytes climb the same way on any device until the first refusal,
-which is the OOM: it fits exactly when that peak does). The headline (``rank_load_blocks``)
+which is the OOM: it fits exactly when that peak does; the device's bytes are the ones
+``RankLoadReplay`` records). Everything the tables show is read from the results, so they are
+made where torch is not installed; a figure results from before it was recorded lack is n/a.
+The headline (``rank_load_blocks``)
 shows ``legacy`` and ``preallocated`` and each shape's best strategy (``BEST_RULE``), with
 legacy / preallocated beside vLLM #45589's 4.5x; ``every_strategy_blocks`` every strategy.
 Both are ``moe_bench.document`` blocks: summary.md and the front page print the same tables.
 ``layer_curves`` replays that PR's own load for the per-layer plot
 (``moe_bench.plots.write_rank_load_plot``), beside the runs of the latest committed
-``scripts/gpu-check`` that loaded it (``recorded_runs``).
+``scripts/gpu-check`` that loaded it (``recorded_runs``): the one part that needs the library
+(``moe_convert``, imported there), as results hold no per-layer curve; where it is not
+installed there is no plot, and ``NO_CURVES`` says why.
 """
 
 from __future__ import annotations
@@ -24,24 +30,32 @@ import functools
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from moe_convert import REGISTRY
-from moe_convert.formats.catalog import shape_from_label
-from moe_convert.load.loadtime import COSTS_FILE, DeviceCosts, predict_load_seconds
-from moe_convert.load.replay import pr45589_replay
-from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
+from moe_suite.loadtime import COSTS_FILE, DeviceCosts, predict_load_seconds
+from moe_suite.metrics import (
+    PEAK_BYTES,
+    RANK_LOAD_FACTS,
+    RANK_LOAD_FIGURES,
+    RANK_LOAD_REPLAY,
+    RANK_LOAD_TIME,
+    TIME,
+)
 
 from .document import Block, Cell
 from .gpucheck.plan import LOAD_STRATEGIES
-from .metrics import PEAK_BYTES, RANK_LOAD_FIGURES, RANK_LOAD_REPLAY, RANK_LOAD_TIME, TIME
 from .units import human
+
+if TYPE_CHECKING:  # the library's result type, for annotations only: no torch at import
+    from moe_convert.load.wholemodel import RankLoad
 
 __all__ = [
     "BEST",
     "CURVE_STRATEGIES",
     "FIRST",
+    "NO_CURVES",
     "best_strategies",
     "every_strategy_blocks",
     "layer_curves",
@@ -57,7 +71,9 @@ CURVE_STRATEGIES = LOAD_STRATEGIES
 #: The replayed driver calls: the rank load's figures counted in calls or retries.
 _EVENTS = tuple(name for name, unit in RANK_LOAD_FIGURES if unit in ("calls", "retries"))
 #: The replayed figures by column name, as ``bench_allocator.RankLoadReplay`` names them.
-_REPLAYED = {f"{RANK_LOAD_REPLAY}.track_{name}": name for name, _ in RANK_LOAD_FIGURES}
+_REPLAYED = {
+    f"{RANK_LOAD_REPLAY}.track_{name}": name for name, _ in (*RANK_LOAD_FIGURES, *RANK_LOAD_FACTS)
+}
 _LOST = f"{RANK_LOAD_REPLAY}.track_layers_lost_to_oom"
 _SLEEP_PEAK = "bench_allocator.SleepModeReplay.track_peak_reserved_bytes"
 _REPLAYED[_LOST] = "layers_lost"
@@ -108,11 +124,10 @@ def _seconds(row: pd.Series, costs: DeviceCosts | None) -> tuple[float, str]:
     if not math.isnan(row["measured"]):
         return row["measured"], "measured"
     layer = (costs.layer_seconds.get(row["shape"], {}) if costs else {}).get(row["strategy"])
-    if layer is None or any(math.isnan(row[name]) for name in _EVENTS):
+    if layer is None or any(math.isnan(row[name]) for name in (*_EVENTS, "moe_layers")):
         return math.nan, "n/a"
-    layers = shape_from_label(row["shape"]).moe_layers - int(row["layers_lost"])
     predicted = predict_load_seconds(
-        layers=layers,
+        layers=int(row["moe_layers"]) - int(row["layers_lost"]),
         layer_seconds=layer,
         events=costs.events,
         **{name: int(row[name]) for name in _EVENTS if name != "num_alloc_retries"},
@@ -250,17 +265,19 @@ def _cells(rows: pd.DataFrame, best: dict) -> pd.DataFrame:
         for n, m in zip(rows["layers_lost"], machine, strict=True)
     ]
     shown["sleep mode"] = [
-        Cell(_sleep_mode(shape, peak), benchmark=_SLEEP_PEAK, machine=m)
-        for shape, peak, m in zip(rows["shape"], rows["sleep_peak_bytes"], machine, strict=True)
+        Cell(_sleep_mode(peak, device), benchmark=_SLEEP_PEAK, machine=m)
+        for peak, device, m in zip(
+            rows["sleep_peak_bytes"], rows["device_bytes"], machine, strict=True
+        )
     ]
     return shown.reset_index(drop=True)
 
 
-def _sleep_mode(shape: str, peak: float) -> str:
-    """Whether the sleep-mode load fits the device of the table (the rank + the headroom)."""
-    if math.isnan(peak):
+def _sleep_mode(peak: float, device: float) -> str:
+    """Whether the sleep-mode load (its peak) fits the device of the table (its bytes, the
+    rank + the headroom); n/a where either figure is missing."""
+    if math.isnan(peak) or math.isnan(device):
         return "n/a"
-    device = shape_from_label(shape).model_bytes + PR45589_HEADROOM_BYTES
     return f"{'fits' if peak <= device else 'OOM'} (peak {human(peak, 'bytes')})"
 
 
@@ -282,11 +299,28 @@ def _ratios(rows: pd.DataFrame) -> list[str]:
     return lines
 
 
+#: The summary's line where ``layer_curves`` has none.
+NO_CURVES = (
+    "rank-load-per-layer.png is not drawn here: its curves are vLLM #45589's load replayed by "
+    "the library (moe_convert), which cannot be imported without torch; the results hold no "
+    "per-layer curve."
+)
+
+
 @functools.cache
-def layer_curves() -> tuple[RankLoad, ...]:
+def layer_curves() -> tuple[RankLoad, ...] | None:
     """vLLM #45589's load replayed (``replay.pr45589_replay``: the default pool, a 141 GB
     device) for each registered ``CURVE_STRATEGIES`` at 20 MiB and unlimited: reserved bytes
-    per layer, the same on every machine (so computed once per process)."""
+    per layer, the same on every machine (so computed once per process). None where the
+    library or torch is not installed (``NO_CURVES``); any other failed import raises."""
+    try:
+        from moe_convert import REGISTRY
+        from moe_convert.load.replay import pr45589_replay
+        from moe_convert.load.wholemodel import VLLM_LOAD_MAX_SPLIT_MB
+    except ModuleNotFoundError as error:
+        if error.name not in ("torch", "moe_convert"):
+            raise
+        return None
     return tuple(
         pr45589_replay(name, max_split_size_mb=max_split)
         for max_split in (VLLM_LOAD_MAX_SPLIT_MB, None)
@@ -309,6 +343,8 @@ def recorded_runs(gpu_results: Path = COSTS_FILE.parent) -> list[RankLoad]:
 
 def _rank_load(fields: dict) -> RankLoad:
     """A ``RankLoad`` from its JSON form (``dataclasses.asdict``; tuples came back as lists)."""
+    from moe_convert.load.wholemodel import RankLoad  # the plot's, drawn where the library is
+
     return RankLoad(
         **{key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()}
     )

@@ -2,7 +2,7 @@
 
 ``summary_table`` takes ``moe_bench.results.load_results``'s frame and keeps, for each machine,
 its latest commit: per model shape x strategy the figures of the metrics table that have a
-summary column (``moe_bench.metrics``: time of one layer, copy ratio, traffic ratio, peak
+summary column (``moe_suite.metrics``: time of one layer, copy ratio, traffic ratio, peak
 transient bytes, whole-model seconds) and the speed-up over ``legacy``, each with its change
 against the previous result of the same point and a mark where the metrics table's rule calls
 the change a regression (``metrics.judge``: the PR gate's rule; time figures, with no paired run
@@ -19,14 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from moe_convert.formats.catalog import shape_format
-from moe_convert.formats.records import FORMATS
-from moe_convert.load.loadtime import DeviceCosts, read_costs
-
-from .document import Block, Cell, Image, Link, to_html, to_markdown
-from .gate import failed_benchmarks
-from .hardware import copy_scale, copy_seconds, copy_spread, strategy_changes
-from .metrics import (
+from moe_suite.formats import FORMAT_TITLES
+from moe_suite.loadtime import DeviceCosts, read_costs
+from moe_suite.metrics import (
     EXACT,
     FAILING,
     HARDWARE_BAND,
@@ -37,13 +32,19 @@ from .metrics import (
     STRATEGY_FACTOR,
     TIME,
     Metric,
+    figure_format,
     judge,
     quant_sibling,
     same_hardware,
     steady,
 )
+
+from .document import Block, Cell, Image, Link, to_html, to_markdown
+from .gate import failed_benchmarks
+from .hardware import copy_scale, copy_seconds, copy_spread, strategy_changes
 from .plots import write_plots, write_rank_load_plot
 from .rankload import (
+    NO_CURVES,
     every_strategy_blocks,
     layer_curves,
     rank_load_blocks,
@@ -106,8 +107,8 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     DataFrame with columns ``machine, env, profile, commit, date, format, shape, strategy``
-    (profile ``""`` where the machine did not record one; format the shape's,
-    ``moe_convert.formats.catalog.shape_format``: ``bf16``, ``nvfp4``, ``mxfp4``, ...), the
+    (profile ``""`` where the machine did not record one; format the figure's,
+    ``moe_suite.metrics.figure_format``: ``bf16``, ``nvfp4``, ``mxfp4``, ...), the
     figures ``time`` (s), ``speedup`` (legacy time / time), then the other summary columns of
     the metrics table (``copy_ratio``, ``traffic_ratio``, ``peak_bytes``, ``whole_model``), for
     each figure but
@@ -134,7 +135,10 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
             "format's); pass load_results() of a results_dir the suite ran into"
         )
     data["metric"] = columns[columns.notna()]
-    data["format"] = data["shape"].map(shape_format)
+    data["format"] = [
+        figure_format(name, shape)
+        for name, shape in zip(data["benchmark"], data["shape"], strict=True)
+    ]
     data["profile"] = data["profile"].fillna("")  # None where not recorded: still one key
     latest_date = data.groupby("machine")["date"].transform("max")
     latest = data[data["date"] == latest_date]
@@ -262,11 +266,11 @@ def format_blocks(table: pd.DataFrame) -> list[Block]:
             text=(
                 f"⚠: worse than the previous result of the same point by the PR gate's rule: "
                 f"{exact}: any rise; {timed}: more than {NOISE_FACTOR:g}x (no paired run in a "
-                f"history; moe_bench.metrics.NOISE_FACTOR), absolute seconds ({_HOST_BOUND}) only "
+                f"history; moe_suite.metrics.NOISE_FACTOR), absolute seconds ({_HOST_BOUND}) only "
                 "against a run on same-looking hardware (its same-size copies within "
-                f"{HARDWARE_BAND:g}x of this run's; moe_bench.metrics.HARDWARE_BAND); between two "
+                f"{HARDWARE_BAND:g}x of this run's; moe_suite.metrics.HARDWARE_BAND); between two "
                 f"steady runs, also a copy ratio beyond {STRATEGY_FACTOR:g}x where its strategy "
-                "rose so in the median over its shapes (moe_bench.metrics.STRATEGY_FACTOR). "
+                "rose so in the median over its shapes (moe_suite.metrics.STRATEGY_FACTOR). "
                 f"Speed-up: `{BASELINE}` time / time. Copy ratio: time / a same-size copy's (1 is "
                 "the out-of-place limit). Traffic ratio: bytes moved / (2 x layer bytes). Whole "
                 "model: every MoE layer of the model on one rank.",
@@ -285,14 +289,14 @@ def format_blocks(table: pd.DataFrame) -> list[Block]:
                 text=tuple(_hardware_notes(rows)),
             )
         )
-        for fmt, record in FORMATS.items():  # a table per format, BF16 first
+        for fmt, title in FORMAT_TITLES.items():  # a table per format, BF16 first
             of_format = rows[rows["format"] == fmt]
             if of_format.empty:
                 continue
             shown = of_format[["shape", "strategy"]].reset_index(drop=True)
             for column in _HEADERS:
                 shown[_HEADERS[column]] = [_cell(row, column) for _, row in of_format.iterrows()]
-            blocks.append(Block(record.title, level=4, table=shown))
+            blocks.append(Block(title, level=4, table=shown))
         tally = f"{regressed} regressed figure(s) against the previous results."
         blocks.append(Block(text=(tally,)))
     return blocks
@@ -381,14 +385,17 @@ TITLE = "moe-convert-bench: latest results"
 PAGE_PLOTS = "plots"
 
 
-def summary_blocks(df: pd.DataFrame, costs: DeviceCosts | None, plots: list[str]) -> list[Block]:
+def summary_blocks(
+    df: pd.DataFrame, costs: DeviceCosts | None, plots: list[str], not_drawn: tuple[str, ...] = ()
+) -> list[Block]:
     """What the summary and the front page say, in this order: the whole rank's load under vLLM's
     setting (``moe_bench.rankload``: legacy, preallocated and the best strategy; load time
     measured or predicted from ``costs``, driver calls, peak transient and reserved memory, OOM,
     sleep mode), the per-format tables (``format_blocks``), every strategy's rank load, what
     changed since the previous results (``changes_block``), every failed figure of each
     machine's latest commit (``gate``'s ``failed_benchmarks``), then ``plots`` (PNG paths
-    relative to the document, as ``write_plots`` names them). Machines newest run first.
+    relative to the document, as ``write_plots`` names them), after ``not_drawn``: a line per
+    plot not drawn, saying why. Machines newest run first.
     """
     table = summary_table(df)
     loads = rank_load_table(df, costs)
@@ -427,16 +434,19 @@ def summary_blocks(df: pd.DataFrame, costs: DeviceCosts | None, plots: list[str]
             rank.get(image.machine, -1),
         )
     )
-    blocks.append(Block("Plots", images=tuple(images)))
+    blocks.append(Block("Plots", text=not_drawn, images=tuple(images)))
     return blocks
 
 
-def _plots(df: pd.DataFrame, out_dir: Path) -> list[str]:
-    """The PNGs of ``moe_bench.plots`` written into ``out_dir``; their paths relative to it."""
-    written = write_plots(df, out_dir) + [
-        write_rank_load_plot(layer_curves(), recorded_runs(), out_dir)
-    ]
-    return [p.name for p in written]
+def _plots(df: pd.DataFrame, out_dir: Path) -> tuple[list[str], tuple[str, ...]]:
+    """The PNGs of ``moe_bench.plots`` written into ``out_dir``, their paths relative to it;
+    and a line per plot not drawn: the rank load per layer where the library is not installed
+    (``rankload.NO_CURVES``)."""
+    written = write_plots(df, out_dir)
+    curves = layer_curves()
+    if curves is not None:
+        written.append(write_rank_load_plot(curves, recorded_runs(), out_dir))
+    return [p.name for p in written], () if curves is not None else (NO_CURVES,)
 
 
 def write_summary(results_dir, out_dir) -> Path:
@@ -449,7 +459,7 @@ def write_summary(results_dir, out_dir) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     df = load_results(results_dir)
     path = out_dir / "summary.md"
-    path.write_text(to_markdown(summary_blocks(df, read_costs(), _plots(df, out_dir))))
+    path.write_text(to_markdown(summary_blocks(df, read_costs(), *_plots(df, out_dir))))
     return path
 
 
@@ -459,8 +469,8 @@ def write_front_page(results_dir, html_dir, link: Link, explore: str) -> Path:
     the explorer's URL relative to the page; return its path. Raises as ``write_summary``."""
     html_dir = Path(html_dir)
     df = load_results(results_dir)
-    plots = _plots(df, html_dir / PAGE_PLOTS)
-    blocks = summary_blocks(df, read_costs(), [f"{PAGE_PLOTS}/{p}" for p in plots])
+    plots, not_drawn = _plots(df, html_dir / PAGE_PLOTS)
+    blocks = summary_blocks(df, read_costs(), [f"{PAGE_PLOTS}/{p}" for p in plots], not_drawn)
     path = html_dir / "index.html"
     path.write_text(to_html(blocks, link=link, title=TITLE, explore=explore))
     return path

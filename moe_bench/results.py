@@ -3,7 +3,7 @@
 Read through asv's own loaders (``asv.results.Results.load``, ``asv.benchmarks.Benchmarks``'s
 file format via ``asv.util.load_json``), never by parsing its columns by hand. Anything missing,
 corrupt or empty raises ``ResultsError`` naming the path, so that a gate never passes on
-nothing; so does a figure the metrics table (``moe_bench.metrics``) does not know, a unit other
+nothing; so does a figure the metrics table (``moe_suite.metrics``) does not know, a unit other
 than the table's, or an infinite value: every consumer then judges only figures it has a rule for.
 One exception: a commit's result file that is not JSON (empty, or cut short by a kill or a full
 disk while it was written, by an asv without ``asv_atomic`` or a copy) is left out with one line
@@ -35,8 +35,9 @@ from asv.machine import Machine
 from asv.repo import get_repo
 from asv.results import Results, iter_results_for_machine
 
+from moe_suite.metrics import METRICS
+
 from .history import left_out
-from .metrics import METRICS
 
 __all__ = [
     "COLUMNS",
@@ -216,14 +217,14 @@ def _check_metrics(frame: pd.DataFrame, root: Path) -> None:
     if unknown:
         raise ResultsError(
             f"{root}: benchmark(s) not in the metrics table: {', '.join(unknown)}; add each to "
-            "moe_bench/metrics.py (unit, lower-is-better, gate rule, display unit)"
+            "moe_suite/metrics.py (unit, lower-is-better, gate rule, display unit)"
         )
     units = frame.drop_duplicates("benchmark").set_index("benchmark")["unit"]
     for name, unit in units.items():
         if unit != METRICS[name].unit:
             raise ResultsError(
                 f"{root}: {name} is in unit {unit!r}, the metrics table says "
-                f"{METRICS[name].unit!r}: fix the benchmark or the table (moe_bench/metrics.py)"
+                f"{METRICS[name].unit!r}: fix the benchmark or the table (moe_suite/metrics.py)"
             )
     infinite = frame[frame["value"].isin([math.inf, -math.inf])]
     if not infinite.empty:

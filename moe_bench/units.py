@@ -3,7 +3,7 @@
 Values are stored in asv's units (``seconds``, ``bytes``, ``ratio``, ...); these only choose
 how to print them (reports, the gate's tables, the dashboard: ``moe_bench.dashboard`` formats
 bytes with ``SCALES["bytes"]`` too) or scale an axis (plots). The display unit of each figure is
-``moe_bench.metrics``' ``Metric.display``.
+``moe_suite.metrics``' ``Metric.display``.
 """
 
 from __future__ import annotations

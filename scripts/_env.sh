@@ -69,7 +69,7 @@ install_project() {  # install_project EXTRAS  (e.g. "test,bench"); skipped when
 
 use_machine() {  # record this machine for asv; sets machine, device, launch; exports the profile
   # moe-bench machine decides the profile (MOE_BENCH_PROFILE, else full on CUDA, cpu elsewhere:
-  # moe_bench/profiles.py); exported, so the benchmarks run under the profile recorded.
+  # moe_suite/profiles.py); exported, so the benchmarks run under the profile recorded.
   local facts
   facts=$(moe-bench machine --shell ${MOE_BENCH_MACHINE:+--name "$MOE_BENCH_MACHINE"})
   eval "$facts"  # machine=NAME device=cuda|cpu profile=full|cpu

@@ -16,12 +16,12 @@ import pytest
 from asv.util import load_json
 
 import moe_convert
-from moe_bench import metrics
 from moe_bench.results import load_results
 from moe_convert import REGISTRY, layer_shape
 from moe_convert.load.replay import _meta_conversion, replay_load  # the trace cache, cleared below
 from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES
 from moe_convert.measuring.traffic import strategy_traffic
+from moe_suite import metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package

@@ -1,11 +1,12 @@
-"""``moe-bench machine`` and the profile rule it shares with the suite (``moe_bench.profiles``):
+"""``moe-bench machine`` and the profile rule it shares with the suite (``moe_suite.profiles``):
 ``MOE_BENCH_PROFILE``, else ``full`` on CUDA and ``cpu`` elsewhere; scripts/ eval ``--shell``."""
 
 from __future__ import annotations
 
 import pytest
 
-from moe_bench import cli, machine, profiles
+from moe_bench import cli, machine
+from moe_suite import profiles
 
 
 @pytest.mark.parametrize(

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from conftest import requires_flashinfer
 
-from moe_bench.metrics import FORMAT_CLASSES, METRICS, RANK_LOAD_CLASSES, metric
 from moe_convert import FORMATS, REGISTRY, UNAVAILABLE, layer_shape
 from moe_convert.formats.catalog import catalog_shapes
 from moe_convert.load.replay import rank_load, replay_load
 from moe_convert.load.wholemodel import LOAD_DEVICES, PR45589_HEADROOM_BYTES
+from moe_suite.metrics import FORMAT_CLASSES, METRICS, RANK_LOAD_CLASSES, metric
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package

@@ -26,7 +26,7 @@ from conftest import missing
 from engine_repo import Commit, checkout, commit, make_engine_repo
 
 from moe_bench import engine
-from moe_bench.metrics import METRICS
+from moe_suite.metrics import METRICS
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINE = "engine-test"

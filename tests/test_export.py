@@ -12,7 +12,7 @@ import pytest
 
 from moe_bench import cli
 from moe_bench.export import HUD_METRICS, metric_name
-from moe_bench.metrics import FORMAT_FIGURES, METRICS, PAIRED_TIME, PEAK_BYTES, RANK_LOAD_TIME
+from moe_suite.metrics import FORMAT_FIGURES, METRICS, PAIRED_TIME, PEAK_BYTES, RANK_LOAD_TIME
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE, STRATEGIES = "qwen3-235b-a22b/tp4", ["legacy", "strided_copy"]

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from moe_bench import cli
-from moe_bench.metrics import NOISE_FACTOR
 from moe_bench.results import COLUMNS, ResultsError, load_results
+from moe_suite.metrics import NOISE_FACTOR
 
 PEAK = "bench_convert.PeakMemory.track_peak_transient_bytes"
 RATIO = "bench_convert.LayerTime.track_copy_ratio"

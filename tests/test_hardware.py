@@ -20,7 +20,9 @@ import pytest
 from moe_bench import hardware
 from moe_bench.compare import compare_commits
 from moe_bench.document import to_markdown
-from moe_bench.metrics import (
+from moe_bench.report import format_blocks, summary_table
+from moe_bench.results import load_results
+from moe_suite.metrics import (
     COPY_RATIO,
     HARDWARE_BAND,
     NOISE_FACTOR,
@@ -30,8 +32,6 @@ from moe_bench.metrics import (
     WHOLE_MODEL,
     steady,
 )
-from moe_bench.report import format_blocks, summary_table
-from moe_bench.results import load_results
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 MACHINE = "cpu-2core-epyc"

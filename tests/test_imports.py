@@ -137,3 +137,97 @@ def test_the_graph_sees_relative_type_checking_and_function_imports(tmp_path, mo
     assert graph["moe_convert.sub.b"] == {"moe_convert.c"}
     assert graph["moe_convert.sub"] == {"moe_convert.sub.b"}
     assert in_functions == [("moe_convert.c", "moe_convert.sub.a", 2)]
+
+
+# The top packages (docs/architecture.md, "Three layers"): moe_suite below the rest; moe_bench
+# reads results and imports neither the suite's folders nor, where it judges and reports, the
+# library.
+
+#: The packages of the checkout whose imports are held here, each a folder of ROOT.
+TOP = ("moe_suite", "moe_bench", "benchmarks", "engine_benchmarks")
+#: What each may not import, anywhere (a function's import too).
+FORBIDDEN = {
+    "moe_suite": {"moe_convert", "moe_bench", "benchmarks", "engine_benchmarks"},
+    "moe_bench": {"benchmarks", "engine_benchmarks"},
+    "benchmarks": {"moe_bench"},
+    "engine_benchmarks": {"moe_bench"},
+}
+#: What needs torch: where it is not installed, neither imports.
+LIBRARY = {"torch", "moe_convert"}
+#: ``moe-bench``'s subcommands that read committed results where torch is not installed: their
+#: modules, and every module of moe_bench they import at module level.
+READERS = ("moe_bench.cli", "moe_bench.report", "moe_bench.gate", "moe_bench.compare")
+READERS += ("moe_bench.publish",)
+
+
+def _top_modules() -> dict[str, Path]:
+    found = {}
+    for package in TOP:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imported(module: str, path: Path) -> list[tuple[str, bool]]:
+    """Every import of ``module`` (its file ``path``): ``(absolute dotted name, whether it runs
+    at import)``, a ``from X import name`` giving ``X.name`` (a module or not); an import in a
+    function or under ``if TYPE_CHECKING:`` does not run at import."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    deferred = set()
+    for node in ast.walk(tree):
+        checking = isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        if checking or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            deferred |= {id(inner) for inner in ast.walk(node)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = module.split(".")[
+                : len(module.split(".")) - node.level + path.match("*/__init__.py")
+            ]
+            prefix = (
+                ".".join([*base, *([node.module] if node.module else [])])
+                if node.level
+                else node.module
+            )
+            names = [f"{prefix}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found += [(name, id(node) not in deferred) for name in names]
+    return found
+
+
+def test_the_top_packages_import_only_below_them():
+    wrong = [
+        (module, name)
+        for module, path in _top_modules().items()
+        for name, _ in _imported(module, path)
+        if name.partition(".")[0] in FORBIDDEN[module.partition(".")[0]]
+    ]
+    assert wrong == []
+
+
+def test_the_readers_of_results_and_moe_suite_import_no_torch_at_import():
+    """``READERS`` and every module of moe_bench they import at import time (with the packages
+    that hold them), and every module of ``moe_suite``, import neither torch nor the library
+    but inside a function: tests/test_without_torch.py runs them so."""
+    modules = _top_modules()
+    seen, todo = set(), [*READERS, *(m for m in modules if m.startswith("moe_suite"))]
+    while todo:
+        module = todo.pop()
+        if module in seen or module not in modules:
+            continue
+        seen.add(module)
+        for name, at_import in _imported(module, modules[module]):
+            parts = name.split(".")
+            todo += [".".join(parts[:i]) for i in range(1, len(parts) + 1)] if at_import else []
+    assert {"moe_bench.rankload", "moe_bench.plots", "moe_suite.loadtime"} <= seen
+    wrong = [
+        (module, name)
+        for module in sorted(seen)
+        for name, at_import in _imported(module, modules[module])
+        if at_import and name.partition(".")[0] in LIBRARY
+    ]
+    assert wrong == []

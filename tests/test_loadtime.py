@@ -9,15 +9,9 @@ import pytest
 import torch
 
 from moe_convert import layer_shape
-from moe_convert.load.loadtime import (
-    DeviceCosts,
-    EventCosts,
-    append_costs,
-    measure_event_costs,
-    predict_replayed,
-    read_costs,
-)
+from moe_convert.load.loadtime import measure_event_costs, predict_replayed
 from moe_convert.load.replay import replay_load
+from moe_suite.loadtime import DeviceCosts, EventCosts, append_costs, read_costs
 
 GiB = 2**30
 QWEN = layer_shape("qwen3-235b-a22b", 4)

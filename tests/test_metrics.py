@@ -1,4 +1,4 @@
-"""The metrics table (moe_bench.metrics): it covers the whole asv suite, asv's dashboard
+"""The metrics table (moe_suite.metrics): it covers the whole asv suite, asv's dashboard
 configuration agrees with it, its rule decides; and the nightly's choice of commits to measure."""
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ from fixtures.asv_fixture import OUT as FIXTURE_RESULTS
 from fixtures.asv_fixture import git, make_repo
 
 from moe_bench import cli
-from moe_bench.metrics import (
+from moe_bench.results import new_commits, unmeasurable
+from moe_convert import FORMATS
+from moe_suite.formats import FORMAT_TITLES
+from moe_suite.metrics import (
     COPY_RATIO,
     EXACT,
     HARDWARE_BAND,
@@ -34,10 +37,10 @@ from moe_bench.metrics import (
     STEADY_SPREAD,
     STRATEGY_FACTOR,
     TIME,
+    figure_format,
     judge,
     steady,
 )
-from moe_bench.results import new_commits, unmeasurable
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = re.compile(r"^(time|timeraw|track|peakmem|mem)_")
@@ -97,6 +100,25 @@ def test_the_table_is_consistent():
     assert HARDWARE_BAND * 1.43 < NOISE_FACTOR
     # A whole strategy slowed 1.5x (issue 22) is marked; the cell's own factor is the wider.
     assert 1 < STRATEGY_FACTOR < 1.5 < NOISE_FACTOR
+
+
+def test_the_format_titles_are_the_librarys_in_its_order():
+    assert list(FORMAT_TITLES.items()) == [(name, f.title) for name, f in FORMATS.items()]
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "shape", "fmt"),
+    [
+        (TIME, "qwen3-235b-a22b/tp4", "bf16"),
+        ("bench_allocator.RankLoadH200.track_moe_layers", "deepseek-v3/tp8", "bf16"),
+        ("bench_engine.LayerTime.track_layer_seconds", "deepseek-v3/tp8", "bf16"),
+        ("bench_nvfp4.LayerTime.track_copy_ratio", "kimi-k2-nvfp4/tp8", "nvfp4"),
+        ("bench_fakefp4.PeakMemory.track_peak_transient_bytes", "new-model/tp2", "fakefp4"),
+        ("bench_quant.QuantLayerTime.track_layer_seconds", "gpt-oss-120b-mxfp4/tp2", "mxfp4"),
+    ],
+)
+def test_a_figures_format_is_read_from_its_names(benchmark, shape, fmt):
+    assert figure_format(benchmark, shape) == fmt
 
 
 def test_the_committed_history_still_loads():

@@ -1,6 +1,6 @@
 """A format added to the library only (a fake one here: NVFP4's layout under a new name, with one
 catalog model of DeepSeek-R1 NVFP4's geometry) reaches the suite's consumers with no edit to
-them: the metrics table judges its figures (``moe_bench.metrics.format_figure``; the asv configs'
+them: the metrics table judges its figures (``moe_suite.metrics.format_figure``; the asv configs'
 patterns: tests/test_metrics.py), budgets derive its limits, gpu-check plans it, and the library
 converts, measures, replays and reports it.
 
@@ -19,7 +19,6 @@ import pytest
 import torch
 
 from moe_bench.gpucheck import plan
-from moe_bench.metrics import FORMAT_FIGURES, METRICS, format_figure, metric, quant_sibling
 from moe_convert import (
     CATALOG,
     FORMATS,
@@ -38,6 +37,7 @@ from moe_convert.formats.table import layer_call, reference_conversion, strategy
 from moe_convert.load.replay import rank_load
 from moe_convert.load.wholemodel import DEVICE_141GB_BYTES
 from moe_convert.measuring.memory import measure_memory
+from moe_suite.metrics import FORMAT_FIGURES, METRICS, format_figure, metric, quant_sibling
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package

@@ -11,11 +11,13 @@ import pytest
 
 from moe_bench import rankload
 from moe_bench.document import to_markdown
-from moe_bench.metrics import RANK_LOAD_REPLAY, RANK_LOAD_TIME, TIME
 from moe_bench.plots import write_rank_load_plot
 from moe_bench.results import COLUMNS
-from moe_convert.load.loadtime import DeviceCosts, EventCosts, predict_load_seconds
+from moe_convert import layer_shape
 from moe_convert.load.replay import pr45589_replay
+from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES
+from moe_suite.loadtime import DeviceCosts, EventCosts, predict_load_seconds
+from moe_suite.metrics import RANK_LOAD_REPLAY, RANK_LOAD_TIME, TIME
 
 SHAPE = "qwen3-235b-a22b/tp4"
 DATE = pd.Timestamp("2026-12-01 12:00")
@@ -41,8 +43,15 @@ def _rows(strategy: str, figures: dict, *, commit: str = "c0ffee11", date=DATE) 
     ]
 
 
+#: The rank's MoE layers, and its 105.75 GiB + vLLM #45589's 29.89 GiB of headroom: the device.
+LAYERS = 94
+DEVICE_BYTES = layer_shape("qwen3-235b-a22b", 4).model_bytes + PR45589_HEADROOM_BYTES
+
+
 def _replayed(allocs: int, frees: int = 0, lost: int = 0) -> dict:
     return {
+        f"{RANK_LOAD_REPLAY}.track_moe_layers": LAYERS,
+        f"{RANK_LOAD_REPLAY}.track_device_bytes": DEVICE_BYTES,
         f"{RANK_LOAD_REPLAY}.track_num_device_alloc": allocs,
         f"{RANK_LOAD_REPLAY}.track_num_device_free": frees,
         f"{RANK_LOAD_REPLAY}.track_num_device_alloc_failed": frees,
@@ -57,7 +66,6 @@ GiB = 2**30
 
 
 def frame() -> pd.DataFrame:
-    # the rank's 105.75 GiB + 29.89 GiB of headroom: 135.64 GiB of device
     rows = _rows("preallocated", _replayed(3) | {RANK_LOAD_TIME: 2.5, SLEEP_PEAK: 107 * GiB})
     rows += _rows("inplace", _replayed(94))
     rows += _rows("legacy", _replayed(6113, 4676) | {SLEEP_PEAK: 225 * GiB})
@@ -130,6 +138,26 @@ def test_the_headline_names_the_device_and_the_ratio_against_vllm_45589():
         if line.startswith(f"| {SHAPE}")
     }
     assert sleep == {"legacy": "OOM (peak 225 GiB)", "preallocated": "fits (peak 107 GiB)"}
+
+
+def test_results_from_before_the_loads_facts_were_recorded_predict_nothing():
+    """Results without ``RankLoadReplay``'s MoE layers and device bytes (recorded since issue
+    36): no predicted seconds, no sleep-mode verdict; n/a, the rest as before."""
+    facts = ("track_moe_layers", "track_device_bytes")
+    older = frame()[~frame()["benchmark"].str.endswith(facts)]
+    table = rankload.rank_load_table(older, COSTS)
+    assert dict(zip(table["strategy"], table["source"], strict=True)) == {
+        "legacy": "n/a",
+        "preallocated": "measured",
+        "inplace": "n/a",
+    }
+    text = to_markdown(rankload.rank_load_blocks(table, COSTS))
+    rows = [line.split("|") for line in text.splitlines() if line.startswith(f"| {SHAPE}")]
+    assert [(row[2].strip(), row[-2].strip()) for row in rows] == [
+        ("legacy", "n/a"),
+        ("preallocated", "n/a"),
+    ]
+    assert "6,113" in text  # the driver calls as before
 
 
 def test_no_rank_load_results_no_headline():

@@ -18,10 +18,10 @@ import pytest
 from moe_bench import cli
 from moe_bench.compare import compare_commits
 from moe_bench.document import to_markdown
-from moe_bench.metrics import METRICS, NOISE_FACTOR, quant_sibling
 from moe_bench.report import changes_block, comment_markdown, format_blocks, summary_table
 from moe_bench.results import load_results
 from moe_bench.units import human
+from moe_suite.metrics import METRICS, NOISE_FACTOR, quant_sibling
 
 RESULTS = Path(__file__).parent / "fixtures" / "asv_results"
 LATEST, PREVIOUS = "c2fb4ee0", "7128b89f"

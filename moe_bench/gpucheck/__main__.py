@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "gpu-check.json").write_text(json.dumps(summary, indent=1, default=str))
     record = costs_record(summary)
     if record is not None:
-        from moe_convert.load.loadtime import COSTS_FILE, append_costs
+        from moe_suite.loadtime import COSTS_FILE, append_costs
 
         if COSTS_FILE.exists():
             shutil.copyfile(COSTS_FILE, args.out / COSTS_FILE.name)

@@ -386,7 +386,7 @@ def costs_record(summary: dict):
     """This run's ``loadtime.DeviceCosts``: step 4's event costs, with one layer's seconds of
     every shape and strategy step 5 timed (and step 4's for its shapes and strategies); None
     without step 4's costs (a dry run, or a step that failed before measuring them)."""
-    from moe_convert.load.loadtime import DeviceCosts, EventCosts
+    from moe_suite.loadtime import DeviceCosts, EventCosts
 
     steps = {step["step"]: step for step in summary["steps"]}
     load = steps.get("load", {})

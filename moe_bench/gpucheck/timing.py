@@ -5,6 +5,8 @@ the asv suite, and every quantized strategy on ``plan.quant_check_shapes()``; th
 
 from __future__ import annotations
 
+from moe_suite.shapes import SHAPES
+
 from . import plan
 
 
@@ -39,8 +41,6 @@ def time_strategy(shape, name: str, device) -> dict:
 def _cells() -> list[tuple[str, str]]:
     """(shape label, strategy) of every timed cell: the asv suite's shapes x every strategy,
     then ``plan.quant_check_shapes()`` x their format's strategies."""
-    from benchmarks.common import SHAPES
-
     labels = (*SHAPES, *plan.quant_check_shapes())
     return [(label, name) for label in labels for name in plan.strategies(plan.shape(label))]
 

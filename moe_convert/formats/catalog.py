@@ -27,7 +27,6 @@ __all__ = [
     "catalog_shapes",
     "layer_shape",
     "shape_from_hf_config",
-    "shape_format",
     "shape_from_label",
     "spec_from_hf_config",
 ]
@@ -270,14 +269,6 @@ def shape_from_label(label: str) -> LayerShape:
     if match is None:
         raise ValueError(f"shape label {label!r} is not model/tpN (e.g. qwen3-235b-a22b/tp4)")
     return layer_shape(match[1], int(match[2]))
-
-
-def shape_format(label: str) -> str:
-    """The format of the suite's shape ``label`` (``model/tpN``): its catalog entry's, or
-    ``bf16`` for a model the catalog does not hold (a BF16 model of an older commit's catalog,
-    in results recorded then)."""
-    spec = CATALOG.get(label.rpartition("/tp")[0])
-    return "bf16" if spec is None else spec.format
 
 
 def catalog_shapes(fmt: str | None = None) -> list[LayerShape]:

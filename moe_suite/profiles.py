@@ -5,9 +5,10 @@ The profile sets how many experts the *timed* benchmarks convert (docs/benchmark
 Its default is ``full`` where CUDA is available and ``cpu`` elsewhere; ``MOE_BENCH_PROFILE``
 overrides it. Read by ``moe_bench.machine`` (which records it, and names a machine running the
 non-default profile apart), by ``moe-bench machine --shell`` (scripts/ export what it prints) and
-by ``benchmarks/common.py`` inside asv's per-commit environment, which has the project installed
-but neither asv nor pandas: so this module imports nothing but the standard library (and torch,
-a dependency of the project, in ``detect_device`` only).
+by ``benchmarks/common.py`` (from the checkout, ``benchmarks/__init__.py``) inside asv's
+per-commit environment, which has neither asv nor pandas, and by the engine suite: so this
+module imports nothing but the standard library (and torch, a dependency of the project, in
+``detect_device`` only).
 """
 
 from __future__ import annotations

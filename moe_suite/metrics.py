@@ -48,10 +48,12 @@ __all__ = [
     "ENGINE_FIGURES",
     "FORMAT_CLASSES",
     "RANK_LOAD_CLASSES",
+    "RANK_LOAD_FACTS",
     "RANK_LOAD_FIGURES",
     "RANK_LOAD_REPLAY",
     "RANK_LOAD_TIME",
     "FORMAT_FIGURES",
+    "figure_format",
     "format_figure",
     "engine_sibling",
     "judge",
@@ -202,6 +204,10 @@ RANK_LOAD_FIGURES = (
     ("peak_reserved_bytes", "bytes"),
     ("layers_lost_to_oom", "layers"),
 )
+#: A replayed rank load's facts and units: the rank's MoE layers and the bytes the device lends
+#: (``benchmarks.formats._RankLoad``'s), recorded so that the summary needs no library to price
+#: the load or place the sleep-mode peak. Neither better nor worse: any change is ``changed``.
+RANK_LOAD_FACTS = (("moe_layers", "layers"), ("device_bytes", "bytes"))
 #: The paired A/B result's row in the PR verdict (not an asv benchmark: ``benchmarks.paired``).
 PAIRED_TIME = "paired.time_ratio"
 
@@ -252,6 +258,11 @@ _TABLE = [
         Metric(f"bench_allocator.{cls}.track_{figure}", unit, True, EXACT, unit)
         for cls in RANK_LOAD_CLASSES
         for figure, unit in RANK_LOAD_FIGURES
+    ),
+    *(
+        Metric(f"bench_allocator.{cls}.track_{figure}", unit, None, EXACT, unit)
+        for cls in RANK_LOAD_CLASSES
+        for figure, unit in RANK_LOAD_FACTS
     ),
     Metric(
         RANK_LOAD_TIME,
@@ -360,6 +371,20 @@ def format_figure(benchmark: str) -> Metric | None:
     )
 
 
+def figure_format(benchmark: str, shape: str) -> str:
+    """The format of figure ``benchmark`` at ``shape`` (``model/tpN``), read from the names: a
+    format's module's (``bench_nvfp4`` -> ``nvfp4``, ``format_figure``); in the retired
+    ``bench_quant``, which held every quantized format, the model's (each named
+    ``<model>-<format>``: ``kimi-k2-nvfp4/tp8`` -> ``nvfp4``); ``bf16`` for every other figure
+    (BF16's modules and the engines' converters)."""
+    module = benchmark.partition(".")[0]
+    if format_figure(benchmark) is not None:
+        return module.removeprefix("bench_")
+    if module == "bench_quant":
+        return shape.rpartition("/tp")[0].rpartition("-")[2]
+    return "bf16"
+
+
 class _Metrics(Mapping[str, Metric]):
     """Every figure by benchmark name: the listed ones (iterated: BF16's, the noise record, the
     paired row, the retired names) and every format's, derived from its name on lookup
@@ -392,7 +417,7 @@ def metric(benchmark: str) -> Metric:
         return METRICS[benchmark]
     except KeyError:
         raise KeyError(
-            f"benchmark {benchmark!r} is not in the metrics table: add it to moe_bench/metrics.py "
+            f"benchmark {benchmark!r} is not in the metrics table: add it to moe_suite/metrics.py "
             "(unit, lower-is-better, gate rule, display unit)"
         ) from None
 
