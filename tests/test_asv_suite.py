@@ -273,7 +273,9 @@ def _asv(tmp_path: Path, *args: str, config: Path) -> subprocess.CompletedProces
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        # A guard against a hang, not a speed target: a quick run's setup_cache measures its
+        # whole grid whatever -b selects (about a minute alone; five under a load of 5).
+        timeout=600,
     )
 
 
