@@ -48,7 +48,6 @@ __all__ = [
     "EngineSpec",
     "engine_benchmarks",
     "engine_config",
-    "engine_module",
     "Finding",
     "figure_benchmark",
     "find",
@@ -62,7 +61,7 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parent.parent
 #: asv's name of the engine suite's BF16 module (``engine_benchmarks/bench_engine.py``); each
-#: quantized format's is ``bench_<format>`` (``engine_module``).
+#: quantized format's is ``bench_<format>``, as in the main suite (``engine_benchmarks``).
 BENCHMARK_MODULE = "bench_engine"
 #: Beside the results (``<results_dir>/suite-commits.json``): engine commit -> this suite's
 #: commit that measured it (``-dirty`` where the checkout had changes).
@@ -127,13 +126,6 @@ ENGINES = {
         needs_flashinfer=False,
     ),
 }
-
-
-def engine_module(fmt: str) -> str:
-    """asv's name of the engine suite's module of format ``fmt``'s cells: ``BENCHMARK_MODULE``
-    for BF16 (so named since before the formats), ``bench_<format>`` for a quantized one, as in
-    the main suite (``engine_benchmarks/bench_<format>.py``)."""
-    return BENCHMARK_MODULE if fmt == "bf16" else f"bench_{fmt}"
 
 
 def engine_benchmarks() -> dict[str, str]:
@@ -454,7 +446,7 @@ def nightly(config: Path, machine: str, *, limit: int, window: int, asv_args=())
 def figure_benchmark(figure: str, shape: str) -> str:
     """The engine suite's benchmark of ``figure`` (its method without ``track_``:
     ``peak_transient_bytes``, ``traffic_bytes``, ``launches``, ``layer_seconds``,
-    ``copy_ratio``) for ``shape``'s format (its module: ``engine_module``); ``EngineError``
+    ``copy_ratio``) in the module of ``shape``'s format (``engine_benchmarks``); ``EngineError``
     listing the figures for another name, or the formats for a shape of none measured."""
     from moe_convert.formats.catalog import shape_format
 
