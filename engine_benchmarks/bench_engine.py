@@ -1,19 +1,26 @@
-"""An engine's converter at one of its commits, beside the frozen transcriptions.
+"""An engine's preparations at one of its commits, every format's, beside the frozen transcriptions.
 
 asv's ``repo`` is the engine's git history (``moe-bench engine-config``): each commit is built
 into the environment, and this suite (installed from the checkout) measures the engine's adapters
-(``ENGINE_STRATEGIES``: ``vllm`` calls vLLM's converter as installed, ``flashinfer`` FlashInfer's
-helpers) and the transcriptions of vLLM's three forms (``REFERENCE_STRATEGIES``: the same lines at
-every commit, on the same graphs). A strategy whose engine is not installed is n/a, so the grid is
-the same for every engine and commit.
+and the transcriptions of the forms vLLM's functions had, as reference lines (the same code at
+every commit, on the same graphs). One grid per format (``GRIDS``), made from the adapters'
+records by one rule (``_quant_grid``): BF16's is this module's (``ENGINE_STRATEGIES``: ``vllm``
+calls vLLM's converter as installed, ``flashinfer`` FlashInfer's helpers; ``REFERENCE_STRATEGIES``:
+vLLM's three forms), each quantized format's with a vLLM adapter (``PREPARATIONS``:
+``<format>-vllm``) is a module ``bench_<format>.py`` of this folder (``format_benchmarks``), its
+axis the adapter's kind, ``vllm``, then its forms' transcriptions' (``legacy``). A strategy not
+registered at a commit (its engine, or its function, absent there) is n/a, so the grid is the same
+for every engine and commit.
 
-Legend: E experts, I intermediate size per rank, H hidden. Every figure of the grid comes from one
-measurement per shape x strategy, made once per asv run in ``setup_cache`` (one import of the
-engine, 10-13 s for vLLM, per commit, not per figure): peak transient bytes, traffic bytes and
-launches of the full-size layer on ``meta`` (exact), and on the local device one layer's seconds
-and its ratio to a same-size copy under the profile (``MOE_BENCH_PROFILE``; the cpu profile times
-8 experts). The classes and methods are named as ``benchmarks/bench_convert.py``'s, so the metrics
-table judges them by the same rules (``moe_suite.metrics``).
+Legend: E experts, I intermediate size per rank, H hidden. Every figure of every grid comes from
+one measurement per shape x strategy, made once per asv run in ``setup_cache`` (one import of the
+engine, 10-13 s for vLLM, per commit, not per figure or format): peak transient bytes, traffic
+bytes and launches of the full-size layer on ``meta`` (exact), and on the local device one
+layer's seconds and its ratio to a same-size copy under the profile (``MOE_BENCH_PROFILE``; the
+cpu profile times 8 experts). The classes and methods are named as the main suite's
+(``benchmarks/bench_convert.py``, ``bench_<format>.py``), so the metrics table judges them by the
+same rules (``moe_suite.metrics``: ``bench_engine`` is BF16's, listed; a quantized module's figures
+are its format's, ``format_figure``).
 """
 
 from __future__ import annotations
@@ -21,29 +28,77 @@ from __future__ import annotations
 import dataclasses
 
 import moe_convert
+from moe_convert.formats.bf16.engines import VLLM
 from moe_convert.formats.catalog import shape_from_label
+from moe_convert.formats.engines import Engine
+from moe_convert.formats.preparations import PREPARATIONS
 from moe_convert.formats.shape import LayerShape
 from moe_convert.measuring import timing
 from moe_convert.measuring.memory import strategy_memory
 from moe_convert.measuring.traffic import strategy_traffic
 from moe_suite.profiles import detect_device, profile_from_env
 
-#: ``model/tpN``: the gated layer the engines' own figures are read on (docs/engines.md). One
-#: shape: a history has a commit a few hours, and every commit pays the whole grid.
+#: ``model/tpN``: the gated layer the engines' own BF16 figures are read on (docs/engines.md).
+#: One shape a format: a history has a commit a few hours, and every commit pays every grid.
 SHAPES = ("qwen3-235b-a22b/tp4",)
-#: The engines' own code as installed (``moe_convert.formats.bf16.engines.ENGINES``' adapters
-#: and FlashInfer's helpers), n/a where not installed; tests/test_engine_asv.py checks it against
-#: ``ENGINES``.
+#: The engines' own BF16 code as installed (``moe_convert.formats.bf16.engines.ENGINES``'
+#: adapters and FlashInfer's helpers), n/a where not installed; tests/test_engine_asv.py checks
+#: it against ``ENGINES``.
 ENGINE_STRATEGIES = ("vllm", "sglang-installed", "flashinfer")
-#: vLLM's three forms, frozen in ``moe_convert.formats.bf16.strategies``: the reference lines.
-REFERENCE_STRATEGIES = ("legacy", "preallocated", "inplace")
+#: The transcriptions of vLLM's BF16 forms (``legacy``, ``preallocated``, ``inplace``, frozen in
+#: ``moe_convert.formats.bf16.strategies``): the reference lines.
+REFERENCE_STRATEGIES = tuple(dict.fromkeys(form.transcription for form in VLLM.forms))
 STRATEGIES = ENGINE_STRATEGIES + REFERENCE_STRATEGIES
+#: The shape of each quantized format with a vLLM adapter (``PREPARATIONS``): the one the main
+#: suite's cpu profile times (``benchmarks.formats.CPU_PROFILE_SHAPES``), else the format's
+#: smallest; tests/test_engine_asv.py checks that every adapter's format has one.
+QUANT_SHAPES = {
+    "fp8": "llama-4-maverick-fp8/tp8",
+    "fp8block": "deepseek-r1-fp8block/tp8",
+    "mxfp8": "minimax-m3-mxfp8/tp4",
+    "nvfp4": "qwen3-235b-a22b-nvfp4/tp4",
+    "mxint4": "kimi-k2-thinking-mxint4/tp8",
+}
 #: Timed calls per cell (``benchmarks.formats.REPEATS``' reasoning: 9, each paired with a copy).
 REPEATS = 9
 #: Experts a timed layer converts in the cpu profile (``benchmarks.common.CPU_PROFILE_EXPERTS``).
 CPU_PROFILE_EXPERTS = 8
 #: CPU threads of every timed call (``benchmarks.common.CPU_THREADS``).
 CPU_THREADS = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """One format's cells: its shapes (``model/tpN``) x its strategy axis (``strategies``: BF16's
+    registry names, as recorded since before the formats; a quantized format's kinds, as the
+    main suite's quantized grids)."""
+
+    format: str
+    shapes: tuple[str, ...]
+    strategies: tuple[str, ...]
+
+    def strategy(self, value: str) -> str:
+        """The registry name of the axis value ``value``: BF16's own, else ``<format>-<kind>``."""
+        return value if self.format == "bf16" else f"{self.format}-{value}"
+
+
+def _quant_grid(engine: Engine) -> Grid:
+    """A quantized adapter's grid: its format's ``QUANT_SHAPES`` shape x the adapter's kind
+    (``vllm``), then the kinds of its forms' transcriptions (``legacy``), once each."""
+    names = (engine.strategy, *dict.fromkeys(form.transcription for form in engine.forms))
+    prefix = f"{engine.format}-"
+    return Grid(
+        engine.format,
+        (QUANT_SHAPES[engine.format],),
+        tuple(name.removeprefix(prefix) for name in names),
+    )
+
+
+#: format -> its grid: BF16's, then one per quantized adapter (``PREPARATIONS``).
+GRIDS = {
+    "bf16": Grid("bf16", SHAPES, STRATEGIES),
+    **{engine.format: _quant_grid(engine) for engine in PREPARATIONS},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,26 +137,31 @@ def measure(shape: str, strategy: str) -> Figures:
 
 
 def measure_grid() -> dict[tuple[str, str], Figures | str]:
-    """``measure`` of every cell whose strategy is registered here; a cell that raises gets
+    """``measure`` of every cell of every grid whose strategy is registered here, keyed
+    ``(shape, axis value)`` (the shapes of two grids differ); a cell that raises gets
     ``"failed: <error>"`` instead (it fails its own figures, not the grid's)."""
     results: dict[tuple[str, str], Figures | str] = {}
-    for shape in SHAPES:
-        for strategy in STRATEGIES:
-            if strategy not in moe_convert.REGISTRY:
-                continue
-            try:
-                results[shape, strategy] = measure(shape, strategy)
-            except Exception as error:  # the cell's finding: shown as its failure by asv
-                results[shape, strategy] = f"failed: {type(error).__name__}: {error}"
+    for grid in GRIDS.values():
+        for shape in grid.shapes:
+            for value in grid.strategies:
+                strategy = grid.strategy(value)
+                if strategy not in moe_convert.REGISTRY:
+                    continue
+                try:
+                    results[shape, value] = measure(shape, strategy)
+                except Exception as error:  # the cell's finding: shown as its failure by asv
+                    results[shape, value] = f"failed: {type(error).__name__}: {error}"
     return results
 
 
 class _Grid:
-    """Base of the classes below: ``SHAPES`` x ``STRATEGIES``, the grid measured once per run
-    (one ``setup_cache`` for every class: asv keys its cache by the function, so the engine is
+    """Base of the classes below: a format's grid (``grid``: BF16's here, a quantized format's in
+    its module, ``format_benchmarks``), every grid measured once per run (one ``setup_cache``
+    for every class of every module: asv keys its cache by the function, so the engine is
     imported and measured once)."""
 
-    params = [list(SHAPES), list(STRATEGIES)]
+    grid = GRIDS["bf16"]
+    params = [list(grid.shapes), list(grid.strategies)]
     param_names = ["shape", "strategy"]
     timeout = 300.0
 
@@ -110,14 +170,15 @@ class _Grid:
 
     setup_cache.timeout = 1800.0
 
-    def setup(self, grid: dict, shape: str, strategy: str) -> None:
-        if strategy not in moe_convert.REGISTRY:
-            raise NotImplementedError(
-                f"strategy {strategy!r} is not registered here (its engine is not installed)"
-            )
-        measured = grid[shape, strategy]
+    def setup(self, cells: dict, shape: str, strategy: str) -> None:
+        name = self.grid.strategy(strategy)
+        if name not in moe_convert.REGISTRY:
+            unavailable = moe_convert.UNAVAILABLE.get(name)
+            why = f"it needs {unavailable.needs}" if unavailable else "its engine is not installed"
+            raise NotImplementedError(f"strategy {name!r} is not registered here: {why}")
+        measured = cells[shape, strategy]
         if isinstance(measured, str):
-            raise RuntimeError(f"{shape} {strategy}: {measured}")
+            raise RuntimeError(f"{shape} {name}: {measured}")
         self.figures = measured
 
 
@@ -127,7 +188,7 @@ class PeakMemory(_Grid):
     version = "1"
     unit = "bytes"
 
-    def track_peak_transient_bytes(self, grid: dict, shape: str, strategy: str) -> int:
+    def track_peak_transient_bytes(self, cells: dict, shape: str, strategy: str) -> int:
         return self.figures.peak_bytes
 
 
@@ -136,12 +197,12 @@ class Traffic(_Grid):
 
     version = "1"
 
-    def track_traffic_bytes(self, grid: dict, shape: str, strategy: str) -> int:
+    def track_traffic_bytes(self, cells: dict, shape: str, strategy: str) -> int:
         return self.figures.traffic_bytes
 
     track_traffic_bytes.unit = "bytes"
 
-    def track_launches(self, grid: dict, shape: str, strategy: str) -> int:
+    def track_launches(self, cells: dict, shape: str, strategy: str) -> int:
         return self.figures.launches
 
     track_launches.unit = "launches"
@@ -152,12 +213,33 @@ class LayerTime(_Grid):
 
     version = "1"
 
-    def track_layer_seconds(self, grid: dict, shape: str, strategy: str) -> float:
+    def track_layer_seconds(self, cells: dict, shape: str, strategy: str) -> float:
         return self.figures.timing.seconds
 
     track_layer_seconds.unit = "seconds"
 
-    def track_copy_ratio(self, grid: dict, shape: str, strategy: str) -> float:
+    def track_copy_ratio(self, cells: dict, shape: str, strategy: str) -> float:
         return self.figures.timing.copy_ratio
 
     track_copy_ratio.unit = "ratio"
+
+
+def format_benchmarks(fmt: str, module: str) -> dict[str, type]:
+    """Quantized format ``fmt``'s classes for its module ``module`` (its ``__name__``:
+    ``bench_<fmt>``, which asv and the metrics table name them by): this module's, over its grid
+    (``GRIDS[fmt]``), every method and the one ``setup_cache`` inherited."""
+    grid = GRIDS[fmt]
+    return {
+        base.__name__: type(
+            base.__name__,
+            (base,),
+            {
+                "__module__": module,
+                "__qualname__": base.__name__,
+                "__doc__": f"{fmt.upper()}: {base.__doc__}",
+                "grid": grid,
+                "params": [list(grid.shapes), list(grid.strategies)],
+            },
+        )
+        for base in (PeakMemory, Traffic, LayerTime)
+    }

@@ -37,7 +37,7 @@ from asv.config import Config
 from asv.repo import get_repo
 from asv.results import iter_results_for_machine
 
-from moe_suite.metrics import EXACT, METRICS, NOISE_FACTOR, PAIRED
+from moe_suite.metrics import ENGINE_FIGURES, EXACT, METRICS, NOISE_FACTOR, PAIRED
 
 __all__ = [
     "BENCHMARK_MODULE",
@@ -46,6 +46,7 @@ __all__ = [
     "SUITE_COMMITS",
     "EngineError",
     "EngineSpec",
+    "engine_benchmarks",
     "engine_config",
     "Finding",
     "figure_benchmark",
@@ -59,7 +60,8 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
-#: asv's name of the engine suite's module (``engine_benchmarks/bench_engine.py``).
+#: asv's name of the engine suite's BF16 module (``engine_benchmarks/bench_engine.py``); each
+#: quantized format's is ``bench_<format>``, as in the main suite (``engine_benchmarks``).
 BENCHMARK_MODULE = "bench_engine"
 #: Beside the results (``<results_dir>/suite-commits.json``): engine commit -> this suite's
 #: commit that measured it (``-dirty`` where the checkout had changes).
@@ -126,15 +128,28 @@ ENGINES = {
 }
 
 
+def engine_benchmarks() -> dict[str, str]:
+    """Every figure of the engine suite, ``module.class.method`` -> its format: each module of
+    ``engine_benchmarks/`` (BF16's and each quantized format's) x ``ENGINE_FIGURES``, all in the
+    metrics table (a quantized module's by ``format_figure``)."""
+    stems = sorted(path.stem for path in (ROOT / "engine_benchmarks").glob("bench_*.py"))
+    return {
+        f"{stem}.{name.partition('.')[2]}": (
+            "bf16" if stem == BENCHMARK_MODULE else stem.removeprefix("bench_")
+        )
+        for stem in stems
+        for name in ENGINE_FIGURES
+    }
+
+
 def _thresholds() -> tuple[dict[str, float], dict[str, None]]:
     """asv's ``regressions_thresholds`` and ``regressions_first_commits`` for the engine suite,
     from the metrics table: exact figures any rise, time-derived ratios beyond ``NOISE_FACTOR``,
     absolute seconds never (one machine name may cover hosts of different speed)."""
     thresholds: dict[str, float] = {".*": 0.0}
     never: dict[str, None] = {}
-    for name, m in METRICS.items():
-        if not name.startswith(BENCHMARK_MODULE + "."):
-            continue
+    for name in engine_benchmarks():
+        m = METRICS[name]
         pattern = re.escape(name)
         if m.rule == PAIRED and m.host_bound:
             never[pattern] = None
@@ -428,15 +443,23 @@ def nightly(config: Path, machine: str, *, limit: int, window: int, asv_args=())
     return status
 
 
-def figure_benchmark(figure: str) -> str:
+def figure_benchmark(figure: str, shape: str) -> str:
     """The engine suite's benchmark of ``figure`` (its method without ``track_``:
     ``peak_transient_bytes``, ``traffic_bytes``, ``launches``, ``layer_seconds``,
-    ``copy_ratio``); ``EngineError`` listing them for another name."""
+    ``copy_ratio``) in the module of ``shape``'s format (``engine_benchmarks``); ``EngineError``
+    listing the figures for another name, or the formats for a shape of none measured."""
+    from moe_convert.formats.catalog import shape_from_label
+
+    fmt = shape_from_label(shape).format
     names = {
-        name.rpartition(".track_")[2]: name
-        for name in METRICS
-        if name.startswith(BENCHMARK_MODULE + ".")
+        name.rpartition(".track_")[2]: name for name, of in engine_benchmarks().items() if of == fmt
     }
+    if not names:
+        measured = sorted(set(engine_benchmarks().values()))
+        raise EngineError(
+            f"--shape {shape!r}: its format, {fmt}, is not measured by the engine suite "
+            f"(formats: {', '.join(measured)})"
+        )
     if figure not in names:
         raise EngineError(f"figure {figure!r}: not one of {', '.join(names)}")
     return names[figure]
@@ -503,7 +526,7 @@ def find(
     conf = load_config(config)
     repo = engine_repo_path(conf)
     good, bad = resolve(repo, good), resolve(repo, bad)
-    benchmark = figure_benchmark(figure)
+    benchmark = figure_benchmark(figure, shape)
     commits = _git(repo, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}").split()
     if not commits:
         raise EngineError(

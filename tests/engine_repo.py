@@ -13,6 +13,13 @@ installed flashinfer-python's):
   regression a pull request could make (what the PR command and ``find`` must catch);
 - ``broken``: a commit whose package does not import (a failing commit inside a bisected range).
 
+Beside it, every commit has vLLM's FP8 per-tensor preparation,
+``prepare_fp8_moe_layer_for_fi`` (the parameters ``moe_convert.formats.preparations``' adapter
+calls; its per-tensor branch only, transcribed from vLLM 0.33.0: the w1/w3 swap, then
+``rotate_weights_for_fi_trtllm_fp8_per_tensor_moe``, rebinding ``.data``), in the rotation form
+``FP8_FORMS`` names: ``fp8`` as released, or ``fp8_copy`` with the extra full copy of w13 a pull
+request could add (``gemm1_src = gemm1_weights.detach().clone()``, issue 37).
+
 ``make_engine_repo`` writes the history the tests drive: it builds without CUDA as vLLM's
 ``empty`` target does (``VLLM_TARGET_DEVICE=empty pip wheel --no-deps --no-build-isolation``: the
 tiny ``setup.py`` needs only setuptools) and needs no network.
@@ -37,7 +44,45 @@ BLOCK_K = 128
 def _check(w13_weight, w2_weight):
     if w13_weight.dtype != torch.bfloat16 or w2_weight.dtype != torch.bfloat16:
         raise ValueError("Unquantized Moe Backend FlashInfer TRTLLM requires bfloat16 weights")
+
+
+def swap_w13_to_w31(x):
+    return x.reshape(-1, 2, x.shape[-2] // 2, x.shape[-1]).flip(dims=[1]).reshape(x.shape)
+
+
+def prepare_fp8_moe_layer_for_fi(
+    layer, w13, w2, w13_scale, w13_input_scale, w2_scale, w2_input_scale, is_trtllm=False
+):
+    """vLLM 0.33.0's, its FP8 per-tensor TRT-LLM branch only."""
+    assert layer.weight_block_size is None, "the stand-in engine has FP8 per-tensor only"
+    if layer.moe_config.is_act_and_mul:
+        w13 = swap_w13_to_w31(w13)
+    if is_trtllm:
+        rotate_weights_for_fi_trtllm_fp8_per_tensor_moe(w13, w2, layer.activation.is_gated)
+    return w13, w2, w13_scale, w2_scale
 '''
+
+_ROTATE = '''
+def rotate_weights_for_fi_trtllm_fp8_per_tensor_moe(
+    gemm1_weights, gemm2_weights, is_gated_activation
+):
+    """vLLM 0.33.0's rotation: per expert, rows reordered (gated), shuffled; .data rebound."""
+    from flashinfer import reorder_rows_for_gated_act_gemm, shuffle_matrix_a
+
+    experts = range(gemm1_weights.shape[0])
+    {source}
+    reorder = reorder_rows_for_gated_act_gemm if is_gated_activation else lambda rows: rows
+    interleaved = torch.stack([reorder(gemm1_src[i]) for i in experts])
+    gemm1 = [shuffle_matrix_a(interleaved[i].view(torch.uint8), EPILOGUE_TILE_M) for i in experts]
+    gemm2 = [shuffle_matrix_a(gemm2_weights[i].view(torch.uint8), EPILOGUE_TILE_M) for i in experts]
+    gemm1_weights.data = torch.stack(gemm1).view(torch.float8_e4m3fn)
+    gemm2_weights.data = torch.stack(gemm2).view(torch.float8_e4m3fn)
+'''
+#: The FP8 per-tensor rotation's forms: as vLLM 0.33.0 has it, and with an extra full copy of w13.
+FP8_FORMS = {
+    "fp8": _ROTATE.format(source="gemm1_src = gemm1_weights"),
+    "fp8_copy": _ROTATE.format(source="gemm1_src = gemm1_weights.detach().clone()"),
+}
 
 _LEGACY_LOOP = """
     from flashinfer.fused_moe.core import (
@@ -171,11 +216,13 @@ setup(name="vllm", version="{version}", packages=find_packages())
 
 @dataclass(frozen=True)
 class Commit:
-    """One commit of the history: the converter's form, the package version, the subject."""
+    """One commit of the history: the BF16 converter's form, the package version, the subject,
+    and the FP8 per-tensor rotation's form (``FP8_FORMS``)."""
 
     form: str
     version: str
     subject: str
+    fp8: str = "fp8"
 
 
 def _git(repo: Path, *args: str, date: str = "") -> str:
@@ -199,7 +246,7 @@ def commit(repo: Path, change: Commit, *, date: int) -> str:
 
     ``date`` (seconds since the epoch) orders the commits for asv, which graphs by date.
     """
-    (repo / MODULE).write_text(_HEAD + _FORMS[change.form])
+    (repo / MODULE).write_text(_HEAD + _FORMS[change.form] + FP8_FORMS[change.fp8])
     (repo / "setup.py").write_text(_SETUP.format(version=change.version))
     (repo / "NOTES").write_text(f"{change.subject}\n")
     _git(repo, "add", "-A")

@@ -31,6 +31,7 @@ from moe_suite.metrics import METRICS
 ROOT = Path(__file__).resolve().parent.parent
 MACHINE = "engine-test"
 PEAK = "bench_engine.PeakMemory.track_peak_transient_bytes"
+FP8_PEAK = "bench_fp8.PeakMemory.track_peak_transient_bytes"
 
 pytestmark = pytest.mark.slow
 # Under pytest-xdist (scripts/test: ``--dist loadgroup``) the asv-driving tests run as two groups,
@@ -60,7 +61,8 @@ def history(tmp_path_factory):
 
     main: legacy -> preallocated -> inplace -> docs -> docs (``u2``); branch ``ok``: a docs
     commit on ``u2``; branch ``regress``: docs, the per-expert form back (``bad``), docs, docs;
-    branch ``broken``: a commit that does not import, its fix, the per-expert form (``bad2``).
+    branch ``broken``: a commit that does not import, its fix, the per-expert form (``bad2``);
+    branch ``fp8copy``: an extra full copy of w13 in vLLM's FP8 per-tensor rotation (``fp8bad``).
     """
     if missing("flashinfer"):  # the tiny engine imports FlashInfer's helpers, as vLLM does
         pytest.skip(missing("flashinfer"))
@@ -102,6 +104,10 @@ def history(tmp_path_factory):
                 ("fixed", Commit("inplace", "0.31.0", "fix the import")),
                 ("bad2", Commit("per_expert", "0.31.0", "the per-expert form back, again")),
             ],
+        ),
+        (
+            "fp8copy",
+            [("fp8bad", Commit("inplace", "0.31.0", "fp8: clone w13 first", fp8="fp8_copy"))],
         ),
     ):
         checkout(repo, branch, hashes["u2"])
@@ -252,6 +258,12 @@ def test_nightly_measures_the_newest_commits_then_publishes(history):
     # the installed engine and the frozen transcriptions on one grid; SGLang not installed
     assert math.isnan(values["sglang-installed"])
     assert values["vllm"] < values["preallocated"] < values["legacy"]
+    # every format's vLLM cell on the same commit: FP8's measured, the others' n/a (the tiny
+    # engine has no such function), each beside its transcription
+    fp8 = _values(config, hashes["u2"], FP8_PEAK)
+    assert fp8["vllm"] > 0 and fp8["legacy"] > 0
+    nvfp4 = _values(config, hashes["u2"], "bench_nvfp4.PeakMemory.track_peak_transient_bytes")
+    assert math.isnan(nvfp4["vllm"]) and nvfp4["legacy"] > 0
     # the next night: only what is left within the window, then nothing
     nightly = ("engine-nightly", "--config", str(config), "--machine", MACHINE, "--window", "3")
     done = _moe_bench(home, *nightly)
@@ -292,6 +304,25 @@ def test_an_unchanged_engine_commit_passes_the_pr(history):
     )  # fmt: skip
     assert done.returncode == 0, (out / "pr-comment.md").read_text()
     assert (out / "pr-comment.md").read_text().startswith("## PR gate: passed")
+
+
+@HISTORY
+def test_an_extra_copy_in_a_quantized_preparation_fails_the_pr(history):
+    """The FP8 per-tensor cell (``bench_fp8``, judged as the main suite's FP8 figures) names the
+    format's shape and the figures the copy raised; BF16's unchanged cells pass."""
+    home, config, hashes = history
+    out = home / "pr-fp8"
+    done = _moe_bench(
+        home, "engine-pr", "--config", str(config), "main", hashes["fp8bad"], "--machine", MACHINE,
+        "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    comment = (out / "pr-comment.md").read_text()
+    assert comment.startswith("## PR gate: FAILED")
+    fp8 = r"llama-4-maverick-fp8/tp8 vllm: regressed"
+    assert re.search(r"PeakMemory.track_peak_transient_bytes` " + fp8, comment), comment
+    assert re.search(r"Traffic.track_traffic_bytes` " + fp8, comment), comment
+    assert "track_peak_transient_bytes` qwen3-235b-a22b/tp4" not in comment
 
 
 @HISTORY

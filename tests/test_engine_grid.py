@@ -1,0 +1,142 @@
+"""The engine suite's grid (``engine_benchmarks/``): every format's vLLM adapter on it, made from
+the adapters' records, BF16's names kept, each figure judged as the main suite's (issue 37 item
+1). Fast: nothing is measured (tests/test_engine_asv.py runs the suite on a tiny engine)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+from asv_runner.benchmarks._base import get_setup_cache_key
+
+import moe_convert
+from moe_bench import engine
+from moe_convert.formats.catalog import shape_from_label
+from moe_convert.formats.preparations import PREPARATIONS
+from moe_suite.metrics import METRICS, format_figure
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def suite():
+    """``engine_benchmarks`` imported as asv imports it (a package): module name -> module."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        return {
+            path.stem: importlib.import_module(f"engine_benchmarks.{path.stem}")
+            for path in sorted((ROOT / "engine_benchmarks").glob("bench_*.py"))
+        }
+    finally:
+        sys.path.pop(0)
+
+
+def _benchmarks(module) -> dict[str, list]:
+    """asv's names of ``module``'s benchmarks (``class.method``) -> their params."""
+    return {
+        f"{name}.{method}": cls.params
+        for name, cls in vars(module).items()
+        if isinstance(cls, type) and not name.startswith("_")
+        for method in dir(cls)
+        if method.startswith("track_")
+    }
+
+
+def test_bf16_cells_keep_their_names(suite):
+    """Recorded histories are keyed by these names and params."""
+    params = [
+        ["qwen3-235b-a22b/tp4"],
+        ["vllm", "sglang-installed", "flashinfer", "legacy", "preallocated", "inplace"],
+    ]
+    assert _benchmarks(suite["bench_engine"]) == {
+        "PeakMemory.track_peak_transient_bytes": params,
+        "Traffic.track_traffic_bytes": params,
+        "Traffic.track_launches": params,
+        "LayerTime.track_layer_seconds": params,
+        "LayerTime.track_copy_ratio": params,
+    }
+
+
+def test_every_vllm_preparation_has_a_module_and_grid(suite):
+    """One module per adapter's format, its grid the adapter's kind then its forms'
+    transcriptions', at one catalog shape of the format."""
+    bench_engine = suite["bench_engine"]
+    assert set(suite) == {"bench_engine"} | {f"bench_{e.format}" for e in PREPARATIONS}
+    for adapter in PREPARATIONS:
+        module = suite[f"bench_{adapter.format}"]
+        (shape,) = bench_engine.GRIDS[adapter.format].shapes
+        assert shape_from_label(shape).format == adapter.format
+        assert set(_benchmarks(module)) == set(_benchmarks(bench_engine))
+        for params in _benchmarks(module).values():
+            assert params == [[shape], ["vllm", "legacy"]]
+        grid = bench_engine.GRIDS[adapter.format]
+        assert [grid.strategy(v) for v in grid.strategies] == [
+            adapter.strategy,
+            f"{adapter.format}-legacy",
+        ]
+
+
+def test_one_setup_cache_measures_every_format(suite):
+    """asv keys ``setup_cache`` by its function's file and line: one for every class of every
+    module, so the engine is imported and the grid measured once per commit."""
+    keys = {
+        get_setup_cache_key(cls.setup_cache)
+        for module in suite.values()
+        for cls in vars(module).values()
+        if isinstance(cls, type) and hasattr(cls, "track_launches")
+    }
+    assert len(keys) == 1
+
+
+def test_the_grid_measures_every_registered_cell_once(suite, monkeypatch):
+    """Every grid's registered cells, keyed ``(shape, axis value)``; the engine's cells not
+    registered here (no vLLM) are n/a, saying what they need."""
+    bench_engine = suite["bench_engine"]
+    measured = []
+    monkeypatch.setattr(
+        bench_engine, "measure", lambda shape, strategy: measured.append(strategy) or strategy
+    )
+    cells = bench_engine.measure_grid()
+    expected = [
+        grid.strategy(value)
+        for grid in bench_engine.GRIDS.values()
+        for value in grid.strategies
+        if grid.strategy(value) in moe_convert.REGISTRY
+    ]
+    assert measured == expected and "fp8-legacy" in expected
+    assert cells["llama-4-maverick-fp8/tp8", "legacy"] == "fp8-legacy"
+    if "fp8-vllm" not in moe_convert.REGISTRY:
+        peak = suite["bench_fp8"].PeakMemory()
+        with pytest.raises(NotImplementedError, match="'fp8-vllm' is not registered.*vllm"):
+            peak.setup(cells, "llama-4-maverick-fp8/tp8", "vllm")
+
+
+def test_every_figure_is_judged_as_the_main_suites():
+    """BF16's as ``bench_convert``'s (listed), a quantized module's as the main suite's module of
+    its format (``format_figure``): the same rules, so an extra copy regresses exactly."""
+    figures = engine.engine_benchmarks()
+    assert set(figures.values()) == {"bf16"} | {e.format for e in PREPARATIONS}
+    for name, fmt in figures.items():
+        if fmt == "bf16":
+            assert name.startswith("bench_engine.") and name in METRICS
+        else:
+            assert METRICS[name] == format_figure(name)
+            assert METRICS[name].rule == METRICS[f"bench_convert.{name.partition('.')[2]}"].rule
+    thresholds, never = engine._thresholds()
+    assert thresholds["bench_fp8\\.LayerTime\\.track_copy_ratio"] == pytest.approx(1.5)
+    assert "bench_mxint4\\.LayerTime\\.track_layer_seconds" in never
+
+
+def test_find_reads_the_format_from_the_shape():
+    assert (
+        engine.figure_benchmark("launches", "llama-4-maverick-fp8/tp8")
+        == "bench_fp8.Traffic.track_launches"
+    )
+    assert (
+        engine.figure_benchmark("peak_transient_bytes", "qwen3-235b-a22b/tp4")
+        == "bench_engine.PeakMemory.track_peak_transient_bytes"
+    )
+    with pytest.raises(engine.EngineError, match="mxfp4, is not measured by the engine suite"):
+        engine.figure_benchmark("launches", "gpt-oss-120b-mxfp4/tp1")
