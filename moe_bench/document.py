@@ -5,7 +5,8 @@ paragraphs, a table, list items, images); ``to_markdown`` writes them as ``summa
 ``to_html`` as the dashboard's front page (``html/index.html``: the jinja2 template
 ``templates/index.html.jinja``, each table by pandas' ``DataFrame.to_html``). A table's cells
 are ``Cell``s: the text, the gate's mark (bold, ``⚠`` and the change) and the benchmark whose
-graph holds the figure, which the front page links to asv-tachyon's explorer.
+graph holds the figure, which the front page links to asv-tachyon's explorer. A column that is
+n/a in every row gives way to one line saying what would fill it (``without_empty_columns``).
 
 Paragraphs and items carry the little inline markdown the summary uses, ```code``` and
 ``**bold**``; ``to_html`` turns those two into HTML itself (a markdown library for two patterns
@@ -23,7 +24,16 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-__all__ = ["Block", "Cell", "Image", "Link", "to_html", "to_markdown"]
+__all__ = [
+    "NA",
+    "Block",
+    "Cell",
+    "Image",
+    "Link",
+    "to_html",
+    "to_markdown",
+    "without_empty_columns",
+]
 
 #: ``(benchmark, machine) -> URL`` of the figure's graph, or None where it has none.
 Link = Callable[[str, str], "str | None"]
@@ -42,6 +52,33 @@ class Cell:
     mark: str = ""
     benchmark: str | None = None
     machine: str | None = None
+
+
+#: A cell's text where its figure is missing.
+NA = "n/a"
+
+
+def without_empty_columns(
+    table: pd.DataFrame, fills: dict[str, str]
+) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """``table`` less every column whose every cell reads ``NA`` (a copy), and for each one line
+    saying so and what would fill it (``fills[header]``; nothing more for a header not in it):
+    a column of n/a only widens a table and tells nothing (the front page's first screen is
+    1280 pixels wide). A table of no rows is returned whole, with no line."""
+    empty = [
+        header
+        for header in table.columns
+        if len(table) and all(_text(cell) == NA for cell in table[header])
+    ]
+    lines = tuple(
+        f"{header}: n/a in every row" + (f"; {fills[header]}." if header in fills else ".")
+        for header in empty
+    )
+    return table.drop(columns=empty), lines
+
+
+def _text(cell) -> str:
+    return cell.text if isinstance(cell, Cell) else str(cell)
 
 
 @dataclass(frozen=True)

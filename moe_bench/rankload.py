@@ -44,7 +44,7 @@ from moe_suite.metrics import (
     TIME,
 )
 
-from .document import Block, Cell
+from .document import NA, Block, Cell, without_empty_columns
 from .gpucheck.plan import LOAD_STRATEGIES
 from .units import human
 
@@ -167,11 +167,13 @@ def rank_load_blocks(table: pd.DataFrame, costs: DeviceCosts | None) -> list[Blo
             for shape, name in zip(rows["shape"], rows["strategy"], strict=True)
         ]
         shown = rows[rows["strategy"].isin(FIRST) | pd.Series(is_best, index=rows.index)]
+        cells, empty = without_empty_columns(_cells(shown, best), _FILLS)
         blocks.append(
             Block(
                 f"`{machine}` at `{commit[:8]}`",
                 level=3,
-                table=_cells(shown, best),
+                text=empty,
+                table=cells,
                 items=tuple(_ratios(rows)),
             )
         )
@@ -185,7 +187,8 @@ def every_strategy_blocks(table: pd.DataFrame) -> list[Block]:
     blocks = [Block("Whole-rank load of every strategy")]
     best = best_strategies(table)
     for (machine, commit), rows in _by_run(table):
-        blocks.append(Block(f"`{machine}` at `{commit[:8]}`", level=3, table=_cells(rows, best)))
+        cells, empty = without_empty_columns(_cells(rows, best), _FILLS)
+        blocks.append(Block(f"`{machine}` at `{commit[:8]}`", level=3, text=empty, table=cells))
     return blocks
 
 
@@ -235,6 +238,19 @@ _COLUMNS = {
 }
 
 
+#: What would fill a headline column that is n/a in every row (``without_empty_columns``).
+_FILLS = {
+    "load time": (
+        "a run on CUDA measures it (`RankLoadTime`), or a device's costs recorded by "
+        "`scripts/gpu-check`'s step `load` (docs/gpu-results/device-costs.json) predict it"
+    ),
+    "sleep mode": (
+        "results that hold the device's bytes (`RankLoadReplay.track_device_bytes`, recorded "
+        "by `scripts/bench` since issue 36) place the sleep-mode peak against that device"
+    ),
+}
+
+
 def _cells(rows: pd.DataFrame, best: dict) -> pd.DataFrame:
     """One row of ``Cell``s per strategy: the headline's columns, each linked to its graph."""
     machine = rows["machine"]
@@ -247,7 +263,7 @@ def _cells(rows: pd.DataFrame, best: dict) -> pd.DataFrame:
             ],
             "load time": [
                 Cell(
-                    "n/a" if source == "n/a" else f"{human(value, 'seconds')} ({source})",
+                    NA if source == "n/a" else f"{human(value, 'seconds')} ({source})",
                     benchmark=RANK_LOAD_TIME if source == "measured" else None,
                     machine=m,
                 )
@@ -277,12 +293,12 @@ def _sleep_mode(peak: float, device: float) -> str:
     """Whether the sleep-mode load (its peak) fits the device of the table (its bytes, the
     rank + the headroom); n/a where either figure is missing."""
     if math.isnan(peak) or math.isnan(device):
-        return "n/a"
+        return NA
     return f"{'fits' if peak <= device else 'OOM'} (peak {human(peak, 'bytes')})"
 
 
 def _count(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:,.0f}"
+    return NA if math.isnan(value) else f"{value:,.0f}"
 
 
 def _ratios(rows: pd.DataFrame) -> list[str]:

@@ -51,6 +51,7 @@ from .rankload import (
     rank_load_table,
     recorded_runs,
 )
+from .refit import refit_blocks
 from .results import load_results
 from .units import human
 
@@ -391,11 +392,12 @@ def summary_blocks(
     """What the summary and the front page say, in this order: the whole rank's load under vLLM's
     setting (``moe_bench.rankload``: legacy, preallocated and the best strategy; load time
     measured or predicted from ``costs``, driver calls, peak transient and reserved memory, OOM,
-    sleep mode), the per-format tables (``format_blocks``), every strategy's rank load, what
-    changed since the previous results (``changes_block``), every failed figure of each
-    machine's latest commit (``gate``'s ``failed_benchmarks``), then ``plots`` (PNG paths
-    relative to the document, as ``write_plots`` names them), after ``not_drawn``: a line per
-    plot not drawn, saying why. Machines newest run first.
+    sleep mode), the refit of the same shapes (``moe_bench.refit``), the per-format tables
+    (``format_blocks``), every strategy's rank load, what changed since the previous results
+    (``changes_block``), every failed figure of each machine's latest commit (``gate``'s
+    ``failed_benchmarks``), then ``plots`` (PNG paths relative to the document, as
+    ``write_plots`` names them), after ``not_drawn``: a line per plot not drawn, saying why.
+    Machines newest run first.
     """
     table = summary_table(df)
     loads = rank_load_table(df, costs)
@@ -404,6 +406,7 @@ def summary_blocks(
     blocks = [
         Block(TITLE, level=1, text=(f"Each machine's latest run, the newest first: {newest}.",)),
         *rank_load_blocks(loads, costs),
+        *refit_blocks(df, loads),
         *format_blocks(table),
         *every_strategy_blocks(loads),
         changes_block(table),

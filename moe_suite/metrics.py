@@ -52,6 +52,10 @@ __all__ = [
     "RANK_LOAD_FIGURES",
     "RANK_LOAD_REPLAY",
     "RANK_LOAD_TIME",
+    "REFIT",
+    "REFIT_CLASSES",
+    "REFIT_FIGURES",
+    "REFIT_WAYS",
     "FORMAT_FIGURES",
     "figure_format",
     "format_figure",
@@ -112,9 +116,10 @@ class Metric:
 
     ``benchmark`` is asv's name (``bench_convert.PeakMemory.track_peak_transient_bytes``);
     ``unit`` the unit the benchmark declares (asv's ``unit``); ``lower_is_better`` True for every
-    figure where a rise is worse, None for a record with no better or worse (any change of it is
-    one); ``rule`` one of ``RULES``; ``display`` the unit ``moe_bench.units.human`` prints it in
-    (bytes in binary units: KiB, MiB, GiB); ``column`` and ``title`` its column name and header
+    figure where a rise is worse, False where a fall is (a refit class: 1 has the property),
+    None for a record with no better or worse (any change of it is one); ``rule`` one of
+    ``RULES``; ``display`` the unit ``moe_bench.units.human`` prints it in (bytes in binary
+    units: KiB, MiB, GiB); ``column`` and ``title`` its column name and header
     in the summary, None where the summary leaves it out; ``pytorch_name`` the metric name the
     PyTorch HUD already knows this figure by, in the export to its benchmark database
     (``moe_bench.export.HUD_METRICS``), None where the export names it itself; ``host_bound``
@@ -208,6 +213,17 @@ RANK_LOAD_FIGURES = (
 #: (``benchmarks.formats._RankLoad``'s), recorded so that the summary needs no library to price
 #: the load or place the sleep-mode peak. Neither better nor worse: any change is ``changed``.
 RANK_LOAD_FACTS = (("moe_layers", "layers"), ("device_bytes", "bytes"))
+#: A full-size BF16 layer's refit (``benchmarks.bench_refit.Refit``): per way of
+#: ``moe_convert.load.refit.REFITS`` (vLLM 0.34's two, then ours) its figures and units, exact on
+#: meta; and the strategy's two classes, 1 where it has the property (a fall to 0 regresses).
+REFIT = "bench_refit.Refit"
+REFIT_WAYS = ("direct", "layerwise", "streamed")
+REFIT_FIGURES = (
+    ("peak_transient_bytes", "bytes"),
+    ("traffic_bytes", "bytes"),
+    ("launches", "launches"),
+)
+REFIT_CLASSES = ("reload_safe", "reversible_in_place")
 #: The paired A/B result's row in the PR verdict (not an asv benchmark: ``benchmarks.paired``).
 PAIRED_TIME = "paired.time_ratio"
 
@@ -273,6 +289,13 @@ _TABLE = [
         pytorch_name="model_load_time(ms)",
         host_bound=True,
     ),
+    # A refit of the headline's shapes: per way exact figures, then the strategy's classes.
+    *(
+        Metric(f"{REFIT}.track_{way}_{figure}", unit, True, EXACT, unit)
+        for way in REFIT_WAYS
+        for figure, unit in REFIT_FIGURES
+    ),
+    *(Metric(f"{REFIT}.track_{name}", "class", False, EXACT, "class") for name in REFIT_CLASSES),
     # Retired (the history before LayerTime measured every time figure at once, and before the
     # replayed sleep-mode load was named SleepModeReplay): kept so that results/ still loads and
     # its old series are judged as they were.

@@ -18,6 +18,7 @@ from asv.util import load_json
 import moe_convert
 from moe_bench.results import load_results
 from moe_convert import REGISTRY, layer_shape
+from moe_convert.load.refit import refit_memory, refit_traffic
 from moe_convert.load.replay import _meta_conversion, replay_load  # the trace cache, cleared below
 from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES
 from moe_convert.measuring.traffic import strategy_traffic
@@ -26,7 +27,7 @@ from moe_suite import metrics
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
 
-from benchmarks import bench_allocator, bench_convert, common, formats  # noqa: E402
+from benchmarks import bench_allocator, bench_convert, bench_refit, common, formats  # noqa: E402
 
 
 def bf16_records() -> dict:
@@ -219,6 +220,31 @@ def test_rank_load_replay_reads_every_figure_from_one_replay_per_cell(monkeypatc
             assert figures["num_device_alloc"] == 3
         else:
             assert figures["num_device_alloc"] > full.moe_layers
+
+
+@pytest.mark.usefixtures("warm_grids")  # forks a grid's measuring worker
+def test_refit_reads_each_ways_figures_and_both_classes_from_one_cell(monkeypatch):
+    label, bench = "qwen3-30b-a3b/tp2", bench_refit.Refit()
+    monkeypatch.setattr(common, "SHAPES", (label,))
+    monkeypatch.setattr(bench_refit, "STRATEGIES", ("legacy", "inplace"))
+    cache = bench.setup_cache()
+    full = formats.full_shape(label)
+    for strategy in ("legacy", "inplace"):
+        bench.setup(cache, label, strategy)
+        for way in metrics.REFIT_WAYS:
+            counted = refit_traffic(full, strategy, way)
+            want = (refit_memory(full, strategy, way).peak_bytes, counted.traffic_bytes)
+            got = tuple(
+                getattr(bench, f"track_{way}_{figure}")(cache, label, strategy)
+                for figure in ("peak_transient_bytes", "traffic_bytes", "launches")
+            )
+            assert got == (*want, counted.launches), (strategy, way)
+        # legacy's direct refit gives w13 and w2 new storage: not reload-safe; both reversible
+        assert bench.track_reload_safe(cache, label, strategy) == (strategy == "inplace")
+        assert bench.track_reversible_in_place(cache, label, strategy) == 1
+    # inplace's direct refit holds its one expert's scratch: 3 MiB at this shape
+    bench.setup(cache, label, "inplace")
+    assert bench.track_direct_peak_transient_bytes(cache, label, "inplace") == 3 * 2**20
 
 
 def test_rank_load_time_is_n_a_without_cuda(monkeypatch):
@@ -414,6 +440,13 @@ for name, cls in inspect.getmembers(bench_fp8, inspect.isclass):
         cls().setup(*cache, *[values[0] for values in cls.params])
     except NotImplementedError:
         ran.append(f"{name}:n/a")
+from benchmarks import bench_refit  # importable; every cell n/a before the refit
+refits = bench_refit.Refit().setup_cache()
+try:
+    bench_refit.Refit().setup(refits, shape, "inplace")
+except NotImplementedError as skipped:
+    assert "no refit" in str(skipped), skipped
+    ran.append("Refit:n/a")
 print(" ".join(ran))
 """
 
@@ -442,6 +475,7 @@ def test_the_suite_runs_against_the_oldest_commit_it_can_measure(tmp_path, monke
         "LayerTime.track_copy_ratio" in ran and "SleepModeReplay.track_peak_reserved_bytes" in ran
     )
     assert {"PeakMemory:n/a", "RankLoadH200:n/a", "LayerTime:n/a", "Profile:n/a"} <= set(ran)
+    assert "Refit:n/a" in ran
 
 
 #: A commit whose library has the formats (the last measured before each format had a module),

@@ -4,7 +4,8 @@ The explorer: the fabricated results (``fixtures/asv_results``: 4 commits, 2 sha
 strategies, a step up of ``strided_copy`` on ``qwen3-235b-a22b/tp4`` in the latest commit) are
 published with asv's own ``asv publish``, made offline with ``make_offline`` and served with
 ``serve``. The front page: the committed results (``results/``) published by ``moe-bench
-publish`` as scripts/bench does, its first screen (1400x1000) checked against the summary.
+publish`` as scripts/bench does, its first screen (1280x1000) checked against the summary and
+for its width.
 Every page is loaded with every non-loopback request blocked and recorded, and must show no
 JavaScript error, no console error and no failed request. Screenshots: ``artifacts/dashboard/``
 (git-ignored).
@@ -277,7 +278,7 @@ def test_regressions_view_follows_the_gate_rules(browser, url):
 # The front page, on the committed results.
 
 ROOT = Path(__file__).resolve().parents[1]
-FIRST_SCREEN = (1400, 1000)
+FIRST_SCREEN = (1280, 1000)
 QWEN = "qwen3-235b-a22b/tp4"
 #: The headline's columns the first screen must show as the summary has them.
 DRIVER_CALLS_AND_PEAKS = [
@@ -296,7 +297,8 @@ CELLS = """() => [...document.querySelectorAll('table.figures')].flatMap((table,
     [...tr.children].map((td, c) => {
       const box = td.getBoundingClientRect();
       return {table: t, row: r, header: headers[c], text: td.innerText.trim(),
-              href: td.querySelector('a')?.getAttribute('href') ?? null, bottom: box.bottom};
+              href: td.querySelector('a')?.getAttribute('href') ?? null, bottom: box.bottom,
+              right: box.right, top: box.top};
     }));
 })"""
 
@@ -350,7 +352,8 @@ def summary_headline(summary: Path, machine: str) -> dict[str, dict[str, str]]:
     """The summary's headline rows of ``QWEN`` on ``machine``: strategy -> header -> cell."""
     text = summary.read_text()
     start = text.index(f"### `{machine}` at ", text.index("## Whole-rank load ("))
-    lines = text[start:].split("\n\n")[1].splitlines()  # the heading, then the table
+    # The heading, a line per column n/a in every row, then the table.
+    lines = next(p for p in text[start:].split("\n\n") if p.startswith("|")).splitlines()
     headers = [cell.strip() for cell in lines[0].strip("|").split("|")]
     rows = [
         dict(zip(headers, (c.strip() for c in line.strip("|").split("|")), strict=True))
@@ -395,6 +398,14 @@ def test_front_page_first_screen_answers_as_the_summary(browser, committed, comm
             assert shown[header]["href"].startswith("explore/#view=explore&bench=")
     # Every replayed figure of the headline links to its graph (a load time only where measured).
     assert all(c["href"] for c in headline if c["header"] not in ("shape", "strategy", "load time"))
+    # Nothing of the first screen's tables lies beyond a 1280-pixel window's right edge, and a
+    # column n/a in every row is one line instead (here load time: no device's costs committed).
+    first_screen = [c for c in cells if c["top"] < FIRST_SCREEN[1]]
+    assert first_screen and max(c["right"] for c in first_screen) <= FIRST_SCREEN[0]
+    headers = {c["header"] for c in headline}
+    assert all(any(c["text"] != "n/a" for c in headline if c["header"] == h) for h in headers)
+    if "load time" not in headers:
+        assert "load time: n/a in every row; a run on CUDA" in seen.page.inner_text("body")
     assert "—" not in seen.page.locator("body").inner_text()  # no empty card, no missing figure
     assert seen.problems == []
     seen.page.close()

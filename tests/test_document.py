@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from moe_bench.document import Block, Cell, Image, to_html, to_markdown
+from moe_bench.document import Block, Cell, Image, to_html, to_markdown, without_empty_columns
 
 BLOCKS = [
     Block("Run `box` at **abc**", text=("a <b> & `c`",)),
@@ -50,3 +50,23 @@ def test_html_escapes_links_and_marks_the_same_cells():
     assert "<td>2 s</td>" in page and "<td>n/a</td>" in page and "<td>x&lt;y</td>" in page
     assert '<a href="explore/#bench=bench.B&amp;m=box"><img src="plots/box-history.png"' in page
     assert "<li><code>box</code>: no figure worse</li>" in page
+
+
+def test_a_column_n_a_in_every_row_gives_way_to_a_line():
+    table = pd.DataFrame(
+        {
+            "strategy": ["legacy", "inplace"],
+            "load time": [Cell("n/a"), Cell("n/a", benchmark="bench.T", machine="box")],
+            "peak": [Cell("3.00 GiB"), Cell("n/a")],  # n/a in one row only: kept
+            "note": ["n/a", "n/a"],  # plain strings count too; no fill given
+        }
+    )
+    shown, lines = without_empty_columns(table, {"load time": "a device's costs predict it"})
+    assert list(shown.columns) == ["strategy", "peak"]
+    assert list(table.columns) == ["strategy", "load time", "peak", "note"]  # not changed
+    assert lines == (
+        "load time: n/a in every row; a device's costs predict it.",
+        "note: n/a in every row.",
+    )
+    empty = table.iloc[:0]
+    assert without_empty_columns(empty, {})[0].columns.equals(empty.columns)

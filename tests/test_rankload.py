@@ -12,6 +12,7 @@ import pytest
 from moe_bench import rankload
 from moe_bench.document import to_markdown
 from moe_bench.plots import write_rank_load_plot
+from moe_bench.refit import NO_REFIT, refit_blocks
 from moe_bench.results import COLUMNS
 from moe_convert import layer_shape
 from moe_convert.load.replay import pr45589_replay
@@ -152,11 +153,10 @@ def test_results_from_before_the_loads_facts_were_recorded_predict_nothing():
         "inplace": "n/a",
     }
     text = to_markdown(rankload.rank_load_blocks(table, COSTS))
-    rows = [line.split("|") for line in text.splitlines() if line.startswith(f"| {SHAPE}")]
-    assert [(row[2].strip(), row[-2].strip()) for row in rows] == [
-        ("legacy", "n/a"),
-        ("preallocated", "n/a"),
-    ]
+    # No sleep-mode verdict in any row: the column gives way to a line saying what fills it.
+    header = next(line for line in text.splitlines() if line.startswith("| shape"))
+    assert "sleep mode" not in header and "load time" in header
+    assert "sleep mode: n/a in every row; results that hold the device's bytes" in text
     assert "6,113" in text  # the driver calls as before
 
 
@@ -192,3 +192,49 @@ def test_per_layer_plot(tmp_path):
     run = dataclasses.replace(replayed[0], seconds=0.8, layer_seconds=(0.008,) * 94)
     path = write_rank_load_plot(replayed, [run], tmp_path)
     assert path.name == "rank-load-per-layer.png" and path.stat().st_size > 10_000
+
+
+# The refit block: the same runs and shapes, first load against each way's refit.
+
+REFIT = "bench_refit.Refit"
+#: qwen3-235b-a22b/tp4's refits of one layer, exact on meta (benchmarks/bench_refit.py's _refit).
+LEGACY_REFIT = {
+    f"{REFIT}.track_direct_peak_transient_bytes": 3221225472,
+    f"{REFIT}.track_layerwise_peak_transient_bytes": 4429185024,
+    f"{REFIT}.track_streamed_peak_transient_bytes": 0,
+    f"{REFIT}.track_direct_traffic_bytes": 13695188992,
+    f"{REFIT}.track_reload_safe": 0,
+    f"{REFIT}.track_reversible_in_place": 1,
+}
+
+
+def test_refit_block_per_shape_first_load_against_each_way():
+    first_load = {"bench_convert.PeakMemory.track_peak_transient_bytes": 3 * GiB}
+    rows = _rows("legacy", LEGACY_REFIT | first_load)
+    rows += _rows("inplace", {f"{REFIT}.track_reload_safe": 1})
+    df = pd.concat([frame(), pd.DataFrame(rows)], ignore_index=True)
+    text = to_markdown(refit_blocks(df, rankload.rank_load_table(df, COSTS)))
+    assert text.startswith("## Refit: new weights into a converted layer")
+    lines = text.splitlines()
+    header = [c.strip() for c in next(x for x in lines if x.startswith("| shape")).split("|")]
+    table = {
+        row[2].strip(): dict(zip(header, (c.strip() for c in row), strict=True))
+        for row in (line.split("|") for line in lines if line.startswith(f"| {SHAPE}"))
+    }
+    # legacy and preallocated, then vLLM's inplace and our streaming (no best: nothing timed)
+    assert list(table) == ["legacy", "preallocated", "inplace", "streaming"]
+    legacy = table["legacy"]
+    assert (legacy["peak, first load"], legacy["peak, direct"]) == ("3.00 GiB", "3.00 GiB")
+    assert (legacy["peak, layerwise"], legacy["peak, streamed"]) == ("4.12 GiB", "0 B")
+    assert (legacy["reload-safe"], legacy["reversible in place"]) == ("no", "yes")
+    assert table["inplace"]["reload-safe"] == "yes" and table["streaming"]["reload-safe"] == "n/a"
+    # A column n/a in every row gives way to a line.
+    assert "traffic, first load: n/a in every row." in text
+    assert "traffic, first load" not in header
+
+
+def test_results_without_refit_figures_say_so_in_one_line():
+    blocks = refit_blocks(frame(), rankload.rank_load_table(frame(), COSTS))
+    assert [block.text for block in blocks] == [(NO_REFIT,)]
+    empty = rankload.rank_load_table(frame().iloc[:0], COSTS)
+    assert refit_blocks(frame(), empty) == []

@@ -1,0 +1,124 @@
+"""The summary's refit block: per shape of the rank-load headline, one layer's first load against
+a refit of it in each way, and whether the strategy survives vLLM's reload and reverses in place.
+
+Read from the results alone, as the headline (``moe_bench.rankload``): the first load is
+``bench_convert``'s (``PeakMemory``, ``Traffic``), the refit ``bench_refit.Refit``'s (per way of
+``moe_suite.metrics.REFIT_WAYS``: peak transient bytes, traffic, launches, exact on meta; the two
+classes as 0/1), all of a machine's latest commit, the one the headline shows. The strategies are
+the headline's (``legacy``, ``preallocated``, the shape's best strategy) with vLLM's ``inplace``
+and our ``streaming``; a strategy the refit grid does not run reads n/a. Results from before the
+refit was recorded have no table, and the block says so in one line.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from moe_suite.metrics import PEAK_BYTES, REFIT, REFIT_WAYS
+
+from .document import NA, Block, Cell, without_empty_columns
+from .rankload import BEST, FIRST, best_strategies
+from .units import human
+
+__all__ = ["NO_REFIT", "SHOWN", "refit_blocks"]
+
+#: The strategies of each shape's rows, after ``FIRST`` and the shape's best: vLLM's in-place
+#: form and ours that streams.
+SHOWN = ("inplace", "streaming")
+#: The block's line where no run of the headline has a refit figure.
+NO_REFIT = (
+    "No refit figures in these results: `bench_refit.Refit` records them (since issue 38); "
+    "`scripts/bench` runs it."
+)
+_TRAFFIC = "bench_convert.Traffic.track_traffic_bytes"
+_SAFE = f"{REFIT}.track_reload_safe"
+_REVERSIBLE = f"{REFIT}.track_reversible_in_place"
+#: The table's figures: header -> (benchmark, unit), a way's after the first load's.
+_FIGURES = {
+    "peak, first load": (PEAK_BYTES, "bytes"),
+    **{f"peak, {w}": (f"{REFIT}.track_{w}_peak_transient_bytes", "bytes") for w in REFIT_WAYS},
+    "traffic, first load": (_TRAFFIC, "bytes"),
+    **{f"traffic, {w}": (f"{REFIT}.track_{w}_traffic_bytes", "bytes") for w in REFIT_WAYS},
+    "reload-safe": (_SAFE, "class"),
+    "reversible in place": (_REVERSIBLE, "class"),
+}
+_REFIT_NAMES = frozenset(name for name, _ in _FIGURES.values() if name.startswith(REFIT))
+
+
+def refit_blocks(df: pd.DataFrame, loads: pd.DataFrame) -> list[Block]:
+    """The refit block (``moe_bench.document`` blocks) of each run the headline shows (``loads``:
+    ``rankload.rank_load_table``; none where it is empty): per shape, a row per strategy of
+    ``FIRST``, its best (``rankload.best_strategies``) and ``SHOWN``, its first load's and each
+    way's refit figures from ``df`` (``load_results``' frame) at that machine and commit. One
+    line (``NO_REFIT``) where none of those runs has a refit figure."""
+    if loads.empty:
+        return []
+    heading = "Refit: new weights into a converted layer (vLLM 0.34's reload, and ours)"
+    runs = loads.sort_values("date", ascending=False, kind="stable")[["machine", "commit"]]
+    runs = runs.drop_duplicates()
+    refits = df[df["benchmark"].isin(_REFIT_NAMES)].merge(runs)
+    if refits["value"].notna().sum() == 0:
+        return [Block(heading, text=(NO_REFIT,))]
+    blocks = [
+        Block(
+            heading,
+            text=(
+                "One layer per shape of the headline: its first load's peak transient bytes and "
+                "traffic (`bench_convert`) against a refit's in each way (`bench_refit.Refit`, "
+                "exact on meta): `direct` is vLLM 0.34's `VLLM_RELOAD_MODE=direct` (the new "
+                "weights written into checkpoint views of the converted storage, the conversion "
+                "run again), `layerwise` fresh tensors converted then copied in, `streamed` ours "
+                "(each expert placed into the held layer, no conversion). Reload-safe: in vLLM's "
+                "two ways every output keeps the first load's storage (captured CUDA graphs "
+                "need it) and holds a cold conversion's bytes. Reversible in place: the "
+                "checkpoint's bytes restored in the same storage. Launches per way are in the "
+                "explorer.",
+            ),
+        )
+    ]
+    best = best_strategies(loads)
+    for machine, commit in runs.itertuples(index=False):
+        run = df[(df["machine"] == machine) & (df["commit"] == commit)]
+        shapes = loads[(loads["machine"] == machine) & (loads["commit"] == commit)]["shape"]
+        rows = [
+            (shape, strategy, best.get((machine, shape)) == strategy)
+            for shape in shapes.unique()
+            for strategy in dict.fromkeys((*FIRST, best.get((machine, shape)), *SHOWN))
+            if strategy is not None
+        ]
+        cells, empty = without_empty_columns(_cells(run, machine, rows), {})
+        blocks.append(Block(f"`{machine}` at `{commit[:8]}`", level=3, text=empty, table=cells))
+    return blocks
+
+
+def _cells(run: pd.DataFrame, machine: str, rows: list[tuple[str, str, bool]]) -> pd.DataFrame:
+    """A row of ``Cell``s per ``(shape, strategy, is_best)``: ``_FIGURES`` of ``run`` (one
+    machine's commit), each linked to its graph."""
+    values = run.groupby(["benchmark", "shape", "strategy"])["value"].first()
+    table = pd.DataFrame(
+        {
+            "shape": [shape for shape, _, _ in rows],
+            "strategy": [f"{s} ({BEST})" if is_best else s for _, s, is_best in rows],
+        }
+    )
+    for header, (benchmark, unit) in _FIGURES.items():
+        table[header] = [
+            Cell(
+                _text(values.get((benchmark, shape, strategy), math.nan), unit),
+                benchmark=benchmark,
+                machine=machine,
+            )
+            for shape, strategy, _ in rows
+        ]
+    return table
+
+
+def _text(value: float, unit: str) -> str:
+    """``value`` in human units; a class (0/1) as no/yes; NaN as n/a."""
+    if math.isnan(value):
+        return NA
+    if unit == "class":
+        return "yes" if value else "no"
+    return human(value, unit)
