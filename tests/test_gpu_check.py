@@ -111,15 +111,16 @@ def test_the_quantized_shapes_cover_every_format_once():
         "nvfp4-preallocated",
         "nvfp4-inplace",
         "nvfp4-fast",
+        "nvfp4-streaming",
     }
     assert plan.strategies(plan.shape(plan.LOAD_SHAPE)) == strategies("bf16")
 
 
 def test_the_quantized_budgets_are_sized_from_the_records():
     """plan.py's sizing of steps 2 and 5 (a round of every quantized strategy on
-    quant_check_shapes() on a GPU with FlashInfer: 28 strategies, 32,804 launches, 488 GB
-    moved): a strategy that changes either changes this, and the budgets are to be sized
-    again."""
+    quant_check_shapes() on a GPU with FlashInfer: 34 strategies, 42,788 launches, 532 GB
+    moved; 28, 32,804 and 488 GB before the streaming strategies): a strategy that changes
+    either changes this, and the budgets are to be sized again."""
     records = quantized({**REGISTRY, **UNAVAILABLE})
     cells = [
         (plan.shape(label), name)
@@ -127,10 +128,10 @@ def test_the_quantized_budgets_are_sized_from_the_records():
         for name, record in records.items()
         if record.format == plan.shape(label).format and not name.endswith("-vllm")
     ]
-    assert len(cells) == 28
-    assert sum(records[name].launches.evaluate(shape) for shape, name in cells) == 32_804
+    assert len(cells) == 34
+    assert sum(records[name].launches.evaluate(shape) for shape, name in cells) == 42_788
     moved = sum(records[name].traffic.evaluate(shape) for shape, name in cells)
-    assert round(moved / 1e9) == 488
+    assert round(moved / 1e9) == 532
 
 
 @pytest.mark.slow
@@ -174,8 +175,8 @@ def test_dry_run_timing_lists_every_cell_and_sizes_the_quantized_ones():
     lines = step["plan"]
     assert "qwen3-235b-a22b/tp4 x legacy" in lines
     assert "kimi-k2-nvfp4/tp8 x nvfp4-legacy (7.45 GB moved, 2,344 launches)" in lines
-    # the four kinds, and FlashInfer's helper where flashinfer-python is installed
-    assert sum(" x fp8-" in line for line in lines) == 4 + ("fp8-flashinfer" in REGISTRY)
+    # the five kinds, and FlashInfer's helper where flashinfer-python is installed
+    assert sum(" x fp8-" in line for line in lines) == 5 + ("fp8-flashinfer" in REGISTRY)
     text = report.report_markdown(_summary({"step": "timing", **step}, dry_run=True))
     assert "- kimi-k2-nvfp4/tp8 x nvfp4-legacy (7.45 GB moved, 2,344 launches)" in text
 

@@ -105,28 +105,28 @@ class Step:
     env: tuple[tuple[str, str], ...] = ()  # set before the step's process starts
 
 
-#: Budgets: the H200 run of 2026-11-30 took 21, 11, 13, 19 and 83 s for exact, memory,
-#: allocator, timing and asv; the whole-rank load (18 BF16 loads of 110 GiB and the 2
-#: quantized ones, each timed and replayed) gets the most, and the total stays within the wall
-#: budget. The quantized formats' full-size part of steps 2 and 5 (every strategy on
-#: ``quant_check_shapes()``) is sized from their records' launch and traffic formulas
-#: (tests/test_gpu_check.py holds these figures): one round of the 24 strategies is 26,413
-#: launches (kimi-k2-nvfp4/tp8 8,528, gpt-oss-120b-mxfp4/tp1 3,611, llama-4-maverick-fp8/tp8
-#: 1,158, deepseek-r1-fp8block/tp8 2,064, minimax-m3-mxfp8/tp4 2,062,
-#: kimi-k2-thinking-mxint4/tp8 8,990) and 263 GB moved (145 GB of it MXINT4's, 136 GB
-#: mxint4-legacy's sign step and lists). FlashInfer's four helpers (``<format>-flashinfer``,
-#: issue 29) make it 28 strategies, 32,804 launches and 488 GB (99 GB mxint4-flashinfer's, 92 GB
-#: fp8-flashinfer's: quantizing from BF16 in float32), not yet run: 1.4 s of launches and 1.3 s
-#: of bytes more per round set, within the margin below (the wall budget is spent: no step
-#: grew). Step 5 times 11 rounds (warm-up included) with their
-#: copies: 5.8 s of launches at about 20 us each and 1.4 s of bytes at 4 TB/s, beside the 19 s
-#: it took and
-#: the BF16 strategies added since (``cycle_inplace``, ``sglang``, ``trtllm``): 45 s. Step 2
-#: converts once each (0.3 s of launches) and replays each layer in the allocator model on the
-#: CPU (4.1 s on this project's 2-core CPU), paid for by taking every dispatch-level peak from
-#: its record's formula instead of measuring it on ``meta`` (the BF16 part: 18.0 s before,
-#: 12.2 s after, here); but its dry run here, imports included, took 24.3 s of its 25, so it
-#: gets 10 s more, 5 from step 5 and 5 from step 3 (13 s on the H200, 13.8 s in that dry run).
+#: Budgets: the H200 run of 2026-11-30 took 21, 11, 13, 19 and 83 s for exact, memory, allocator,
+#: timing and asv; the whole-rank load (18 BF16 loads of 110 GiB and the 2 quantized ones, each
+#: timed and replayed) gets the most, and the total stays within the wall budget. The quantized
+#: formats' full-size part of steps 2 and 5 (every strategy on ``quant_check_shapes()``) is sized
+#: from their records' launch and traffic formulas (tests/test_gpu_check.py holds these figures):
+#: one round of the 24 strategies is 26,413 launches (kimi-k2-nvfp4/tp8 8,528,
+#: gpt-oss-120b-mxfp4/tp1 3,611, llama-4-maverick-fp8/tp8 1,158, deepseek-r1-fp8block/tp8 2,064,
+#: minimax-m3-mxfp8/tp4 2,062, kimi-k2-thinking-mxint4/tp8 8,990) and 263 GB moved (145 GB of it
+#: MXINT4's, 136 GB mxint4-legacy's sign step and lists). FlashInfer's four helpers
+#: (``<format>-flashinfer``, issue 29) make it 28 strategies, 32,804 launches and 488 GB (99 GB
+#: mxint4-flashinfer's, 92 GB fp8-flashinfer's: quantizing from BF16 in float32), not yet run: 1.4 s
+#: of launches and 1.3 s of bytes more per round set, within the margin below (the wall budget is
+#: spent: no step grew). The six ``<format>-streaming`` strategies (issue 38) make it 34 strategies,
+#: 42,788 launches and 532 GB: about 0.2 s of launches and 0.01 s of bytes more per round at the
+#: rates below, not yet run on a GPU (none lent since). Step 5 times 11 rounds (warm-up included)
+#: with their copies: 5.8 s of launches at about 20 us each and 1.4 s of bytes at 4 TB/s, beside the
+#: 19 s it took and the BF16 strategies added since (``cycle_inplace``, ``sglang``, ``trtllm``): 45
+#: s. Step 2 converts once each (0.3 s of launches) and replays each layer in the allocator model on
+#: the CPU (4.1 s on this project's 2-core CPU), paid for by taking every dispatch-level peak from
+#: its record's formula instead of measuring it on ``meta`` (the BF16 part: 18.0 s before, 12.2 s
+#: after, here); but its dry run here, imports included, took 24.3 s of its 25, so it gets 10 s
+#: more, 5 from step 5 and 5 from step 3 (13 s on the H200, 13.8 s in that dry run).
 STEPS = (
     Step("exact", "byte-exactness on CUDA against the CPU result", 40),
     Step("memory", "CUDA memory against the dispatch-level formulas", 35),
