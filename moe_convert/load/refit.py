@@ -280,9 +280,7 @@ def reload_safety(strategy: str) -> str:
     ``not checked`` for one that cannot run here. Checked on CUDA where the machine has it (a
     strategy may need it: Triton, FlashInfer's quantizers), else on CPU. The checks run once
     per registered record and process."""
-    if strategy in UNAVAILABLE:
-        return "not checked (cannot run here)"
-    return _checked_safety(REGISTRY[strategy])
+    return _registered_class(strategy, _checked_safety)
 
 
 @functools.cache
@@ -303,10 +301,7 @@ def documented_reload_safety(strategy: str) -> str:
     """The reload class docs/library.md's table shows: ``reload_safety``'s for a strategy that
     needs nothing beyond this library (``Strategy.needs`` empty), so that the page is the same
     on every machine; for one that needs more, where to read it once that is installed."""
-    record = REGISTRY.get(strategy) or UNAVAILABLE[strategy]
-    if record.needs:
-        return "checked where it runs (`python -m moe_convert strategies`)"
-    return reload_safety(strategy)
+    return _documented_class(strategy, reload_safety)
 
 
 def reverse_problem(
@@ -340,9 +335,7 @@ def reversibility(strategy: str) -> str:
     reason (``w13_scale, w2_scale not the checkpoint's bytes (E2 H128 I128)``); ``not
     checked`` for one that cannot run here. On CUDA where there is one, else on CPU; once per
     registered record and process."""
-    if strategy in UNAVAILABLE:
-        return "not checked (cannot run here)"
-    return _checked_reversibility(REGISTRY[strategy])
+    return _registered_class(strategy, _checked_reversibility)
 
 
 @functools.cache
@@ -357,7 +350,22 @@ def _checked_reversibility(record: Strategy) -> str:
 
 def documented_reversibility(strategy: str) -> str:
     """The inverse class docs/library.md's table shows, as ``documented_reload_safety``."""
+    return _documented_class(strategy, reversibility)
+
+
+def _registered_class(strategy: str, checked: Callable[[Strategy], str]) -> str:
+    """A checked class (``reload_safety``, ``reversibility``) of ``strategy``: ``checked`` on
+    its registered record, or ``not checked`` for one that cannot run here."""
+    if strategy in UNAVAILABLE:
+        return "not checked (cannot run here)"
+    return checked(REGISTRY[strategy])
+
+
+def _documented_class(strategy: str, classify: Callable[[str], str]) -> str:
+    """``classify(strategy)`` for a strategy that needs nothing beyond this library, so that
+    docs/library.md's table is the same on every machine; for one that needs more, where to
+    read it once that is installed."""
     record = REGISTRY.get(strategy) or UNAVAILABLE[strategy]
     if record.needs:
         return "checked where it runs (`python -m moe_convert strategies`)"
-    return reversibility(strategy)
+    return classify(strategy)
