@@ -27,7 +27,7 @@ from ..formats.catalog import layer_shape
 from ..formats.layer import Layer
 from ..formats.shape import LayerShape
 from ..formats.table import strategy_input
-from .allocator import MiB, OutOfMemory, Pool
+from .allocator import Allocator, Block, MiB, OutOfMemory, Pool
 from .replay import (
     LayerTrace,
     _tensor_bytes,
@@ -178,31 +178,10 @@ def replay_refits(
         other_weights_bytes=other_weights_bytes,
     )
     rounds: list[RefitRound] = []
-    trace = refit_trace(shape, strategy, way) if refits and not load.oom else None
-    for refit in range(1, refits + 1 if trace else 1):
-        before = allocator.stats()
-        oom_layer = oom_message = None
-        for layer in range(shape.moe_layers):
-            try:
-                held[layer] = replay_step(allocator, trace, held[layer])
-            except OutOfMemory as error:
-                oom_layer, oom_message = layer, str(error)
-                break
-        after = allocator.stats()
-        counted = (*DEVICE_EVENTS, "num_device_alloc_failed")
-        rounds.append(
-            RefitRound(
-                refit=refit,
-                **{key: getattr(after, key) - getattr(before, key) for key in counted},
-                reserved_bytes=after.reserved_bytes,
-                allocated_bytes=after.allocated_bytes,
-                reserved_growth_bytes=after.reserved_bytes - before.reserved_bytes,
-                oom_layer=oom_layer,
-                oom_message=oom_message,
-            )
-        )
-        if oom_layer is not None:
-            break
+    if refits and not load.oom:
+        trace = refit_trace(shape, strategy, way)
+        while len(rounds) < refits and (not rounds or rounds[-1].oom_layer is None):
+            rounds.append(_replay_refit(allocator, trace, held, len(rounds) + 1))
     stats = allocator.stats()
     return RefitReplay(
         load=load,
@@ -212,6 +191,32 @@ def replay_refits(
         peak_reserved_bytes=stats.peak_reserved_bytes,
         final_reserved_bytes=stats.reserved_bytes,
         final_allocated_bytes=stats.allocated_bytes,
+    )
+
+
+def _replay_refit(
+    allocator: Allocator, trace: LayerTrace, held: list[dict[str, Block]], refit: int
+) -> RefitRound:
+    """Refit number ``refit`` of every layer in turn (``held[i]``: layer ``i``'s blocks, updated),
+    until a layer runs out of memory."""
+    before = allocator.stats()
+    oom_layer = oom_message = None
+    for layer, blocks in enumerate(held):
+        try:
+            held[layer] = replay_step(allocator, trace, blocks)
+        except OutOfMemory as error:
+            oom_layer, oom_message = layer, str(error)
+            break
+    after = allocator.stats()
+    counted = (*DEVICE_EVENTS, "num_device_alloc_failed")
+    return RefitRound(
+        refit=refit,
+        **{key: getattr(after, key) - getattr(before, key) for key in counted},
+        reserved_bytes=after.reserved_bytes,
+        allocated_bytes=after.allocated_bytes,
+        reserved_growth_bytes=after.reserved_bytes - before.reserved_bytes,
+        oom_layer=oom_layer,
+        oom_message=oom_message,
     )
 
 
