@@ -17,6 +17,7 @@ To add a subcommand: a ``cmd_NAME(args) -> int`` handler and ``add_command(...)`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -46,12 +47,14 @@ from ..formats.table import (
 )
 from ..load.allocator import POOLS, MiB
 from ..load.refit import (
+    REFITS,
     documented_reload_safety,
     documented_reversibility,
     reload_safety,
     reversibility,
 )
-from ..load.replay import WeightsDoNotFit, replay_load
+from ..load.refit_replay import RefitReplay, replay_refits
+from ..load.replay import WeightsDoNotFit
 from ..load.wholemodel import DEVICE_EVENTS, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 from ..measuring.memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
 from ..measuring.timing import time_layer
@@ -409,16 +412,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
     names = _on_meta(shape, resolve_strategies(shape, args.strategy), "it has no replay")
     max_splits = args.max_split_mb
     device_bytes, other_bytes = int(args.device_gib * 2**30), int(args.other_weights_gib * 2**30)
-    results = []
+    refitted = []
     with _progress(len(names) * len(max_splits), args, "replay") as bar:
         for name in names:
             for max_split in max_splits:
                 bar.set_postfix_str(f"{name}, max_split_size_mb {max_split}")
                 try:
-                    results.append(
-                        replay_load(
+                    refitted.append(
+                        replay_refits(
                             shape,
                             name,
+                            args.refits,
+                            way=args.refit_way,
                             max_split_size_mb=max_split,
                             pool=args.pool,
                             device_bytes=device_bytes,
@@ -427,10 +432,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
                     )
                 except WeightsDoNotFit as error:  # at the load, before any conversion is replayed
                     raise UsageError(f"argument --device-gib: {error}") from None
+                except ValueError as error:  # a refit that cannot run (refit.refit_call)
+                    raise UsageError(f"argument --refit-way: {name}: {error}") from None
                 bar.update()
+    results = [replay.load for replay in refitted]
     if args.json:
-        for result in results:
-            print(json.dumps(_replay_record(result)))
+        for replay in refitted:
+            record = _replay_record(replay.load)
+            if args.refits:
+                record.update(_refits_record(replay))
+            print(json.dumps(record))
         return 0
     print(
         f"replay {shape.label}: {shape.moe_layers} MoE layers x {_bytes(shape.layer_bytes)} "
@@ -438,7 +449,42 @@ def cmd_replay(args: argparse.Namespace) -> int:
         f"reserved once loaded; device {_bytes(device_bytes)}; pool {args.pool}"
     )
     _print_replay_tables(results, max_splits)
+    if args.refits:
+        _print_refit_table(refitted, max_splits)
     return 0
+
+
+def _refits_record(replay: RefitReplay) -> dict:
+    """The refits' keys of a replay's JSON line: each refit's driver calls and bytes."""
+    return {
+        "refit_way": replay.way,
+        "refits": replay.refits,
+        "oom_refit": replay.oom_refit,
+        "margin_bytes": replay.margin_bytes,
+        "refit_rounds": [dataclasses.asdict(r) for r in replay.rounds],
+    }
+
+
+def _print_refit_table(refitted: list[RefitReplay], max_splits: list[int | None]) -> None:
+    """Per strategy and max_split_size_mb: the refit that ran out of memory (0: the load), else
+    the last refit's cudaMalloc calls and growth, and the margin left."""
+
+    def cell(replay: RefitReplay) -> str:
+        if replay.oom_refit is not None:
+            return f"OOM at refit {replay.oom_refit}"
+        last = replay.rounds[-1]
+        return (
+            f"{last.num_device_alloc} cudaMalloc, +{_bytes(last.reserved_growth_bytes)}; "
+            f"margin {_bytes(replay.margin_bytes)}"
+        )
+
+    way = refitted[0].way
+    print(f"\n{refitted[0].refits} refits ({way}): the last refit, or the refit that ran out")
+    by_key = {(r.load.strategy, r.load.max_split_size_mb): r for r in refitted}
+    rows = [["max_split_size_mb"] + ["none" if m is None else str(m) for m in max_splits]]
+    for name in dict.fromkeys(r.load.strategy for r in refitted):
+        rows.append([name] + [cell(by_key[name, m]) for m in max_splits])
+    _print_rows(rows)
 
 
 def cmd_engines(args: argparse.Namespace) -> int:
@@ -560,6 +606,21 @@ def build_parser() -> Parser:
         "(default); default: PyTorch's default pools (vLLM's load without sleep mode), cached "
         "segments released on failure; mempool: a torch.cuda.MemPool, only its own oversize "
         "segments released",
+    )
+    p.add_argument(
+        "--refits",
+        type=bounded_int(0),
+        default=0,
+        help="refits of every layer replayed in a row after the load, under the same settings "
+        "(default 0: the load only); their driver calls, growth and the refit that runs out of "
+        "memory",
+    )
+    p.add_argument(
+        "--refit-way",
+        choices=tuple(REFITS),
+        default="direct",
+        help="how each refit runs: direct or layerwise (vLLM 0.34's), streamed (ours: each "
+        "expert placed into the held layer); default direct",
     )
     p.add_argument(
         "--json",

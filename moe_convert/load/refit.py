@@ -63,6 +63,7 @@ __all__ = [
     "direct_refit",
     "documented_reload_safety",
     "documented_reversibility",
+    "held_refit_call",
     "layerwise_refit",
     "refit_call",
     "refit_memory",
@@ -172,6 +173,14 @@ def refit_call(
     tensors, caches warmed) and the new weights made, neither part of the call. What every
     refit figure measures (``refit_memory``, ``refit_traffic``). ``ValueError`` for a direct
     refit the converted layer cannot be viewed for (``view_problem``)."""
+    return held_refit_call(shape, strategy, way, device)[1]
+
+
+def held_refit_call(
+    shape: LayerShape, strategy: str, way: str, device: torch.device | str = "meta"
+) -> tuple[Layer, Callable[[], Layer]]:
+    """``refit_call``'s call and the layer it refits (the first load's result, whose storage
+    the call keeps or replaces): what ``replay.refit_trace`` needs to tell the two apart."""
     refit = _refit_function(way)
     held, new = _first_load(shape, strategy, device)
     if way == "direct":
@@ -180,7 +189,7 @@ def refit_call(
         if (problem := _streamed_problem(strategy)) is not None:
             raise ValueError(problem)
         refit(held, new, strategy=strategy, gated=shape.gated)  # place_expert's indices cached
-    return lambda: refit(held, new, strategy=strategy, gated=shape.gated)
+    return held, lambda: refit(held, new, strategy=strategy, gated=shape.gated)
 
 
 def refit_memory(

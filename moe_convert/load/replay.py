@@ -30,15 +30,18 @@ device: the replay predicts the run field by field, its allocator events count b
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from ..formats.catalog import shape_from_label
+from ..formats.layer import Layer
 from ..formats.shape import LayerShape
 from ..formats.table import convert, strategy_input, warm_layer_strategy
 from ..measuring.memory import AllocationTracker, MemoryEvent
 from .allocator import Allocator, Block, MiB, OutOfMemory, Pool
+from .refit import held_refit_call
 from .wholemodel import (
     DEVICE_141GB_BYTES,
     DEVICE_EVENTS,
@@ -57,23 +60,31 @@ __all__ = [
     "load_steps",
     "pr45589_replay",
     "rank_load",
+    "refit_trace",
     "replay_conversions",
     "replay_load",
+    "replay_step",
+    "trace_call",
 ]
 
 
 @dataclass(frozen=True)
 class LayerTrace:
-    """The ordered allocations and frees of one layer's conversion, at full size.
+    """The ordered allocations and frees of one layer's conversion (or refit), at full size.
 
     ``events`` are the tracker's, in call order: ``alloc`` (a new storage of ``nbytes``; a second
     ``alloc`` of a live block is a resize through ``out=`` that grew it by ``nbytes``) and
-    ``free``. Blocks allocated and never freed are the strategy's outputs.
+    ``free``. Blocks allocated and never freed are the strategy's outputs. ``outputs`` says
+    where each tensor of the result lives: ``(name, block)``, a block of ``events``, or
+    ``(name, given)``, the storage of the tensor named ``given`` of the layer the call was
+    given (kept: in place); a tensor of the given layer no output names is replaced (freed
+    after the call, ``replay_step``). Empty for a synthetic trace (``_replay_trace`` only).
     """
 
     shape: LayerShape
     strategy: str
     events: tuple[MemoryEvent, ...]
+    outputs: tuple[tuple[str, int | str], ...] = ()
 
     @property
     def output_bytes(self) -> int:
@@ -91,6 +102,29 @@ class WeightsDoNotFit(ValueError):
     """The device cannot hold the model's weights before any conversion (a user error)."""
 
 
+def trace_call(
+    shape: LayerShape, strategy: str, call: Callable[[], Layer], given: Layer
+) -> LayerTrace:
+    """Record ``call`` (a layer's conversion or refit, on ``meta`` at full size) on ``given``,
+    the layer it works on: its events, taken before its result is released, and where each
+    tensor of the result lives (``LayerTrace.outputs``). A result tensor in storage neither
+    new nor ``given``'s (a cache made before the call) is no allocation of the layer and is
+    left out of ``outputs``."""
+    # Meta tensors have no addresses; a storage's C++ object tells whether two tensors share it.
+    given_names = {t.untyped_storage()._cdata: name for name, t in given.items()}
+    with AllocationTracker() as tracker:
+        result = call()
+        events = tuple(tracker.events)
+        outputs = []
+        for name, tensor in result.items():
+            # the given layer's storage first: one grown through out= is still that tensor's
+            block = given_names.get(tensor.untyped_storage()._cdata, tracker.block_of(tensor))
+            if block is not None:
+                outputs.append((name, block))
+        del result
+    return LayerTrace(shape, strategy, events, tuple(outputs))
+
+
 @functools.cache
 def _meta_conversion(shape: LayerShape, strategy: str) -> tuple[LayerTrace, frozenset[str]]:
     """One steady-state conversion of a full-size ``shape`` layer on ``meta``: its trace, and the
@@ -99,14 +133,22 @@ def _meta_conversion(shape: LayerShape, strategy: str) -> tuple[LayerTrace, froz
     upstream path keeps w2's scales, clamped in place). Cached per (shape, strategy)."""
     layer = strategy_input(shape, strategy, "meta")
     warm_layer_strategy(shape, strategy, torch.device("meta"))
-    with AllocationTracker() as tracker:
-        result = convert(layer, strategy=strategy, gated=shape.gated)
-        events = tuple(tracker.events)
-    # Meta tensors have no addresses; a storage's C++ object tells whether two tensors share it.
-    results = {t.untyped_storage()._cdata for t in result.values()}
-    kept = frozenset(name for name, t in layer.items() if t.untyped_storage()._cdata in results)
-    del result
-    return LayerTrace(shape, strategy, events), kept
+    trace = trace_call(
+        shape, strategy, lambda: convert(layer, strategy=strategy, gated=shape.gated), layer
+    )
+    kept = frozenset(given for _, given in trace.outputs if isinstance(given, str))
+    return trace, kept
+
+
+@functools.cache
+def refit_trace(shape: LayerShape, strategy: str, way: str) -> LayerTrace:
+    """One steady-state refit (``refit.held_refit_call``: ``way`` one of ``refit.REFITS``) of a
+    full-size ``shape`` layer converted by ``strategy``, on ``meta``, after a warm-up refit:
+    its events and where each output lives in the held layer's storage or new storage. Cached
+    per (shape, strategy, way). ``ValueError`` for a refit that cannot run (``refit_call``)."""
+    held, call = held_refit_call(shape, strategy, way, "meta")
+    call()  # the warm-up: whatever a first refit caches is not a refit's allocation
+    return trace_call(shape, strategy, call, held)
 
 
 def layer_trace(shape: LayerShape, strategy: str) -> LayerTrace:
@@ -126,8 +168,9 @@ def _tensor_bytes(shape: LayerShape, strategy: str) -> dict[str, int]:
     return {name: t.nbytes for name, t in strategy_input(shape, strategy, "meta").items()}
 
 
-def _replay_trace(allocator: Allocator, trace: LayerTrace) -> None:
-    """Replay one layer's events; blocks left allocated (the outputs) stay allocated."""
+def _replay_trace(allocator: Allocator, trace: LayerTrace) -> dict[int, Block]:
+    """Replay one layer's events; blocks left allocated (the outputs) stay allocated and are
+    returned by their trace id."""
     blocks = {}
     requested = {}
     for event in trace.events:
@@ -144,6 +187,28 @@ def _replay_trace(allocator: Allocator, trace: LayerTrace) -> None:
                 allocator.free(old)
         else:
             allocator.free(blocks.pop(event.block))
+    return blocks
+
+
+def replay_step(
+    allocator: Allocator, trace: LayerTrace, held: dict[str, Block]
+) -> dict[str, Block]:
+    """One layer's call replayed on the blocks it ``held`` (name -> block): ``trace``'s events,
+    then the held blocks no output keeps freed, in ``held``'s order, as the result replaces
+    them (vLLM's ``replace_parameter``). Returns the layer's blocks after the call, by output
+    name. ``OutOfMemory`` from the allocator leaves ``held`` as it was."""
+    alive = _replay_trace(allocator, trace)
+    after = {}
+    for name, where in trace.outputs:
+        block = held.get(where) if isinstance(where, str) else alive.get(where)
+        if block is not None:  # None: an empty storage, which the allocator never saw
+            after[name] = block
+    kept = {id(block) for block in after.values()}
+    for block in held.values():
+        if id(block) not in kept:
+            kept.add(id(block))  # a block two names share is freed once
+            allocator.free(block)
+    return after
 
 
 #: One allocator call of a load: ``(kind, key, nbytes, layer_done)``; ``kind`` is ``"alloc"`` or
@@ -217,12 +282,10 @@ def replay_load(
         device_bytes=device_bytes,
         other_weights_bytes=other_weights_bytes,
     )
-    # the result replaces the parameters; what it keeps of their storage stays
-    trace, kept = _meta_conversion(shape, strategy)
     return replay_conversions(
         allocator,
-        trace,
-        [[b for name, b in blocks.items() if name not in kept] for blocks in params],
+        (layer_trace(shape, strategy),),
+        params,
         max_split_size_mb=max_split_size_mb,
         other_weights_bytes=other_weights_bytes,
     )
@@ -284,29 +347,30 @@ def load_rank_weights(
 
 def replay_conversions(
     allocator: Allocator,
-    trace: LayerTrace,
-    freed: list,
+    traces: tuple[LayerTrace, ...],
+    held: list[dict[str, Block]],
     *,
     max_split_size_mb: int | None,
     other_weights_bytes: int,
 ) -> RankLoad:
-    """Convert every loaded layer in turn on ``allocator`` (the weights already allocated):
-    ``trace`` replayed per layer, then layer ``i``'s blocks in ``freed[i]`` (what the result
-    replaces; empty for an in-place strategy) freed, until the first layer that runs out of
-    memory.
+    """Convert every loaded layer in turn on ``allocator`` (the weights already allocated,
+    ``held[i]`` layer ``i``'s blocks by name): each of ``traces`` replayed on the layer in
+    order (``replay_step``: the conversion; vLLM 0.25.1's padding before it), until the first
+    layer that runs out of memory. ``held[i]`` becomes layer ``i``'s blocks after its
+    conversion, what a refit starts from. The last trace names the strategy and shape.
     """
+    trace = traces[-1]
     shape = trace.shape
     loaded = allocator.stats()  # the events below count from here: the conversions' own
     reserved_after: list[int] = []
     oom_layer = oom_message = None
     for layer in range(shape.moe_layers):
         try:
-            _replay_trace(allocator, trace)
+            for step in traces:
+                held[layer] = replay_step(allocator, step, held[layer])
         except OutOfMemory as error:
             oom_layer, oom_message = layer, str(error)
             break
-        for block in freed[layer] if freed else ():
-            allocator.free(block)
         reserved_after.append(allocator.reserved_bytes)
     stats = allocator.stats()
     counted = (*DEVICE_EVENTS, "num_ooms", "num_device_alloc_failed")

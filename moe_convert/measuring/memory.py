@@ -98,6 +98,11 @@ class AllocationTracker(TorchDispatchMode):
         self._blocks: dict[int, int] = {}  # storage _cdata -> block id, while alive
         self._ids = itertools.count()
 
+    def block_of(self, tensor: torch.Tensor) -> int | None:
+        """The id of the live tracked storage ``tensor`` lives in (its ``events``' ``block``), or
+        ``None`` for a storage made before the ``with`` block or already freed."""
+        return self._blocks.get(tensor.untyped_storage()._cdata)
+
     def _alloc(self, key: int, storage: torch.UntypedStorage, nbytes: int, op: str) -> None:
         block = self._blocks.get(key)
         if block is None:
