@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import pytest
@@ -145,3 +146,14 @@ def test_a_refused_way_reads_refused_with_its_reason_once(capsys, monkeypatch):
     )
     assert out.count("refused: cannot view the converted layer") == 1
     assert out.splitlines()[-1] == "inplace direct: refused: cannot view the converted layer"
+
+
+def test_a_config_json_s_model_takes_ep_as_a_catalog_one_does(tmp_path, capsys):
+    config = {"num_experts": 4, "hidden_size": 256, "moe_intermediate_size": 256}
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 2}))
+    argv = ["measure", "--model", str(tmp_path), "--ep", "2", "--strategy", "inplace"]
+    assert main([*argv, "--json", "--quiet"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert (record["tp"], record["ep"], record["experts"]) == (1, 2, 2)
+    # one layer of 2 experts: w13 [2, 512, 256] and w2 [2, 256, 256], bf16
+    assert record["layer_bytes"] == 2 * (512 * 256 + 256 * 256) * 2

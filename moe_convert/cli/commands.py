@@ -205,6 +205,7 @@ def _measure_record(
         "strategy": name,
         "model": shape.model,
         "tp": shape.tp,
+        "ep": shape.ep,
         "format": shape.format,
         "device": device,
         "experts": shape.experts,
