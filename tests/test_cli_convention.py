@@ -101,6 +101,7 @@ def test_format_is_always_a_weight_format():
         "moe_convert measure",
         "moe_convert replay",
         "moe_convert simulate",
+        "moe_convert refit",
     }
     for where, action in takers:
         for name in FORMATS:

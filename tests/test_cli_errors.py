@@ -28,6 +28,27 @@ BAD = [
     ),
     (["measure", "--model", "qwen3-30b-a3b", "--hidden", "4096"], ["--hidden", "qwen3-30b-a3b"]),
     (["measure", "--model", "qwen3-30b-a3b", "--no-gated"], ["--no-gated"]),
+    # --ep
+    (
+        ["measure", "--model", "qwen3-30b-a3b", "--ep", "0"],
+        ["--ep", "ep 0 is not from 1 to its 128"],
+    ),
+    (
+        ["measure", "--model", "mixtral-8x7b", "--ep", "16"],
+        ["ep 16", "EPs that divide E = 8: 2, 4, 8"],
+    ),
+    (["measure", "--model", "qwen3-30b-a3b", "--ep", "all"], ["--ep", "'all'"]),
+    (["measure", "--model", "qwen3-30b-a3b", "--tp", "2", "--ep", "4"], ["tp 2 with ep 4"]),
+    (
+        ["measure", "--model", "qwen3-30b-a3b", "--ep", "8", "--experts", "17"],
+        ["give 1 to 16", "128 experts, 16 on rank 0 at ep 8"],
+    ),
+    (
+        ["measure", "--experts", "4", "--hidden", "4096", "--intermediate", "384", "--ep", "4"],
+        ["--ep 4", "--experts (E / EP)"],
+    ),
+    (["refit", "--model", "qwen3-30b-a3b", "--ep", "x"], ["'x' is not an integer or all"]),
+    (["refit", "--model", "qwen3-30b-a3b", "--tp", "2", "--ep", "all"], ["--ep: all", "no --tp"]),
     # --tp
     (
         ["measure", "--model", "qwen3-235b-a22b", "--tp", "5"],
@@ -212,7 +233,7 @@ def no_work(monkeypatch):
     def started(*args, **kwargs):
         raise AssertionError("work started before the arguments were checked")
 
-    for name in ("strategy_memory", "time_layer", "convert", "layer_tensors"):
+    for name in ("strategy_memory", "time_layer", "convert", "layer_tensors", "refit_call"):
         monkeypatch.setattr(cli, name, started)
 
 

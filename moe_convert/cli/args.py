@@ -34,10 +34,12 @@ __all__ = [
     "bounded_int",
     "check_fits",
     "device_choice",
+    "ep_size",
     "format_name",
     "gib_amount",
     "max_split_list",
     "resolve_shape",
+    "resolve_shapes",
     "resolve_strategies",
     "strategy_list",
 ]
@@ -123,6 +125,17 @@ def strategy_list(text: str) -> list[str] | None:
     return names
 
 
+def ep_size(text: str) -> int | str:
+    """``--ep`` where several shapes can run (``refit``): an integer, checked against the model
+    by ``resolve_shape``, or ``all`` (``resolve_shapes``)."""
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer or all") from None
+
+
 def format_name(text: str) -> str:
     """A key of ``FORMATS``: the format of an explicit or config.json shape."""
     if text not in FORMATS:
@@ -206,14 +219,15 @@ def _model_spec(model: str, fmt: str | None) -> ModelSpec:
 
 
 def resolve_shape(args: argparse.Namespace) -> LayerShape:
-    """The layer shape named by ``--model``/``--tp`` (catalog name or config.json path) or by
-    explicit ``--experts --hidden --intermediate``, with ``--experts`` limiting a model's experts.
+    """The layer shape named by ``--model``/``--tp`` (catalog name or config.json path), a rank's
+    share of its experts with ``--ep`` (``ModelSpec.shape``), or explicit ``--experts --hidden
+    --intermediate``, with ``--experts`` limiting a model's (or a rank's) experts.
     ``--format`` (default BF16) is the format of an explicit or config.json shape; a catalog
     name has its own, which ``--format`` may only repeat.
 
-    An explicit shape is per rank already, so ``--tp`` is rejected with it (rather than
-    dividing ``--intermediate``, which would make the same numbers mean two shapes), and it is
-    not padded: the format's check decides whether it converts. Raises
+    An explicit shape is per rank already, so ``--tp`` and ``--ep`` are rejected with it (rather
+    than dividing ``--intermediate`` or ``--experts``, which would make the same numbers mean two
+    shapes), and it is not padded: the format's check decides whether it converts. Raises
     ``UsageError`` for any combination that does not describe one shape that can be converted.
     """
     explicit = [
@@ -229,22 +243,31 @@ def resolve_shape(args: argparse.Namespace) -> LayerShape:
         spec = _model_spec(args.model, args.format)
         if not spec.valid_tp_sizes:
             raise UsageError(f"argument --model: {args.model}: {spec.tp_sizes_text}")
-        if args.experts is not None and not 1 <= args.experts <= spec.experts:
-            raise UsageError(
-                f"argument --experts: {args.experts}: give 1 to {spec.experts} "
-                f"({spec.name} has {spec.experts} experts)"
-            )
         try:
             shape = spec.shape(1 if args.tp is None else args.tp)
         except ValueError as error:
             raise UsageError(f"argument --tp: {error}") from None
         blame, fix = f"argument --tp: tp {shape.tp}: ", f" For {args.model}, {spec.tp_sizes_text}."
-    else:
-        if args.tp is not None:
+        if args.ep is not None:
+            try:
+                shape = spec.shape(shape.tp, args.ep)
+            except ValueError as error:
+                raise UsageError(f"argument --ep: {error}") from None
+            blame = f"argument --ep: ep {shape.ep}: " if shape.ep > 1 else blame
+        if args.experts is not None and not 1 <= args.experts <= shape.experts:
+            share = f", {shape.experts} on rank 0 at ep {shape.ep}" if shape.ep > 1 else ""
             raise UsageError(
-                f"argument --tp: --tp {args.tp} applies to --model only; with an "
-                "explicit shape, give the per-rank --intermediate (I / TP) instead"
+                f"argument --experts: {args.experts}: give 1 to {shape.experts} "
+                f"({spec.name} has {spec.experts} experts{share})"
             )
+    else:
+        instead = {"tp": "per-rank --intermediate (I / TP)", "ep": "rank's --experts (E / EP)"}
+        for flag in instead:
+            if getattr(args, flag) is not None:
+                raise UsageError(
+                    f"argument --{flag}: --{flag} {getattr(args, flag)} applies to --model "
+                    f"only; with an explicit shape, give the {instead[flag]} instead"
+                )
         missing = [
             f"--{name}"
             for name in ("experts", "hidden", "intermediate")
@@ -277,6 +300,20 @@ def resolve_shape(args: argparse.Namespace) -> LayerShape:
             f"cannot be converted: {error}{fix}"
         )
     return shape
+
+
+def resolve_shapes(args: argparse.Namespace) -> list[LayerShape]:
+    """``[resolve_shape(args)]``, or with ``--ep all`` the model's shape at EP 1 and at each of
+    its ``ModelSpec.ep_sizes`` (those of 2 to 64 that divide E), in that order."""
+    if args.ep != "all":
+        return [resolve_shape(args)]
+    if args.model is None or args.tp is not None:
+        raise UsageError(
+            "argument --ep: all: the EPs of a --model, each rank holding whole experts: give "
+            "--model NAME and no --tp (nor explicit sizes)"
+        )
+    eps = (1, *_model_spec(args.model, args.format).ep_sizes)
+    return [resolve_shape(argparse.Namespace(**{**vars(args), "ep": ep})) for ep in eps]
 
 
 def resolve_strategies(shape: LayerShape, names: list[str] | None) -> list[str]:
@@ -330,13 +367,20 @@ def add_command(
     return parser
 
 
-def add_work_args(parser: argparse.ArgumentParser) -> None:
-    """The shape, the strategies and --quiet: what every command that converts takes."""
+def add_work_args(parser: argparse.ArgumentParser, *, ep_all: bool = False) -> None:
+    """The shape, the strategies and --quiet: what every command that converts takes;
+    ``ep_all``: ``--ep all`` too, for a command that runs several shapes (``resolve_shapes``)."""
     parser.add_argument(
         "--model",
         help=f"catalog name ({', '.join(CATALOG)}) or a config.json path",
     )
     parser.add_argument("--tp", type=int, help="tensor-parallel size, with --model (default 1)")
+    parser.add_argument(
+        "--ep",
+        type=ep_size if ep_all else int,
+        help="expert-parallel size, with --model and no --tp: one rank's share of the experts, "
+        "each whole" + (" (all: EP 1 and each of 2 to 64 that divides E)" if ep_all else ""),
+    )
     parser.add_argument(
         "--experts", type=int, help="number of experts (1 to the model's E, to limit a model's)"
     )

@@ -1,4 +1,5 @@
-"""``python -m moe_convert``: the catalog, verification against FlashInfer, measurement, replay.
+"""``python -m moe_convert``: the catalog, verification against FlashInfer, measurement, replay,
+a rank's refit.
 
 ``replay`` replays the rank load (every layer loaded, then each converted) through the allocator
 model (``replay.replay_load``); its old name ``simulate`` still works.
@@ -50,15 +51,21 @@ from ..load.refit import (
     REFITS,
     documented_reload_safety,
     documented_reversibility,
+    refit_call,
     reload_safety,
     reversibility,
 )
 from ..load.refit_replay import RefitReplay, replay_refits
 from ..load.replay import WeightsDoNotFit
 from ..load.wholemodel import DEVICE_EVENTS, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
-from ..measuring.memory import strategy_allocator_memory, strategy_cuda_memory, strategy_memory
+from ..measuring.memory import (
+    measure_memory,
+    strategy_allocator_memory,
+    strategy_cuda_memory,
+    strategy_memory,
+)
 from ..measuring.timing import time_layer
-from ..measuring.traffic import strategy_traffic
+from ..measuring.traffic import measure_traffic, strategy_traffic
 from ..units import format_bytes as _bytes
 from ..units import format_seconds as _seconds
 from .args import (
@@ -72,6 +79,7 @@ from .args import (
     gib_amount,
     max_split_list,
     resolve_shape,
+    resolve_shapes,
     resolve_strategies,
 )
 
@@ -199,6 +207,7 @@ def _measure_record(
         "strategy": name,
         "model": shape.model,
         "tp": shape.tp,
+        "ep": shape.ep,
         "format": shape.format,
         "device": device,
         "experts": shape.experts,
@@ -487,6 +496,56 @@ def _print_refit_table(refitted: list[RefitReplay], max_splits: list[int | None]
     _print_rows(rows)
 
 
+def _rank_refit(shape: LayerShape, strategy: str, way: str) -> list[str] | str:
+    """The cells of a whole rank's refit, every MoE layer in turn, exact on meta: one layer's
+    peak transient bytes (the layers refit one after another) and the rank's traffic and
+    launches (one layer's x ``moe_layers``), from one ``refit_call``; or why the way is refused."""
+    try:
+        call = refit_call(shape, strategy, way)
+    except ValueError as error:
+        return str(error)
+    work = measure_traffic(call)
+    return [
+        _bytes(measure_memory(call).peak_bytes),
+        _bytes(work.traffic_bytes * shape.moe_layers),
+        str(work.launches * shape.moe_layers),
+    ]
+
+
+def cmd_refit(args: argparse.Namespace) -> int:
+    shapes = resolve_shapes(args)
+    names = _on_meta(shapes[0], resolve_strategies(shapes[0], args.strategy), "it has no refit")
+    cells = {}
+    with _progress(len(shapes) * len(names), args, "refit") as bar:
+        for name in names:  # a strategy's rows together, by EP
+            for shape in shapes:
+                bar.set_postfix_str(f"{shape.label}, {name}")
+                for way in REFITS:
+                    cells[shape, name, way] = _rank_refit(shape, name, way)
+                bar.update()
+    print(
+        f"refit {shapes[0].model} ({shapes[0].format}, {shapes[0].moe_layers} MoE layers): a "
+        "whole rank's refit, every MoE layer in turn, exact on meta; peak: one layer's transient "
+        "bytes, traffic and launches: the rank's. Ways: docs/library.md (refit)"
+    )
+    refused = {}
+    for way in REFITS:
+        rows = [["shape", "experts", "MoE weights", "strategy", "peak", "traffic", "launches"]]
+        for (shape, name, in_way), cell in cells.items():
+            if in_way == way:
+                if isinstance(cell, str):
+                    refused.setdefault((name, way), cell)
+                    cell = ["refused"] * 3
+                rows.append(
+                    [shape.label, str(shape.experts), _bytes(shape.model_bytes), name, *cell]
+                )
+        print(f"\n{way}")
+        _print_rows(rows)
+    for (name, way), why in refused.items():
+        print(f"{name} {way}: refused: {why}")
+    return 0
+
+
 def cmd_engines(args: argparse.Namespace) -> int:
     failed = 0
     for check in (check_engine(e, device=args.device) for e in (*ENGINES, *PREPARATIONS)):
@@ -627,6 +686,15 @@ def build_parser() -> Parser:
         action="store_true",
         help="one JSON object per strategy x max-split value per line",
     )
+
+    p = add_command(
+        sub,
+        "refit",
+        cmd_refit,
+        "a whole rank's refit in each way (vLLM's direct and layerwise, our streamed), exact on "
+        "meta: one layer's peak transient bytes, the rank's traffic and launches; --ep all: by EP",
+    )
+    add_work_args(p, ep_all=True)
 
     p = add_command(
         sub,

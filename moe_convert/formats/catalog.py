@@ -3,7 +3,8 @@ layer shapes (``formats.shape.LayerShape``), padded as vLLM pads the format.
 
 Legend: E routed experts, H hidden size, I moe_intermediate_size per rank (= I_model / TP,
 rounded up to the format's alignment: ``Format.intermediate_alignment``; BF16's is 1, so its
-shapes are the model's own, checked against the kernel's rule instead). Labels are ``model/tpN``;
+shapes are the model's own, checked against the kernel's rule instead). Labels are ``model/tpN``,
+and ``model/epN`` for a rank's share under expert parallelism (``ModelSpec.shape``: vLLM's rule);
 a quantized model's name carries its format (``kimi-k2-nvfp4/tp8``). Shared experts are not
 part of the fused-MoE weights and are left out. ``spec_from_hf_config`` reads a local
 ``config.json`` into a spec of any format.
@@ -21,6 +22,7 @@ from .shape import LayerShape
 
 __all__ = [
     "CATALOG",
+    "EP_SIZES",
     "TP_SIZES",
     "MAX_SIZE",
     "ModelSpec",
@@ -33,6 +35,9 @@ __all__ = [
 
 #: The TPs the catalog lists for a model unless its entry says otherwise (BF16's).
 TP_SIZES = (1, 2, 4, 8)
+#: The expert-parallel sizes a rank's refit is shown at (issue 38: EP 2 to 64), those of them
+#: that divide a model's E (``ModelSpec.ep_sizes``).
+EP_SIZES = (2, 4, 8, 16, 32, 64)
 # The largest E, H, I or layer count accepted from a user: far above any model (DeepSeek-V3: H =
 # 7168, E = 256), and it keeps E x 2I x H within int64 for the meta tensors of the checks.
 MAX_SIZE = 2**20
@@ -62,12 +67,21 @@ class ModelSpec:
     tp_sizes: tuple[int, ...] = TP_SIZES  # the TPs the catalog lists (the suite measures)
     source: str = ""  # the config.json fields read
 
-    def shape(self, tp: int) -> LayerShape:
+    def shape(self, tp: int, ep: int = 1) -> LayerShape:
         """The per-rank layer shape at tensor-parallel size ``tp``: I split over the ranks, then
-        H and I padded to the format's alignment.
+        H and I padded to the format's alignment; at expert-parallel size ``ep`` > 1, one rank's
+        share of the experts instead, each whole.
+
+        Expert parallelism as vLLM's ``FusedMoE`` shards it (``FusedMoEParallelConfig.make``,
+        ``determine_expert_map``): with ``enable_expert_parallel`` the MoE layer's EP is TP x DP
+        and its TP 1, so a rank holds whole experts (I not split); rank r holds E // EP experts,
+        one more for the first E % EP ranks, a contiguous block by default (``linear``; the
+        ``round_robin`` placement holds as many). The shape is rank 0's, the largest share:
+        ``ceil(E / EP)`` experts.
 
         Raises ``ValueError`` naming the valid TPs unless ``tp >= 1`` divides the intermediate
-        size. A shape that divides but cannot be converted is returned: see
+        size, and naming the model, E and EP for an ``ep`` not from 1 to E or given with a
+        ``tp`` > 1. A shape that divides but cannot be converted is returned: see
         ``LayerShape.conversion_error``.
         """
         if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
@@ -79,16 +93,42 @@ class ModelSpec:
                 f"{self.name}: tp {tp} does not divide moe_intermediate_size "
                 f"{self.intermediate}; {self.tp_sizes_text}"
             )
+        if isinstance(ep, bool) or not isinstance(ep, int) or not 1 <= ep <= self.experts:
+            raise ValueError(
+                f"{self.name}: ep {ep!r} is not from 1 to its {self.experts} experts (E); "
+                f"{self.ep_sizes_text}"
+            )
+        if ep > 1 and tp > 1:
+            raise ValueError(
+                f"{self.name}: tp {tp} with ep {ep}: under expert parallelism vLLM keeps each "
+                f"expert whole on its rank (the MoE layer's TP is 1, its EP = TP x DP): give ep "
+                f"{ep} alone"
+            )
         fmt = format_record(self.format)
         return LayerShape(
             self.name,
             tp,
-            self.experts,
+            -(-self.experts // ep),
             _round_up(self.hidden, fmt.hidden_align),
             _round_up(self.intermediate // tp, fmt.intermediate_alignment(self.gated)),
             self.moe_layers,
             self.gated,
             self.format,
+            ep,
+        )
+
+    @property
+    def ep_sizes(self) -> tuple[int, ...]:
+        """The EPs of ``EP_SIZES`` that divide E: every rank holds E / EP experts."""
+        return tuple(ep for ep in EP_SIZES if self.experts % ep == 0)
+
+    @property
+    def ep_sizes_text(self) -> str:
+        """For error messages: the EPs that split E evenly, and vLLM's rule for the others."""
+        return (
+            f"EPs that divide E = {self.experts}: {', '.join(map(str, self.ep_sizes)) or 'none'} "
+            f"of {', '.join(map(str, EP_SIZES))} (any other from 1 to E: rank 0 holds the "
+            "most, ceil(E / EP), as vLLM places them)"
         )
 
     @property
@@ -249,26 +289,31 @@ def _catalog_spec(model: str) -> ModelSpec:
         ) from None
 
 
-def layer_shape(model: str, tp: int) -> LayerShape:
-    """The per-rank layer shape of catalog ``model`` (exact lower-case name) at ``tp``.
+def layer_shape(model: str, tp: int, ep: int = 1) -> LayerShape:
+    """The per-rank layer shape of catalog ``model`` (exact lower-case name) at ``tp``, or at
+    expert-parallel size ``ep`` (``ModelSpec.shape``).
 
     Combinations the kernel cannot run, or that cannot be converted, are returned too: check
-    ``valid`` / ``conversion_error``. Raises ``ValueError`` for an unknown model or a ``tp``
-    that does not divide the model's intermediate size.
+    ``valid`` / ``conversion_error``. Raises ``ValueError`` for an unknown model, a ``tp``
+    that does not divide the model's intermediate size, or an ``ep`` it refuses.
     """
-    return _catalog_spec(model).shape(tp)
+    return _catalog_spec(model).shape(tp, ep)
 
 
 def shape_from_label(label: str) -> LayerShape:
-    """The per-rank layer shape of ``label``, ``model/tpN`` (``LayerShape.label``'s inverse).
+    """The per-rank layer shape of ``label``, ``model/tpN`` or ``model/epN``
+    (``LayerShape.label``'s inverse).
 
-    Raises ``ValueError`` naming the label unless it is a catalog model, ``/tp`` and a TP that
-    divides its intermediate size (``layer_shape``).
+    Raises ``ValueError`` naming the label unless it is a catalog model, ``/tp`` or ``/ep`` and
+    a size ``layer_shape`` takes.
     """
-    match = re.fullmatch(r"(.+)/tp([0-9]+)", label)
+    match = re.fullmatch(r"(.+)/(tp|ep)([0-9]+)", label)
     if match is None:
-        raise ValueError(f"shape label {label!r} is not model/tpN (e.g. qwen3-235b-a22b/tp4)")
-    return layer_shape(match[1], int(match[2]))
+        raise ValueError(
+            f"shape label {label!r} is not model/tpN or model/epN (e.g. qwen3-235b-a22b/tp4)"
+        )
+    size = int(match[3])
+    return layer_shape(match[1], size) if match[2] == "tp" else layer_shape(match[1], 1, size)
 
 
 def catalog_shapes(fmt: str | None = None) -> list[LayerShape]:

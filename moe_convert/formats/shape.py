@@ -1,5 +1,6 @@
 """The one layer-shape type of every format: ``LayerShape``, a format plus E, H, I and gated,
 every size derived from the format's record (``records.FORMATS``; legend in ``format``).
+Under expert parallelism (``ep`` > 1) a shape is one rank's share: its local experts, each whole.
 
 From the record: the tensors a layer holds (``tensor_specs``: weights, and the block scales and
 biases where the format has them), their shapes and bytes, whether the kernel takes the shape
@@ -24,7 +25,10 @@ __all__ = ["LayerShape"]
 
 @dataclass(frozen=True)
 class LayerShape:
-    """One MoE layer of ``format`` on one tensor-parallel rank. Sizes derived, in bytes.
+    """One MoE layer of ``format`` on one rank: tensor-parallel (I per rank, every expert) or,
+    with ``ep`` > 1, expert-parallel (``tp`` 1: the rank's local experts, I whole; the catalog
+    gives them, ``ModelSpec.shape``). Sizes derived, in bytes: every measurement takes a rank's
+    share as it takes any shape, a layer of ``experts`` experts.
 
     A quantized shape's H and I are the padded ones (the quantized catalog pads them as vLLM
     does); BF16's are the model's own. ``ValueError`` for a format without a record.
@@ -38,6 +42,7 @@ class LayerShape:
     moe_layers: int
     gated: bool = True
     format: str = "bf16"  # a key of records.FORMATS
+    ep: int = 1  # expert-parallel size; > 1 only with tp 1, as vLLM shards experts
 
     def __post_init__(self) -> None:
         format_record(self.format)
@@ -49,9 +54,10 @@ class LayerShape:
 
     @property
     def label(self) -> str:
-        """``model/tpN``, the name used in benchmark parameters; a quantized model's name carries
-        its format (``kimi-k2-nvfp4/tp8``). Inverse: ``formats.table.any_shape_from_label``."""
-        return f"{self.model}/tp{self.tp}"
+        """``model/tpN``, the name used in benchmark parameters, or ``model/epN`` for a rank's
+        share under expert parallelism; a quantized model's name carries its format
+        (``kimi-k2-nvfp4/tp8``). Inverse: ``catalog.shape_from_label``."""
+        return f"{self.model}/ep{self.ep}" if self.ep > 1 else f"{self.model}/tp{self.tp}"
 
     @property
     def rows13(self) -> int:
