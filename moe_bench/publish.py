@@ -110,7 +110,7 @@ def publish(config: Path) -> Path:
         write_front_page(
             configured_dir(config, "results_dir"),
             new,
-            link=explorer_link(explore, f"{EXPLORE}/"),
+            link=explorer_link(explore, f"{EXPLORE}/", every_series=engine is not None),
             explore=f"{EXPLORE}/",
             engine=engine,
         )

@@ -636,7 +636,11 @@ def test_engine_figure_link_opens_its_graph_with_the_subjects(
     assert selected["bench"] == "bench_engine.Traffic.track_launches"
     assert selected["machine"] == "engine-box"
     assert seen.page.evaluate(COLOURED_PIXELS) > 500
-    assert "strategy='vllm'" in seen.page.locator(".chart-legend").inner_text()
+    # The engine's line and the reference lines drawn; an engine not installed (n/a) not.
+    legend = seen.page.locator(".chart-legend").inner_text()
+    for strategy in ("vllm", "flashinfer", "legacy", "preallocated", "inplace"):
+        assert f"strategy='{strategy}'" in legend, strategy
+    assert "sglang-installed" not in legend
     # The explorer names the engine's commits by release, environment and subject
     # (commits.json): each of its recent points' titles, newest first.
     titles = seen.page.locator(".point-row").evaluate_all("rows => rows.map(r => r.title)")
