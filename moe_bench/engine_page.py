@@ -45,6 +45,9 @@ __all__ = [
     "engine_blocks",
     "engine_commits",
     "engine_title",
+    "figure_steps",
+    "history_table",
+    "reference_table",
     "write_subjects",
 ]
 
@@ -242,13 +245,13 @@ def history_table(
 ) -> tuple[pd.DataFrame | None, int]:
     """The engine's own cell of one format over the commits (``rows``: its figures, one shape):
     a row at the first commit where it was measured, at each commit where a figure stepped
-    (``_steps``) and at the newest; columns commit, subject, then each figure in human units,
+    (``figure_steps``) and at the newest; columns commit, subject, then each figure in human units,
     each a ``Cell`` linked to its graph, a stepped one with its change (``⚠`` where worse by
     the rule). Returns ``(table, steps)``; ``(None, 0)`` where the cell is n/a throughout."""
     ran = rows["value"].notna() | rows["failed"]
     if not ran.any():
         return None, 0
-    changes = _steps(rows)
+    changes = figure_steps(rows)
     measured = sorted(set(rows.loc[ran, "order"]))
     shown = sorted({measured[0], measured[-1], *changes})
     table = []
@@ -262,7 +265,7 @@ def history_table(
     return pd.DataFrame(table), len(changes)
 
 
-def _steps(rows: pd.DataFrame) -> dict[int, dict[str, tuple[str, float]]]:
+def figure_steps(rows: pd.DataFrame) -> dict[int, dict[str, tuple[str, float]]]:
     """commit index -> figure -> (status, new / previous) of each figure of ``rows`` (one cell)
     that stepped there against its previous measured commit: ``judge``'s ``regressed``,
     ``improved`` or ``changed``, ``failed`` where it failed (after a value, or first), or
