@@ -335,12 +335,15 @@ def cmd_engine_config(args: argparse.Namespace) -> int:
 
 
 def _engine_machine(args: argparse.Namespace) -> str:
-    """Record this machine for asv (as ``moe-bench machine``); its name."""
+    """Record this machine for asv (as ``moe-bench machine``, less the versions of what the
+    engine's environments hold: ``engine.environment_versions`` records those); its name."""
     from moe_suite.profiles import detect_device, profile_from_env
 
     from . import machine
 
-    return machine.record_machine(profile_from_env(detect_device()), args.machine)
+    return machine.record_machine(
+        profile_from_env(detect_device()), args.machine, environment=False
+    )
 
 
 def _engine_use(args: argparse.Namespace, use: Callable[..., object]) -> object:

@@ -193,14 +193,25 @@ def _measured(points: list) -> bool:
     )
 
 
-def explorer_link(explore_dir, url: str = "explore/"):
+def _measured_series(points: list) -> list[int]:
+    """The indices of a parameterized graph's series that hold a value at some point (none for
+    a graph of one series)."""
+    rows = [value for _, value, *_ in points if isinstance(value, list)]
+    width = max(map(len, rows), default=0)
+    return [i for i in range(width) if any(row[i] is not None for row in rows)]
+
+
+def explorer_link(explore_dir, url: str = "explore/", *, every_series: bool = False):
     """``(benchmark, machine) -> URL`` of the benchmark's graph of the machine's newest results
     in the explorer published in ``explore_dir`` (served at ``url``), or None where that graph
     holds no value (a machine that did not run it is never linked to).
 
     The URL gives the UI every parameter of the machine's first ``graph_param_list`` entry (the
     newest, ``make_offline``) as ``f-KEY=VALUE``: the UI otherwise fills a parameter the link
-    leaves out from its first entry, another machine's.
+    leaves out from its first entry, another machine's. With ``every_series`` it also selects
+    every series of the graph that holds a value (``params=I,J``: their indices in the product
+    of the benchmark's parameters; the UI otherwise draws the first three, measured or not):
+    an engine's history, whose graphs are its own line and the reference lines.
     """
     explore_dir = Path(explore_dir)
     published = json.loads((explore_dir / "index.json").read_text())
@@ -213,9 +224,13 @@ def explorer_link(explore_dir, url: str = "explore/"):
         if entry is None or benchmark not in published["benchmarks"]:
             return None
         graph = explore_dir / f"{Graph.get_file_path(entry, benchmark)}.json"
-        if not graph.is_file() or not _measured(json.loads(graph.read_text())):
+        points = json.loads(graph.read_text()) if graph.is_file() else []
+        if not _measured(points):
             return None
         query = {"view": "explore", "bench": benchmark}
+        series = _measured_series(points) if every_series else []
+        if series:
+            query["params"] = ",".join(map(str, series))
         query |= {f"f-{key}": value for key, value in entry.items()}
         return f"{url}#{urlencode(query, quote_via=quote)}"
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from asv.config import Config
+from asv.environment import get_environments
 from asv.repo import get_repo
 from asv.results import iter_results_for_machine
 
@@ -43,18 +44,23 @@ __all__ = [
     "BENCHMARK_MODULE",
     "BUILDS",
     "ENGINES",
+    "ENVIRONMENTS",
     "SUITE_COMMITS",
     "EngineError",
     "EngineSpec",
     "engine_benchmarks",
     "engine_config",
+    "environment_versions",
     "Finding",
     "figure_benchmark",
     "find",
     "nightly",
     "pr",
     "new_engine_commits",
+    "reference_cell",
+    "read_environments",
     "read_suite_commits",
+    "record_environments",
     "record_suite_commit",
     "suite_commit",
 ]
@@ -66,6 +72,10 @@ BENCHMARK_MODULE = "bench_engine"
 #: Beside the results (``<results_dir>/suite-commits.json``): engine commit -> this suite's
 #: commit that measured it (``-dirty`` where the checkout had changes).
 SUITE_COMMITS = "suite-commits.json"
+#: Beside the results (``<results_dir>/environments.json``): engine commit -> asv environment ->
+#: the versions of what it held beside the engine when it measured that commit
+#: (``environment_versions``): FlashInfer's (unpinned: the newest on the index then), torch's.
+ENVIRONMENTS = "environments.json"
 #: How a commit becomes a wheel: built from its sources without compiling, or downloaded.
 BUILDS = ("source", "wheel")
 #: Held while this checkout is built into the suite's wheel (``_suite_wheel``); in ``build/``,
@@ -82,12 +92,19 @@ class EngineSpec:
     """How to build and install one engine's commit into an asv environment."""
 
     name: str  # --engine
+    title: str  # as its project writes it: the dashboard's title
     distribution: str  # its package (pip uninstall)
     github: str  # owner/name: the export's repo
     build_requirements: tuple[str, ...]  # installed before a no-isolation build
     build_env: str  # environment of the wheel build
     wheel_index: str | None  # per-commit wheels, ``{commit}`` filled in; None: none published
     needs_flashinfer: bool  # the engine's converter imports FlashInfer (pinned per environment)
+
+    @property
+    def beside(self) -> tuple[str, ...]:
+        """The distributions an environment holds beside the engine, whose versions it records
+        (``environment_versions``): torch, and FlashInfer where the engine is not FlashInfer."""
+        return ("torch", "flashinfer-python") if self.needs_flashinfer else ("torch",)
 
     @property
     def requirements(self) -> Path:
@@ -100,6 +117,7 @@ ENGINES = {
     # (../shared/notes/engine-history.md); its setup.py imports torch, so no build isolation.
     "vllm": EngineSpec(
         name="vllm",
+        title="vLLM",
         distribution="vllm",
         github="vllm-project/vllm",
         build_requirements=(
@@ -118,6 +136,7 @@ ENGINES = {
     # tries its expert-parallel builds (CUDA) unless BUILD_NVEP=0 (found building 0.7.x here).
     "flashinfer": EngineSpec(
         name="flashinfer",
+        title="FlashInfer",
         distribution="flashinfer-python",
         github="flashinfer-ai/flashinfer",
         build_requirements=("setuptools>=77", "wheel", "packaging", "apache-tvm-ffi"),
@@ -142,10 +161,13 @@ def engine_benchmarks() -> dict[str, str]:
     }
 
 
-def _thresholds() -> tuple[dict[str, float], dict[str, None]]:
+def _thresholds(engine: str) -> tuple[dict[str, float], dict[str, None]]:
     """asv's ``regressions_thresholds`` and ``regressions_first_commits`` for the engine suite,
     from the metrics table: exact figures any rise, time-derived ratios beyond ``NOISE_FACTOR``,
-    absolute seconds never (one machine name may cover hosts of different speed)."""
+    absolute seconds never (one machine name may cover hosts of different speed); and never a
+    cell of another strategy than ``engine``'s own (``reference_cell``): the transcriptions and
+    the engines installed beside it are the same code at every commit of ``engine``, so a step
+    of theirs is the host's, not the history's."""
     thresholds: dict[str, float] = {".*": 0.0}
     never: dict[str, None] = {}
     for name in engine_benchmarks():
@@ -157,7 +179,16 @@ def _thresholds() -> tuple[dict[str, float], dict[str, None]]:
             thresholds[pattern] = NOISE_FACTOR - 1
         else:
             assert m.rule == EXACT, name
+        # asv names a cell ``name('shape', 'strategy')`` and matches from its start
+        never[rf"{pattern}\('[^']*', '(?!{re.escape(engine)}'\))"] = None
     return thresholds, never
+
+
+def reference_cell(strategy: str, engine: str) -> bool:
+    """Whether an engine suite's cell of ``strategy`` is a reference line in ``engine``'s history:
+    every strategy but the engine's own (``vllm`` in vLLM's; BF16's axis and each format's kind
+    are named alike), the same code at each of its commits."""
+    return strategy != engine
 
 
 def engine_config(
@@ -227,7 +258,7 @@ def engine_config(
         # this suite (built from this checkout by engine-config): the benchmarks import it
         f"in-dir={{env_dir}} python -m pip install --no-deps --force-reinstall {suite_wheel}",
     ]
-    thresholds, never = _thresholds()
+    thresholds, never = _thresholds(engine)
     conf = {
         "version": 1,
         "project": spec.distribution,
@@ -302,19 +333,60 @@ def _git(repo: Path | str, *args: str) -> str:
 
 def read_suite_commits(results_dir: str | Path) -> dict[str, str]:
     """``SUITE_COMMITS`` of ``results_dir``: engine commit -> suite commit ({} where none)."""
-    path = Path(results_dir) / SUITE_COMMITS
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return _read_beside(results_dir, SUITE_COMMITS)
 
 
 def record_suite_commit(results_dir: str | Path, commits: list[str], suite: str) -> None:
     """Record that ``suite`` measured the engine's ``commits`` (a whole-file rewrite)."""
-    path = Path(results_dir) / SUITE_COMMITS
-    known = read_suite_commits(results_dir)
-    known.update(dict.fromkeys(commits, suite))
+    _record_beside(results_dir, SUITE_COMMITS, dict.fromkeys(commits, suite))
+
+
+def read_environments(results_dir: str | Path) -> dict[str, dict[str, dict[str, str]]]:
+    """``ENVIRONMENTS`` of ``results_dir``: engine commit -> asv environment -> distribution ->
+    version ({} where none recorded)."""
+    return _read_beside(results_dir, ENVIRONMENTS)
+
+
+def record_environments(
+    results_dir: str | Path, commits: list[str], versions: dict[str, dict[str, str]]
+) -> None:
+    """Record that the engine's ``commits`` were measured in environments holding ``versions``
+    (``environment_versions``)."""
+    _record_beside(results_dir, ENVIRONMENTS, dict.fromkeys(commits, versions))
+
+
+def _read_beside(results_dir: str | Path, name: str) -> dict:
+    path = Path(results_dir) / name
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _record_beside(results_dir: str | Path, name: str, by_commit: dict) -> None:
+    """Merge ``by_commit`` into the JSON file ``name`` beside the results (a whole-file rewrite,
+    renamed into place)."""
+    path = Path(results_dir) / name
+    known = _read_beside(results_dir, name)
+    known.update(by_commit)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
     tmp.replace(path)
+
+
+def environment_versions(conf: Config) -> dict[str, dict[str, str]]:
+    """asv environment name -> distribution -> version of what each of ``conf``'s environments
+    holds beside the engine (``EngineSpec.beside``), read with the environment's own Python
+    (environments not made yet are left out). The machine's entry records none of them
+    (``machine.record_machine(..., environment=False)``): they are the environment's."""
+    spec = ENGINES[conf.engine]
+    script = (
+        "import importlib.metadata as m, json; "
+        f"print(json.dumps({{d: m.version(d) for d in {list(spec.beside)!r}}}))"
+    )
+    found = {}
+    for env in get_environments(conf, None, verbose=False):
+        if env.check_presence():
+            found[env.name] = json.loads(env.run(["-c", script]))
+    return found
 
 
 def load_config(config: Path) -> Config:
@@ -438,6 +510,7 @@ def nightly(config: Path, machine: str, *, limit: int, window: int, asv_args=())
     )
     status = run_commits(config, machine, commits, asv_args)
     record_suite_commit(conf.results_dir, commits, conf.suite_commit)
+    record_environments(conf.results_dir, commits, environment_versions(conf))
     html = publish(config)
     _say("nightly", f"results: {conf.results_dir}/{machine}/  dashboard: {html}  (exit {status})")
     return status

@@ -27,7 +27,13 @@ from asv.machine import Machine, MachineCollection
 
 from moe_suite.profiles import PROFILES, default_profile
 
-__all__ = ["machine_facts", "machine_name", "record_machine", "steady_facts"]
+__all__ = [
+    "ENVIRONMENT_FACTS",
+    "machine_facts",
+    "machine_name",
+    "record_machine",
+    "steady_facts",
+]
 
 
 def _version(distribution: str) -> str:
@@ -105,13 +111,22 @@ def steady_facts(os_name: str, ram: str) -> dict[str, str]:
     return steady
 
 
-def record_machine(profile: str, name: str | None = None) -> str:
+#: ``machine_facts``' versions of what asv's environment holds: this Python's where the suite's
+#: benchmarks run in it (``environment_type: existing``), another's in an engine history's
+#: environments (``engine.environment_versions`` records those, per commit).
+ENVIRONMENT_FACTS = ("torch", "flashinfer", "vllm", "sglang")
+
+
+def record_machine(profile: str, name: str | None = None, *, environment: bool = True) -> str:
     """Write this machine's entry (asv defaults, ``os`` and ``ram`` as ``steady_facts`` keeps
-    them, + ``machine_facts``) to ``~/.asv-machine.json``.
+    them, + ``machine_facts``, less ``ENVIRONMENT_FACTS`` where not ``environment``) to
+    ``~/.asv-machine.json``.
 
     What ``asv machine --yes --machine NAME`` does, plus the facts. Returns the name.
     """
     facts = machine_facts(profile)
+    if not environment:
+        facts = {key: value for key, value in facts.items() if key not in ENVIRONMENT_FACTS}
     info = Machine.get_defaults()
     info.update(steady_facts(info.get("os", ""), info.get("ram", "")))
     info["machine"] = name or machine_name(facts, info)

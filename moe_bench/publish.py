@@ -11,6 +11,8 @@ ext4, xfs, btrfs, tmpfs), else by two renames (NFS; a kill between them leaves t
 dashboard in ``.NAME.old-PID``). A kill before the swap leaves the previous dashboard and a
 hidden folder, which the next ``publish`` removes. Results of commits not on the configured
 branches, which asv's graphs leave out silently, are named first (``history.off_branch``).
+An engine config's (``engine_page.engine_axis``) front page is its engine's history instead, and
+its explorer names each engine commit by release, environment and subject (``write_subjects``).
 
     moe-bench publish [--config asv.conf.json]   # scripts/bench and scripts/nightly
 """
@@ -26,6 +28,7 @@ import sys
 from pathlib import Path
 
 from .dashboard import configured_dir, explorer_link, make_offline
+from .engine_page import engine_axis, write_subjects
 from .history import off_branch
 from .report import write_front_page
 
@@ -103,12 +106,16 @@ def publish(config: Path) -> Path:
                 f"asv publish exited {done.returncode} (its output above); {html_dir} is unchanged"
             )
         make_offline(explore)
+        engine = engine_axis(config)  # None: the suite's own history
         write_front_page(
             configured_dir(config, "results_dir"),
             new,
-            link=explorer_link(explore, f"{EXPLORE}/"),
+            link=explorer_link(explore, f"{EXPLORE}/", every_series=engine is not None),
             explore=f"{EXPLORE}/",
+            engine=engine,
         )
+        if engine is not None:  # the explorer names the engine's commits by their subjects
+            write_subjects(explore, engine)
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)
         raise

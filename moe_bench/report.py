@@ -40,6 +40,7 @@ from moe_suite.metrics import (
 )
 
 from .document import Block, Cell, Image, Link, to_html, to_markdown
+from .engine_page import EngineAxis, engine_blocks
 from .gate import failed_benchmarks
 from .hardware import copy_scale, copy_seconds, copy_spread, strategy_changes
 from .plots import write_plots, write_rank_load_plot
@@ -466,16 +467,24 @@ def write_summary(results_dir, out_dir) -> Path:
     return path
 
 
-def write_front_page(results_dir, html_dir, link: Link, explore: str) -> Path:
+def write_front_page(
+    results_dir, html_dir, link: Link, explore: str, engine: EngineAxis | None = None
+) -> Path:
     """Write the dashboard's front page, ``html_dir/index.html``: ``summary_blocks`` as HTML,
     the plots in ``html_dir/plots/``, every figure linked by ``link`` to its graph, ``explore``
-    the explorer's URL relative to the page; return its path. Raises as ``write_summary``."""
+    the explorer's URL relative to the page; return its path. For an engine's history
+    (``engine``: ``engine_page.engine_axis`` of its config) the page is ``engine_blocks``
+    instead, titled with the engine and the measured range (its graphs are the explorer's).
+    Raises as ``write_summary``."""
     html_dir = Path(html_dir)
     df = load_results(results_dir)
-    plots, not_drawn = _plots(df, html_dir / PAGE_PLOTS)
-    blocks = summary_blocks(df, read_costs(), [f"{PAGE_PLOTS}/{p}" for p in plots], not_drawn)
+    if engine is None:
+        plots, not_drawn = _plots(df, html_dir / PAGE_PLOTS)
+        blocks = summary_blocks(df, read_costs(), [f"{PAGE_PLOTS}/{p}" for p in plots], not_drawn)
+    else:
+        blocks = engine_blocks(df, engine.engine, engine.branch, engine.commits(set(df["commit"])))
     path = html_dir / "index.html"
-    path.write_text(to_html(blocks, link=link, title=TITLE, explore=explore))
+    path.write_text(to_html(blocks, link=link, title=blocks[0].heading, explore=explore))
     return path
 
 

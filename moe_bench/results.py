@@ -56,6 +56,7 @@ COLUMNS = [
     "machine",
     "commit",
     "date",
+    "measured",
     "env",
     "benchmark",
     "shape",
@@ -117,6 +118,8 @@ def _rows(result: Results, machine: str, benchmarks: dict, profile: str | None):
         # per combination, or None for the whole benchmark
         samples = result.get_result_samples(name, params) or [None] * len(values)
         names = meta.get("param_names", [])
+        started = result.started_at.get(name)
+        measured = pd.NaT if started is None else pd.Timestamp(started, unit="ms", tz="UTC")
         combos = zip(itertools.product(*params), values, samples, strict=True)
         for combo, value, raw in combos:
             labels = dict(zip(names, (_param_value(v) for v in combo), strict=True))
@@ -125,6 +128,7 @@ def _rows(result: Results, machine: str, benchmarks: dict, profile: str | None):
                 "machine": machine,
                 "commit": result.commit_hash,
                 "date": date,
+                "measured": measured,
                 "env": result.env_name,
                 "benchmark": name,
                 "shape": labels.pop("shape", None),
@@ -143,7 +147,9 @@ def load_results(results_dir: str | Path, machine: str | None = None) -> pd.Data
     """All results under ``results_dir`` (or one ``machine``'s) as a DataFrame.
 
     One row per (machine, commit, env, benchmark, parameter combination), columns
-    ``COLUMNS``: ``date`` a UTC ``Timestamp``; ``value`` a float in ``unit`` (``seconds``,
+    ``COLUMNS``: ``date`` a UTC ``Timestamp``, the commit's (asv's: when it was made, not
+    measured); ``measured`` when asv started the benchmark (its ``started_at``, UTC; NaT where
+    not recorded); ``value`` a float in ``unit`` (``seconds``,
     ``bytes``, ``ratio``, ...), NaN when the benchmark failed (``failed`` True) or was skipped
     (n/a, ``failed`` False); ``samples`` a tuple of the raw samples (floats, in ``unit``) where
     asv kept them (``time_`` benchmarks run with ``--record-samples``), else None; ``version``

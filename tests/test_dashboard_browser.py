@@ -25,6 +25,7 @@ from asv.graph import Graph
 from asv.util import load_json
 from conftest import requires_chromium
 from fixtures.asv_fixture import publish
+from fixtures.engine_results import make_engine_results
 
 from moe_bench import dashboard
 from moe_bench.dashboard import (
@@ -487,3 +488,172 @@ def test_figures_link_only_to_a_machine_with_data(committed):
     assert href.startswith(f"explore/#view=explore&bench={replayed}&")
     assert f"f-machine={newest_machine()}" in href
     assert link("bench_misc.Widgets.track_widgets", newest_machine()) is None
+
+
+# The engine dashboard, on a small vLLM history's results (fixtures/engine_results.py: made with
+# asv's Results API, not measured; building and measuring a history is tests/test_engine_asv.py's).
+
+ENGINE_FORMATS = [
+    "BF16 (qwen3-235b-a22b/tp4)",
+    "NVFP4 (qwen3-235b-a22b-nvfp4/tp4)",
+    "FP8 per-tensor (llama-4-maverick-fp8/tp8)",
+    "DeepSeek block-FP8 (deepseek-r1-fp8block/tp8)",
+    "MXFP8 (minimax-m3-mxfp8/tp4)",
+    "MXINT4 (kimi-k2-thinking-mxint4/tp8)",
+]
+
+
+@pytest.fixture(scope="module")
+def engine_published(tmp_path_factory) -> tuple[Path, list[str]]:
+    """The engine history's dashboard, published by ``moe-bench publish`` as the nightly does."""
+    config, hashes = make_engine_results(tmp_path_factory.mktemp("engine"))
+    return publish_dashboard(config), hashes
+
+
+@pytest.fixture(scope="module")
+def engine_url(engine_published):
+    server, address = serve(engine_published[0])
+    yield address
+    server.shutdown()
+    server.server_close()
+
+
+def engine_tables(cells: list[dict]) -> dict[int, list[dict[str, dict]]]:
+    """``CELLS`` by table, each a list of rows (header -> cell)."""
+    tables: dict[int, dict[int, dict]] = {}
+    for cell in cells:
+        tables.setdefault(cell["table"], {}).setdefault(cell["row"], {})[cell["header"]] = cell
+    return {t: list(rows.values()) for t, rows in tables.items()}
+
+
+@requires_chromium
+def test_engine_front_page_answers_a_vllm_maintainer(browser, engine_published, engine_url):
+    html_dir, hashes = engine_published
+    seen = visit(
+        browser,
+        engine_url,
+        "",
+        "engine-front-page.png",
+        ready="table.figures",
+        viewport=FIRST_SCREEN,
+        full_page=False,
+    )
+    # The engine and the measured range; the run's date (asv's started_at), not the newest
+    # commit's (2026-11-16).
+    assert seen.page.locator("h1").inner_text() == "vLLM main: v0.29.0 .. v0.34.0, 6 commits"
+    body = seen.page.inner_text("body")
+    assert "engine-box ran last on 2026-12-03 08:25 UTC" in body
+    # The measured environments' versions (environments.json), not this suite's.
+    assert (
+        "Beside the engine: FlashInfer 0.7.2.post1, torch 2.13.0+cpu (v0.29.0 .. v0.31.0); "
+        "FlashInfer 0.7.4, torch 2.13.0+cpu (v0.33.0 .. v0.34.0)." in body
+    )
+    assert seen.page.locator("h3").all_inner_texts() == ENGINE_FORMATS  # every grid
+    tables = engine_tables(seen.page.evaluate(CELLS))
+    own = [rows for rows in tables.values() if "subject" in rows[0]]
+    references = [rows for rows in tables.values() if "strategy" in rows[0]]
+    assert len(own) == len(references) == len(ENGINE_FORMATS)
+    # BF16: vLLM's step at 0.31.0 (peak down, traffic 2x, launches 1.5x) with its subject, on
+    # the first screen; the unchanged commits in between left out.
+    bf16 = own[0]
+    assert [row["commit"]["text"] for row in bf16] == [
+        f"v0.29.0 ({hashes[0][:8]})",
+        f"v0.31.0 ({hashes[2][:8]})",
+        f"v0.34.0 ({hashes[5][:8]})",
+    ]
+    step = bf16[1]
+    assert step["subject"]["text"] == "vLLM 0.31.0: the sdist vllm-0.31.0.tar.gz"
+    assert step["peak transient"]["text"] == "6.01 MiB (-99%)"
+    assert step["traffic"]["text"] == "4.51 GiB ⚠ +100%"
+    assert step["launches"]["text"] == "768 launches ⚠ +50%"
+    assert step["launches"]["bottom"] <= FIRST_SCREEN[1]
+    # FP8 per-tensor: 0.34.0's copy-back; MXINT4: the commit whose cell failed, then measured.
+    fp8 = own[ENGINE_FORMATS.index("FP8 per-tensor (llama-4-maverick-fp8/tp8)")]
+    assert fp8[-1]["commit"]["text"].startswith("v0.34.0")
+    assert fp8[-1]["traffic"]["text"] == "18.9 GiB ⚠ +25%"
+    assert fp8[-1]["launches"]["text"] == "2,823 launches ⚠ +0.07%"
+    mxint4 = own[-1]
+    assert [row["commit"]["text"][:7] for row in mxint4] == [
+        "v0.29.0",
+        "v0.30.0",
+        "v0.31.0",
+        "v0.34.0",
+    ]
+    assert mxint4[1]["launches"]["text"] == "failed ⚠"
+    # The reference lines: never marked, though preallocated's time rose 2.79x at the newest.
+    bf16_references = {row["strategy"]["text"]: row for row in references[0]}
+    assert list(bf16_references) == ["flashinfer", "legacy", "preallocated", "inplace"]
+    assert bf16_references["preallocated"]["copy ratio"]["text"] == "12.3"
+    assert not any(
+        "⚠" in cell["text"] for rows in references for row in rows for cell in row.values()
+    )
+    # Every figure links to its graph on the machine, a file the explorer fetches.
+    figures = [
+        cell
+        for rows in tables.values()
+        for row in rows
+        for header, cell in row.items()
+        if header not in ("commit", "subject", "strategy")
+    ]
+    assert figures and all(cell["href"] for cell in figures)
+    for href in {cell["href"] for cell in figures}:
+        query = dict(parse_qsl(urlsplit(href).fragment))
+        params = {key[2:]: value for key, value in query.items() if key.startswith("f-")}
+        graph = html_dir / "explore" / f"{Graph.get_file_path(params, query['bench'])}.json"
+        assert graph.is_file(), href
+    assert seen.problems == []
+    seen.page.close()
+
+
+def test_engine_regressions_are_the_engines_own(engine_published):
+    """asv's regressions view: vLLM's steps (BF16 at 0.31.0, FP8 at 0.34.0), no reference
+    line's (``preallocated``'s 2.79x copy ratio is a loaded machine's)."""
+    html_dir, _ = engine_published
+    listed = json.loads((html_dir / "explore" / "regressions.json").read_text())["regressions"]
+    names = {entry[0] for entry in listed}
+    assert names and all(name.endswith(", 'vllm')") for name in names), names
+    assert "bench_engine.Traffic.track_launches('qwen3-235b-a22b/tp4', 'vllm')" in names
+    assert "bench_fp8.Traffic.track_traffic_bytes('llama-4-maverick-fp8/tp8', 'vllm')" in names
+
+
+@requires_chromium
+def test_engine_figure_link_opens_its_graph_with_the_subjects(
+    browser, engine_published, engine_url
+):
+    hashes = engine_published[1]
+    seen = visit(
+        browser,
+        engine_url,
+        "",
+        "engine-front-page-link.png",
+        ready="table.figures a",
+        full_page=False,
+    )
+    seen.page.get_by_role("link", name="768 launches ⚠ +50%").click()
+    seen.page.wait_for_selector(".uplot canvas")
+    seen.page.wait_for_load_state("networkidle")
+    selected = dict(parse_qsl(urlsplit(seen.page.url).fragment))
+    assert selected["bench"] == "bench_engine.Traffic.track_launches"
+    assert selected["machine"] == "engine-box"
+    assert seen.page.evaluate(COLOURED_PIXELS) > 500
+    # The engine's line and the reference lines drawn; an engine not installed (n/a) not.
+    legend = seen.page.locator(".chart-legend").inner_text()
+    for strategy in ("vllm", "flashinfer", "legacy", "preallocated", "inplace"):
+        assert f"strategy='{strategy}'" in legend, strategy
+    assert "sglang-installed" not in legend
+    # The explorer names the engine's commits by release, environment and subject
+    # (commits.json): each of its recent points' titles, newest first.
+    titles = seen.page.locator(".point-row").evaluate_all("rows => rows.map(r => r.title)")
+    held = "FlashInfer 0.7.4, torch 2.13.0+cpu"
+    assert titles[:2] == [
+        f"v0.34.0 ({held}): vLLM 0.34.0: the sdist vllm-0.34.0.tar.gz",
+        f"v0.33.0-1-g{hashes[4][:7]} ({held}): README: a line",
+    ]
+    # Its selectors: the machine's facts and the environment's torch; no version of this
+    # suite's own environment (engine-nightly records the machine without them).
+    selectors = seen.page.locator("body").inner_text()
+    assert "TORCH\n2.13.0" in selectors and "VLLM" not in selectors
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    seen.page.screenshot(path=SCREENSHOTS / "engine-explorer.png", full_page=True)
+    assert seen.problems == []
+    seen.page.close()

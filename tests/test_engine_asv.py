@@ -253,7 +253,18 @@ def test_nightly_measures_the_newest_commits_then_publishes(history):
     conf = Config.load(str(config))
     suite = engine.read_suite_commits(conf.results_dir)
     assert suite == dict.fromkeys([hashes["u1"], hashes["u2"]], conf.suite_commit)
-    assert (Path(conf.html_dir) / "index.html").is_file()
+    # what the environment held beside the engine, read from it; none of it in the machine's
+    # entry (this suite's own versions would show in the explorer as the measured ones)
+    held = engine.read_environments(conf.results_dir)
+    assert set(held) == {hashes["u1"], hashes["u2"]}
+    (versions,) = held[hashes["u2"]].values()
+    assert set(versions) == {"torch", "flashinfer-python"}
+    assert versions["torch"].startswith(conf.matrix["req"]["torch"][0])
+    entry = json.loads((home / ".asv-machine.json").read_text())[MACHINE]
+    assert "vllm" not in entry and "flashinfer" not in entry
+    # the front page: the engine's history (docs/dashboard.md, "The engine dashboard")
+    page = (Path(conf.html_dir) / "index.html").read_text()
+    assert "<title>vLLM main: " in page and ", 2 commits</title>" in page
     values = _values(config, hashes["u2"])
     # the installed engine and the frozen transcriptions on one grid; SGLang not installed
     assert math.isnan(values["sglang-installed"])

@@ -5,14 +5,19 @@ the adapters' records, BF16's names kept, each figure judged as the main suite's
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import json
+import re
 import sys
 from pathlib import Path
 
 import pytest
+from asv.config import Config
 from asv_runner.benchmarks._base import get_setup_cache_key
+from conftest import missing
 
 import moe_convert
-from moe_bench import engine
+from moe_bench import engine, machine
 from moe_convert.formats.catalog import shape_from_label
 from moe_convert.formats.preparations import PREPARATIONS
 from moe_suite.metrics import METRICS, format_figure
@@ -124,9 +129,26 @@ def test_every_figure_is_judged_as_the_main_suites():
         else:
             assert METRICS[name] == format_figure(name)
             assert METRICS[name].rule == METRICS[f"bench_convert.{name.partition('.')[2]}"].rule
-    thresholds, never = engine._thresholds()
+    thresholds, never = engine._thresholds("vllm")
     assert thresholds["bench_fp8\\.LayerTime\\.track_copy_ratio"] == pytest.approx(1.5)
     assert "bench_mxint4\\.LayerTime\\.track_layer_seconds" in never
+
+
+def test_asv_judges_the_engines_own_cells_only():
+    """asv's regressions skip a cell as its name matches a ``regressions_first_commits`` pattern
+    set to None (``re.match`` of ``name('shape', 'strategy')``): every reference line's."""
+    _, never = engine._thresholds("vllm")
+
+    def skipped(name: str, shape: str, strategy: str) -> bool:
+        return any(re.match(p, f"{name}('{shape}', '{strategy}')") for p in never)
+
+    peak = "bench_engine.PeakMemory.track_peak_transient_bytes"
+    fp8 = "bench_fp8.Traffic.track_launches"
+    for strategy in ("legacy", "preallocated", "inplace", "flashinfer", "sglang-installed"):
+        assert skipped(peak, "qwen3-235b-a22b/tp4", strategy), strategy
+    assert skipped(fp8, "llama-4-maverick-fp8/tp8", "legacy")
+    assert not skipped(peak, "qwen3-235b-a22b/tp4", "vllm")
+    assert not skipped(fp8, "llama-4-maverick-fp8/tp8", "vllm")
 
 
 def test_find_reads_the_format_from_the_shape():
@@ -140,3 +162,35 @@ def test_find_reads_the_format_from_the_shape():
     )
     with pytest.raises(engine.EngineError, match="mxfp4, is not measured by the engine suite"):
         engine.figure_benchmark("launches", "gpt-oss-120b-mxfp4/tp1")
+
+
+def test_an_engine_history_records_its_environments_versions(tmp_path, monkeypatch):
+    """The machine's entry leaves out the versions an engine's environments hold (this
+    suite's would read ``vllm: not installed``); each environment's are read with its own
+    Python and recorded per engine commit beside the results."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # asv's machine file: ~/.asv-machine.json
+    name = machine.record_machine("cpu", "engine-box", environment=False)
+    recorded = json.loads((tmp_path / ".asv-machine.json").read_text())[name]
+    assert not set(machine.ENVIRONMENT_FACTS) & set(recorded) and recorded["profile"] == "cpu"
+    # an `existing` environment: this Python (FlashInfer installed, as in every vLLM one)
+    if missing("flashinfer"):
+        pytest.skip(missing("flashinfer"))
+    conf = Config.from_json(
+        {
+            "version": 1,
+            "repo": ".",
+            "environment_type": "existing",
+            "pythons": [sys.executable],
+            "env_dir": str(tmp_path / "env"),
+            "engine": "vllm",
+        }
+    )
+    versions = engine.environment_versions(conf)
+    (held,) = versions.values()
+    assert held == {
+        "torch": importlib.metadata.version("torch"),
+        "flashinfer-python": importlib.metadata.version("flashinfer-python"),
+    }
+    engine.record_environments(tmp_path, ["a", "b"], versions)
+    engine.record_environments(tmp_path, ["c"], {})
+    assert engine.read_environments(tmp_path) == {"a": versions, "b": versions, "c": {}}
