@@ -11,7 +11,7 @@
     moe-bench publish [--config FILE]                          the dashboard, whole or not at all
     moe-bench dashboard offline HTML_DIR | serve [HTML_DIR] [--port N] [--config FILE]
     moe-bench engine-config --engine vllm|flashinfer --repo PATH_OR_URL [--out FILE]   an engine
-    moe-bench engine-nightly --config FILE [--limit N]         the engine's newest commits
+    moe-bench engine-nightly --config FILE [--limit N] [--verbose]   the engine's newest commits
     moe-bench engine-pr --config FILE BASE HEAD [--out DIR]    an engine PR against its merge base
     moe-bench engine-find --config FILE GOOD BAD FIGURE [--shape S] [--strategy S]   first bad one
 
@@ -336,7 +336,8 @@ def cmd_engine_config(args: argparse.Namespace) -> int:
 
 def _engine_machine(args: argparse.Namespace) -> str:
     """Record this machine for asv (as ``moe-bench machine``, less the versions of what the
-    engine's environments hold: ``engine.environment_versions`` records those); its name."""
+    engine's environments hold: each commit's install step records those, ``engine_env``); its
+    name."""
     from moe_suite.profiles import detect_device, profile_from_env
 
     from . import machine
@@ -363,7 +364,13 @@ def cmd_engine_nightly(args: argparse.Namespace) -> int:
 
     return _engine_use(
         args,
-        lambda: nightly(args.config, _engine_machine(args), limit=args.limit, window=args.window),
+        lambda: nightly(
+            args.config,
+            _engine_machine(args),
+            limit=args.limit,
+            window=args.window,
+            verbose=args.verbose,
+        ),
     )
 
 
@@ -611,6 +618,11 @@ def build_parser() -> ArgumentParser:
     nightly.add_argument("--limit", type=_positive, default=4, help="commits per night (default 4)")
     nightly.add_argument(
         "--window", type=_positive, default=100, help="among the branch's newest N (default 100)"
+    )
+    nightly.add_argument(
+        "--verbose",
+        action="store_true",
+        help="asv's output here (default: in RESULTS/MACHINE/nightly.log, a few lines here)",
     )
 
     pr = engine_use(

@@ -17,8 +17,9 @@ run``, ``asv continuous``, ``asv find`` and ``asv publish`` work with it; the us
   cannot tell a failed commit from a step, and then names a wrong commit: failed commits are
   named, and an answer that fails the check is none).
 
-Each result is keyed to the engine's commit; the suite's commit that measured it is recorded
-beside the results (``SUITE_COMMITS``), and the export carries both (``moe_bench.export``).
+Each result is keyed to the engine's commit; the suite's commit that measured it and the
+FlashInfer installed beside it are recorded beside the results (``engine_env.MEASURED``), and
+the export carries them (``moe_bench.export``).
 """
 
 from __future__ import annotations
@@ -26,31 +27,31 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import os
 import re
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from asv.config import Config
-from asv.environment import get_environments
 from asv.repo import get_repo
 from asv.results import iter_results_for_machine
 
 from moe_suite.metrics import ENGINE_FIGURES, EXACT, METRICS, NOISE_FACTOR, PAIRED
 
+from .engine_env import read_measured, record, substitution
+
 __all__ = [
     "BENCHMARK_MODULE",
     "BUILDS",
     "ENGINES",
-    "ENVIRONMENTS",
-    "SUITE_COMMITS",
     "EngineError",
     "EngineSpec",
     "engine_benchmarks",
     "engine_config",
-    "environment_versions",
     "Finding",
     "figure_benchmark",
     "find",
@@ -58,9 +59,7 @@ __all__ = [
     "pr",
     "new_engine_commits",
     "reference_cell",
-    "read_environments",
     "read_suite_commits",
-    "record_environments",
     "record_suite_commit",
     "suite_commit",
 ]
@@ -69,13 +68,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: asv's name of the engine suite's BF16 module (``engine_benchmarks/bench_engine.py``); each
 #: quantized format's is ``bench_<format>``, as in the main suite (``engine_benchmarks``).
 BENCHMARK_MODULE = "bench_engine"
-#: Beside the results (``<results_dir>/suite-commits.json``): engine commit -> this suite's
-#: commit that measured it (``-dirty`` where the checkout had changes).
-SUITE_COMMITS = "suite-commits.json"
-#: Beside the results (``<results_dir>/environments.json``): engine commit -> asv environment ->
-#: the versions of what it held beside the engine when it measured that commit
-#: (``environment_versions``): FlashInfer's (unpinned: the newest on the index then), torch's.
-ENVIRONMENTS = "environments.json"
+#: The asv plugin every engine config names (``moe_bench.asv_atomic``; the "." is asv's: import
+#: it with the config's folder first on ``sys.path``).
+PLUGIN = ".moe_bench.asv_atomic"
 #: How a commit becomes a wheel: built from its sources without compiling, or downloaded.
 BUILDS = ("source", "wheel")
 #: Held while this checkout is built into the suite's wheel (``_suite_wheel``); in ``build/``,
@@ -98,13 +93,9 @@ class EngineSpec:
     build_requirements: tuple[str, ...]  # installed before a no-isolation build
     build_env: str  # environment of the wheel build
     wheel_index: str | None  # per-commit wheels, ``{commit}`` filled in; None: none published
-    needs_flashinfer: bool  # the engine's converter imports FlashInfer (pinned per environment)
-
-    @property
-    def beside(self) -> tuple[str, ...]:
-        """The distributions an environment holds beside the engine, whose versions it records
-        (``environment_versions``): torch, and FlashInfer where the engine is not FlashInfer."""
-        return ("torch", "flashinfer-python") if self.needs_flashinfer else ("torch",)
+    # the file of its tree that pins flashinfer-python, which its converter imports (installed
+    # per commit: ``moe_bench.engine_env``); None: it does not import FlashInfer (or is it)
+    flashinfer_pins: str | None
 
     @property
     def requirements(self) -> Path:
@@ -129,7 +120,7 @@ ENGINES = {
         ),
         build_env="VLLM_TARGET_DEVICE=empty",
         wheel_index="https://wheels.vllm.ai/{commit}/cu130",
-        needs_flashinfer=True,
+        flashinfer_pins="requirements/cuda.txt",
     ),
     # FlashInfer's Python package without its AOT kernels: the helpers every engine calls. Its
     # build backend pip-installs NVIDIA's compilers and NIXL unless FLASHINFER_BUILD_NO_PIP, and
@@ -142,7 +133,7 @@ ENGINES = {
         build_requirements=("setuptools>=77", "wheel", "packaging", "apache-tvm-ffi"),
         build_env="FLASHINFER_BUILD_NO_PIP=1 BUILD_NVEP=0",
         wheel_index=None,
-        needs_flashinfer=False,
+        flashinfer_pins=None,
     ),
 }
 
@@ -209,8 +200,11 @@ def engine_config(
     ``out``'s stem, beside it. This suite is built into a wheel once, here, from the checkout
     as it is (``suite_commit`` in the config; every environment installs that wheel): write the
     config again after updating the suite. ``requirements`` overrides the engine's import-time
-    packages (``EngineSpec.requirements``). ``EngineError`` for an unknown engine or build, or
-    a wheel route the engine does not publish.
+    packages (``EngineSpec.requirements``). Each commit gets the flashinfer-python it pins, or
+    ``flashinfer`` at every commit; where the index lacks that release, the nearest it has
+    (``moe_bench.engine_env``). ``EngineError`` for an unknown engine or build, a wheel route
+    the engine does not publish, or an ``out`` whose folder this interpreter's asv could not
+    load the config's plugin from.
     """
     if engine not in ENGINES:
         raise EngineError(f"--engine {engine!r}: not one of {', '.join(ENGINES)}")
@@ -221,6 +215,8 @@ def engine_config(
         raise EngineError(f"--build wheel: {engine} publishes no per-commit wheels; use source")
     if not re.fullmatch(r"[0-9][0-9A-Za-z.+]*", torch):
         raise EngineError(f"--torch {torch!r}: give a version, e.g. 2.13.0")
+    if flashinfer and not re.fullmatch(r"[0-9][0-9A-Za-z.+]*", flashinfer):
+        raise EngineError(f"--flashinfer {flashinfer!r}: give a version, e.g. 0.7.4")
     local = Path(repo).expanduser()
     if "://" not in repo and "@" not in repo:
         if not (local / ".git").exists() and not (local / "objects").is_dir():
@@ -228,6 +224,14 @@ def engine_config(
         repo = str(local.resolve())
     out = out.resolve()
     folder = out.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    if not _plugin_importable(folder):
+        raise EngineError(
+            f"--out {str(out)!r}: asv, run by {sys.executable}, imports its plugin "
+            f"{PLUGIN.lstrip('.')} from the config's folder or its installed packages, here "
+            f"from neither: install this suite (pip install -e {ROOT}) or write the config "
+            f"in {ROOT}"
+        )
     stem = out.name.removesuffix(".json").removesuffix(".conf").removeprefix("asv.")
     constraints = folder / f"{stem}.constraints.txt"
     requirements = (requirements or spec.requirements).resolve()
@@ -246,17 +250,20 @@ def engine_config(
             f"--index-url {spec.wheel_index} -d {{build_cache_dir}} {spec.distribution}"
         ]
     suite_wheel = _suite_wheel(folder / ".asv" / f"{stem}-suite")
-    pin = f"=={flashinfer}" if flashinfer else ""
+    results_dir = folder / f"results-{stem}"
+    # the FlashInfer the commit pins, or the nearest release the index has, recorded beside
+    # the results; run by this suite's wheel, installed first
+    flashinfer_env = (
+        f"in-dir={{env_dir}} python -m moe_bench.engine_env {{build_dir}} {{commit}} "
+        f"--record {results_dir} --pins {spec.flashinfer_pins}"
+        + (f" --flashinfer {flashinfer}" if flashinfer else "")
+    )
     install_command = [
         f"in-dir={{env_dir}} python -m pip install -c {constraints} -r {requirements}",
-        *(
-            [f"in-dir={{env_dir}} python -m pip install --no-deps flashinfer-python{pin}"]
-            if spec.needs_flashinfer
-            else []
-        ),
-        "in-dir={env_dir} python -m pip install --no-deps --force-reinstall {wheel_file}",
         # this suite (built from this checkout by engine-config): the benchmarks import it
         f"in-dir={{env_dir}} python -m pip install --no-deps --force-reinstall {suite_wheel}",
+        *([flashinfer_env] if spec.flashinfer_pins else []),
+        "in-dir={env_dir} python -m pip install --no-deps --force-reinstall {wheel_file}",
     ]
     thresholds, never = _thresholds(engine)
     conf = {
@@ -265,7 +272,7 @@ def engine_config(
         "repo": repo,
         "dvcs": "git",
         "branches": [branch],
-        "plugins": [".moe_bench.asv_atomic"],
+        "plugins": [PLUGIN],
         "environment_type": "virtualenv",
         "build_command": build_command,
         "install_command": install_command,
@@ -273,7 +280,7 @@ def engine_config(
         "matrix": {"req": {"torch": [torch]}},
         "benchmark_dir": str(ROOT / "engine_benchmarks"),
         "env_dir": str(folder / ".asv" / f"env-{stem}"),
-        "results_dir": str(folder / f"results-{stem}"),
+        "results_dir": str(results_dir),
         "html_dir": str(folder / f"html-{stem}"),
         "default_benchmark_timeout": 600,
         "install_timeout": 3600,
@@ -285,10 +292,19 @@ def engine_config(
         "engine_github": spec.github,
         "suite_commit": suite_commit(),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
     constraints.write_text(f"torch=={torch}\n")
     out.write_text(json.dumps(conf, indent=4) + "\n")
     return conf
+
+
+def _plugin_importable(folder: Path) -> bool:
+    """Whether asv, run by this interpreter, can load an engine config in ``folder``: it changes
+    into the config's folder, puts "." first on ``sys.path`` and imports ``PLUGIN`` (asv 0.6.6's
+    ``PluginManager.import_plugin``), so the plugin comes from there or the installed packages."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {PLUGIN.lstrip('.')}"], cwd=folder, capture_output=True
+    )
+    return done.returncode == 0
 
 
 def _suite_wheel(folder: Path) -> Path:
@@ -332,61 +348,16 @@ def _git(repo: Path | str, *args: str) -> str:
 
 
 def read_suite_commits(results_dir: str | Path) -> dict[str, str]:
-    """``SUITE_COMMITS`` of ``results_dir``: engine commit -> suite commit ({} where none)."""
-    return _read_beside(results_dir, SUITE_COMMITS)
+    """Engine commit -> the suite commit that measured it, from ``results_dir``'s
+    ``engine_env.MEASURED`` ({} where none)."""
+    measured = read_measured(results_dir)
+    return {commit: facts["suite"] for commit, facts in measured.items() if "suite" in facts}
 
 
 def record_suite_commit(results_dir: str | Path, commits: list[str], suite: str) -> None:
-    """Record that ``suite`` measured the engine's ``commits`` (a whole-file rewrite)."""
-    _record_beside(results_dir, SUITE_COMMITS, dict.fromkeys(commits, suite))
-
-
-def read_environments(results_dir: str | Path) -> dict[str, dict[str, dict[str, str]]]:
-    """``ENVIRONMENTS`` of ``results_dir``: engine commit -> asv environment -> distribution ->
-    version ({} where none recorded)."""
-    return _read_beside(results_dir, ENVIRONMENTS)
-
-
-def record_environments(
-    results_dir: str | Path, commits: list[str], versions: dict[str, dict[str, str]]
-) -> None:
-    """Record that the engine's ``commits`` were measured in environments holding ``versions``
-    (``environment_versions``)."""
-    _record_beside(results_dir, ENVIRONMENTS, dict.fromkeys(commits, versions))
-
-
-def _read_beside(results_dir: str | Path, name: str) -> dict:
-    path = Path(results_dir) / name
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def _record_beside(results_dir: str | Path, name: str, by_commit: dict) -> None:
-    """Merge ``by_commit`` into the JSON file ``name`` beside the results (a whole-file rewrite,
-    renamed into place)."""
-    path = Path(results_dir) / name
-    known = _read_beside(results_dir, name)
-    known.update(by_commit)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
-
-
-def environment_versions(conf: Config) -> dict[str, dict[str, str]]:
-    """asv environment name -> distribution -> version of what each of ``conf``'s environments
-    holds beside the engine (``EngineSpec.beside``), read with the environment's own Python
-    (environments not made yet are left out). The machine's entry records none of them
-    (``machine.record_machine(..., environment=False)``): they are the environment's."""
-    spec = ENGINES[conf.engine]
-    script = (
-        "import importlib.metadata as m, json; "
-        f"print(json.dumps({{d: m.version(d) for d in {list(spec.beside)!r}}}))"
-    )
-    found = {}
-    for env in get_environments(conf, None, verbose=False):
-        if env.check_presence():
-            found[env.name] = json.loads(env.run(["-c", script]))
-    return found
+    """Record that ``suite`` measured the engine's ``commits`` (``engine_env.MEASURED``)."""
+    for commit in commits:
+        record(results_dir, commit, suite=suite)
 
 
 def load_config(config: Path) -> Config:
@@ -489,9 +460,37 @@ def run_commits(config: Path, machine: str, commits: list[str], asv_args=()) -> 
         )
 
 
-def nightly(config: Path, machine: str, *, limit: int, window: int, asv_args=()) -> int:
+@contextmanager
+def _output_to(log: Path | None):
+    """Within, what this process and its children write to stdout and stderr goes to ``log``
+    (None: where it goes)."""
+    if log is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with log.open("w") as out:
+            os.dup2(out.fileno(), 1)
+            os.dup2(out.fileno(), 2)
+            yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, kept in enumerate(saved, start=1):
+            os.dup2(kept, fd)
+            os.close(kept)
+
+
+def nightly(
+    config: Path, machine: str, *, limit: int, window: int, verbose: bool = False, asv_args=()
+) -> int:
     """Measure the newest unmeasured commits (``new_engine_commits``), record the suite's commit
-    beside them, publish. Exit status: 0, or asv's where a benchmark failed."""
+    beside them, publish. asv's output (its result tables: some 340 lines a commit) goes to
+    ``<results_dir>/<machine>/nightly.log``, or here with ``verbose``; a few lines are printed
+    (what a cron mail wants), and a commit whose pinned FlashInfer the index lacks is named.
+    Exit status: 0, or asv's where a benchmark failed."""
     from .publish import publish
 
     conf = load_config(config)
@@ -503,15 +502,24 @@ def nightly(config: Path, machine: str, *, limit: int, window: int, asv_args=())
             f"{machine}: nothing new among the newest {window} commits of {conf.branches[0]}",
         )
         return 0
+    log = None if verbose else Path(conf.results_dir) / machine / "nightly.log"
     _say(
         "nightly",
         f"{machine}: {len(commits)} commit(s) of {conf.engine} "
-        f"{conf.branches[0]}: {' '.join(c[:8] for c in commits)}",
+        f"{conf.branches[0]}: {' '.join(c[:8] for c in commits)}"
+        + (f"; asv's output in {log}" if log else ""),
     )
-    status = run_commits(config, machine, commits, asv_args)
-    record_suite_commit(conf.results_dir, commits, conf.suite_commit)
-    record_environments(conf.results_dir, commits, environment_versions(conf))
-    html = publish(config)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+    with _output_to(log):
+        status = run_commits(config, machine, commits, asv_args)
+        record_suite_commit(conf.results_dir, commits, conf.suite_commit)
+        html = publish(config)
+    measured = read_measured(conf.results_dir)
+    for commit in commits:
+        warning = substitution(measured.get(commit, {}))
+        if warning:
+            _say("nightly", f"warning: {commit[:8]}: {warning}")
     _say("nightly", f"results: {conf.results_dir}/{machine}/  dashboard: {html}  (exit {status})")
     return status
 
@@ -666,8 +674,12 @@ def pr_config(config: Path) -> Path:
     """The PR runs' config beside ``config`` (``<stem>.pr.conf.json``): the same environments,
     results and dashboard in folders of their own (``-pr``), so a PR never enters the history."""
     conf = json.loads(config.read_text())
+    history = f"--record {conf['results_dir']} "  # engine_env's record goes with the results
     conf["results_dir"] += "-pr"
     conf["html_dir"] += "-pr"
+    conf["install_command"] = [
+        c.replace(history, f"--record {conf['results_dir']} ") for c in conf["install_command"]
+    ]
     path = config.with_name(
         config.name.removesuffix(".json").removesuffix(".conf") + ".pr.conf.json"
     )

@@ -32,7 +32,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -117,8 +119,9 @@ def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return done.stdout.strip()
 
 
-def download_sdist(source: Source, version: str, into: Path) -> Path:
-    """``into/<name>-VERSION.tar.gz``, downloaded from the package index where not there yet.
+def download_sdist(source: Source, version: str, into: Path, log=print) -> Path:
+    """``into/<name>-VERSION.tar.gz``, downloaded from the package index where not there yet,
+    with a line to ``log`` before and after (pip is silent meanwhile: vLLM's are some 50 MB).
 
     Raises ``HistoryError`` (one line) where pip cannot prepare the engine's metadata here or
     the index has no such sdist.
@@ -138,10 +141,14 @@ def download_sdist(source: Source, version: str, into: Path) -> Path:
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
     command += ["--no-build-isolation", "-d", str(into), f"{source.distribution}=={version}"]
     env = {name: value.format(version=version) for name, value in source.download_env}
+    log(f"[{PROG}] {version}: downloading {path.name} (pip download) into {into}")
+    start = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env})
     if done.returncode != 0 or not path.is_file():
         said = [line for line in done.stderr.splitlines() if "ERROR" in line] or ["no sdist saved"]
         raise HistoryError(f"pip download {source.distribution}=={version}: {said[-1].strip()}")
+    size = path.stat().st_size / 1e6
+    log(f"[{PROG}] {version}: {path.name}, {size:.1f} MB, in {time.monotonic() - start:.0f} s")
     return path
 
 
@@ -199,8 +206,8 @@ def build_history(
     ``engine`` names the ``SOURCES`` entry. ``versions`` are sorted (``packaging.version``);
     those tagged in ``dest`` already are kept, and the others must all be newer than its newest
     release (a history is only appended to). ``sdists`` is where the sdists are read from or
-    downloaded to. ``log`` receives one progress line per release. Returns every release of
-    ``versions`` with its commit.
+    downloaded to. ``log`` receives one progress line per release and two per download.
+    Returns every release of ``versions`` with its commit.
     """
     source = SOURCES[engine]
     try:
@@ -228,7 +235,7 @@ def build_history(
             releases.append(Release(version, commit, added=False))
             log(f"[{PROG}] {version}: kept, {commit[:12]} (tagged there already)")
             continue
-        sdist = download_sdist(source, version, sdists)
+        sdist = download_sdist(source, version, sdists, log)
         commit = _commit_tree(dest, source, sdist, version)
         releases.append(Release(version, commit, added=True))
         log(f"[{PROG}] {version}: committed {commit[:12]}, tagged v{version}")
@@ -255,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     if sdists == dest or dest in sdists.parents:
         parser.error(f"--sdists {sdists} is inside the history {dest}: give a folder beside it")
     try:
-        releases = build_history(dest, args.versions, engine=args.engine, sdists=sdists)
+        releases = build_history(
+            dest, args.versions, engine=args.engine, sdists=sdists, log=partial(print, flush=True)
+        )
     except HistoryError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1

@@ -34,7 +34,8 @@ from moe_suite.formats import FORMAT_TITLES
 from moe_suite.metrics import ENGINE_FIGURES, FAILING, METRICS, NOISE_FACTOR, judge
 
 from .document import NA, Block, Cell
-from .engine import ENGINES, read_environments, reference_cell
+from .engine import ENGINES, reference_cell
+from .engine_env import KEY, read_measured
 from .results import ResultsError
 from .units import human
 
@@ -69,13 +70,13 @@ STEP_RULE = (
 @dataclass(frozen=True)
 class EngineAxis:
     """An engine config's history: ``engine`` (``ENGINES``' key), its ``branch``, the git
-    directory asv reads it from (``repo``: the checkout, or asv's mirror of a URL) and the
-    environments' versions recorded beside its results (``engine.read_environments``)."""
+    directory asv reads it from (``repo``: the checkout, or asv's mirror of a URL) and what was
+    recorded beside its results of each commit's environment (``engine_env.read_measured``)."""
 
     engine: str
     branch: str
     repo: str
-    environments: dict[str, dict[str, dict[str, str]]]
+    environments: dict[str, dict[str, str]]
 
     def commits(self, measured: set[str]) -> list[EngineCommit]:
         """``engine_commits`` of this history."""
@@ -89,7 +90,7 @@ def engine_axis(config: Path) -> EngineAxis | None:
     engine = getattr(conf, "engine", None)
     if engine is None:
         return None
-    environments = read_environments(conf.results_dir)
+    environments = read_measured(conf.results_dir)
     return EngineAxis(engine, conf.branches[0], get_repo(conf)._path, environments)
 
 
@@ -112,8 +113,8 @@ class EngineCommit:
         return f"{self.label}{held}: {self.subject}"
 
 
-#: How the page names the distributions an environment holds beside the engine.
-DISTRIBUTIONS = {"flashinfer-python": "FlashInfer", "torch": "torch"}
+#: How the page names the versions recorded of an environment (``engine_env``'s keys).
+DISTRIBUTIONS = {KEY: "FlashInfer", "torch": "torch"}
 
 
 def engine_commits(
@@ -121,7 +122,7 @@ def engine_commits(
 ) -> list[EngineCommit]:
     """The commits of ``measured`` on ``branch``'s first-parent history in the engine's git
     checkout ``repo``, oldest first (asv graphs those alone, in that order), each with what
-    ``environments`` (``engine.read_environments``) recorded of it."""
+    ``environments`` (``engine_env.read_measured``) recorded of it."""
     order = _git(repo, "rev-list", "--first-parent", "--reverse", branch).split()
     hashes = [commit for commit in order if commit in measured]
     if not hashes:
@@ -132,11 +133,11 @@ def engine_commits(
     return [EngineCommit(*row) for row in zip(hashes, labels, subjects, held, strict=True)]
 
 
-def _environment(by_env: dict[str, dict[str, str]]) -> str:
-    """``FlashInfer 0.7.4, torch 2.13.0+cpu`` of each environment (``; ``-joined)."""
-    return "; ".join(
-        ", ".join(f"{DISTRIBUTIONS.get(d, d)} {v}" for d, v in versions.items())
-        for versions in by_env.values()
+def _environment(facts: dict[str, str]) -> str:
+    """``FlashInfer 0.7.4, torch 2.13.0+cpu``: the versions ``facts`` (one commit's
+    ``read_measured``) record of what its environment held beside the engine."""
+    return ", ".join(
+        f"{name} {facts[key]}" for key, name in DISTRIBUTIONS.items() if facts.get(key)
     )
 
 

@@ -76,13 +76,15 @@ class EngineRun:
     engine: str  # the ``DEPENDENCIES`` key: vllm, flashinfer
     github: str  # owner/name
     branch: str
-    suite: dict[str, str]  # engine commit -> this suite's commit (``engine.SUITE_COMMITS``)
-    suite_default: str  # the config's suite commit, for a commit not in ``suite``
+    # engine commit -> what measured it: ``suite`` (this suite's commit), the versions of
+    # ``DEPENDENCIES`` installed beside it, each with its ``_pinned`` (``engine_env.MEASURED``)
+    measured: dict[str, dict[str, str]]
+    suite_default: str  # the config's suite commit, for a commit without ``suite``
 
     @classmethod
     def from_config(cls, config: str | Path) -> EngineRun | None:
         """The engine run of an asv config, None for this suite's own configs."""
-        from .engine import read_suite_commits
+        from .engine_env import read_measured
 
         conf = json.loads(Path(config).read_text())
         if "engine" not in conf:
@@ -91,7 +93,7 @@ class EngineRun:
             engine=conf["engine"],
             github=conf["engine_github"],
             branch=conf["branches"][0],
-            suite=read_suite_commits(conf["results_dir"]),
+            measured=read_measured(conf["results_dir"]),
             suite_default=conf.get("suite_commit", ""),
         )
 
@@ -180,7 +182,9 @@ def _dependencies(
     machine: dict[str, str], row: pd.Series, engine: EngineRun | None
 ) -> dict[str, dict]:
     """``dependencies``: the engines' versions ``machine.json`` holds, and this suite's commit;
-    for an engine run, the engine at the measured commit, and this suite as provenance."""
+    for an engine run, the engine at the measured commit, the versions installed beside it
+    where recorded (the pinned one in ``extra_info`` where the index lacked it), and this suite
+    as provenance."""
     recorded = {
         name: {
             "repo": repo,
@@ -195,6 +199,11 @@ def _dependencies(
     if engine is None:
         suite = {"repo": "", "branch": "", "sha": row["commit"], "version": "", "extra_info": date}
         return {**recorded, SUITE: suite}
+    facts = engine.measured.get(row["commit"], {})
+    for name in DEPENDENCIES.keys() & facts.keys():
+        pinned = facts.get(f"{name}_pinned", "")
+        recorded[name]["version"] = facts[name]
+        recorded[name]["extra_info"] = {"pinned": pinned} if pinned not in ("", facts[name]) else {}
     recorded[engine.engine] = {
         "repo": engine.github,
         "branch": engine.branch,
@@ -202,7 +211,7 @@ def _dependencies(
         "version": "",
         "extra_info": date,
     }
-    measuring = engine.suite.get(row["commit"], engine.suite_default)
+    measuring = facts.get("suite", engine.suite_default)
     suite = {
         "repo": "",
         "branch": "",

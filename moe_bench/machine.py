@@ -113,7 +113,7 @@ def steady_facts(os_name: str, ram: str) -> dict[str, str]:
 
 #: ``machine_facts``' versions of what asv's environment holds: this Python's where the suite's
 #: benchmarks run in it (``environment_type: existing``), another's in an engine history's
-#: environments (``engine.environment_versions`` records those, per commit).
+#: environments (``engine_env`` records those, per commit).
 ENVIRONMENT_FACTS = ("torch", "flashinfer", "vllm", "sglang")
 
 

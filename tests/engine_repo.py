@@ -217,12 +217,14 @@ setup(name="vllm", version="{version}", packages=find_packages())
 @dataclass(frozen=True)
 class Commit:
     """One commit of the history: the BF16 converter's form, the package version, the subject,
-    and the FP8 per-tensor rotation's form (``FP8_FORMS``)."""
+    the FP8 per-tensor rotation's form (``FP8_FORMS``) and the flashinfer-python release its
+    ``requirements/cuda.txt`` pins, as vLLM's does ("": no such file)."""
 
     form: str
     version: str
     subject: str
     fp8: str = "fp8"
+    flashinfer: str = ""
 
 
 def _git(repo: Path, *args: str, date: str = "") -> str:
@@ -249,6 +251,11 @@ def commit(repo: Path, change: Commit, *, date: int) -> str:
     (repo / MODULE).write_text(_HEAD + _FORMS[change.form] + FP8_FORMS[change.fp8])
     (repo / "setup.py").write_text(_SETUP.format(version=change.version))
     (repo / "NOTES").write_text(f"{change.subject}\n")
+    pins = repo / "requirements" / "cuda.txt"
+    pins.unlink(missing_ok=True)
+    if change.flashinfer:
+        pins.parent.mkdir(exist_ok=True)
+        pins.write_text(f"flashinfer-python=={change.flashinfer}\n")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", change.subject, date=f"{date} +0000")
     return _git(repo, "rev-parse", "HEAD")

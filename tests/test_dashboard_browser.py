@@ -543,7 +543,7 @@ def test_engine_front_page_answers_a_vllm_maintainer(browser, engine_published, 
     assert seen.page.locator("h1").inner_text() == "vLLM main: v0.29.0 .. v0.34.0, 6 commits"
     body = seen.page.inner_text("body")
     assert "engine-box ran last on 2026-12-03 08:25 UTC" in body
-    # The measured environments' versions (environments.json), not this suite's.
+    # The measured environments' versions (engine_env.MEASURED), not this suite's.
     assert (
         "Beside the engine: FlashInfer 0.7.2.post1, torch 2.13.0+cpu (v0.29.0 .. v0.31.0); "
         "FlashInfer 0.7.4, torch 2.13.0+cpu (v0.33.0 .. v0.34.0)." in body

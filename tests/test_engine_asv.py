@@ -26,6 +26,7 @@ from conftest import missing
 from engine_repo import Commit, checkout, commit, make_engine_repo
 
 from moe_bench import engine
+from moe_bench.engine_env import read_measured
 from moe_suite.metrics import METRICS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,8 +60,9 @@ def _moe_bench(home: Path, *args: str) -> subprocess.CompletedProcess:
 def history(tmp_path_factory):
     """The tiny engine's history, its config (asv.engine-vllm.conf.json) and the commits by name.
 
-    main: legacy -> preallocated -> inplace -> docs -> docs (``u2``); branch ``ok``: a docs
-    commit on ``u2``; branch ``regress``: docs, the per-expert form back (``bad``), docs, docs;
+    main: legacy -> preallocated -> inplace -> a FlashInfer pin the index lacks (``u1``) -> docs,
+    no pin (``u2``); branch ``ok``: a docs commit on ``u2``; branch ``regress``: docs, the
+    per-expert form back (``bad``), docs, docs;
     branch ``broken``: a commit that does not import, its fix, the per-expert form (``bad2``);
     branch ``fp8copy``: an extra full copy of w13 in vLLM's FP8 per-tensor rotation (``fp8bad``).
     """
@@ -78,7 +80,8 @@ def history(tmp_path_factory):
                     Commit("legacy", "0.23.0", "the per-expert form"),
                     Commit("preallocated", "0.24.0", "preallocated outputs (#45589)"),
                     Commit("inplace", "0.31.0", "in place (#54699)"),
-                    Commit("inplace", "0.31.0", "docs: a note"),
+                    # vLLM 0.34.0's pin, which the index lacks: the nearest release instead
+                    Commit("inplace", "0.31.0", "pin FlashInfer 0.7.3", flashinfer="0.7.3"),
                     Commit("inplace", "0.31.0", "docs: another note"),
                 ],
             ),
@@ -182,9 +185,13 @@ def test_the_config_is_asvs_with_the_engine_as_repo(history):
     assert conf.benchmark_dir == str(ROOT / "engine_benchmarks")
     assert "VLLM_TARGET_DEVICE=empty" in conf.build_command[-1]
     assert "--no-build-isolation" in conf.build_command[-1]
-    # this suite into every environment (asv 0.6.6 strips ASV_PYTHONPATH), FlashInfer unpinned
-    assert any("moe_convert_bench" in c for c in conf.install_command)
-    assert any("flashinfer-python" in c for c in conf.install_command)
+    # this suite into every environment (asv 0.6.6 strips ASV_PYTHONPATH), then the FlashInfer
+    # each commit pins (moe_bench.engine_env, run by that suite), then the commit
+    steps = conf.install_command
+    assert "moe_convert_bench" in steps[1] and "--pins requirements/cuda.txt" in steps[2]
+    assert f"--record {conf.results_dir}" in steps[2] and "{wheel_file}" in steps[3]
+    pr = Config.load(str(engine.pr_config(config)))  # a PR's record goes with its results
+    assert f"--record {conf.results_dir}-pr " in pr.install_command[2]
     assert conf.matrix == {"req": {"torch": ["2.13.0"]}}
     # apart from the nightly's results, dashboard and environments
     assert {conf.results_dir, conf.html_dir, conf.env_dir}.isdisjoint(
@@ -214,7 +221,7 @@ def test_flashinfer_as_the_engine_builds_flashinfer_itself(history, tmp_path):
     assert done.returncode == 0, done.stderr
     conf = Config.load(str(tmp_path / "fi.conf.json"))
     assert conf.engine == "flashinfer" and conf.engine_github == "flashinfer-ai/flashinfer"
-    assert not any("flashinfer-python" in c for c in conf.install_command)  # it is the repo
+    assert not any("engine_env" in c for c in conf.install_command)  # it is the repo
     assert "VLLM_TARGET_DEVICE" not in conf.build_command[-1]
     # FlashInfer's build backend would pip-install NVIDIA's compilers into the environment
     assert conf.build_command[-1].startswith("FLASHINFER_BUILD_NO_PIP=1 BUILD_NVEP=0 ")
@@ -251,15 +258,24 @@ def test_nightly_measures_the_newest_commits_then_publishes(history):
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"2 commit(s) of vllm main: {hashes['u2'][:8]} {hashes['u1'][:8]}" in done.stderr
     conf = Config.load(str(config))
+    # quiet, as a cron mail wants: asv's tables in the log; u1's FlashInfer said in one line
+    lines = done.stderr.splitlines()
+    assert len(lines) <= 4, done.stderr
+    assert re.search(
+        rf"warning: {hashes['u1'][:8]}: flashinfer-python==0\.7\.3 is not on the package index: "
+        r"\S+, the nearest release there, installed instead",
+        done.stderr,
+    )
+    log = (Path(conf.results_dir) / MACHINE / "nightly.log").read_text()
+    assert re.search(r"Running \d+ total benchmarks", log) and "Writing index" in log  # publish
     suite = engine.read_suite_commits(conf.results_dir)
     assert suite == dict.fromkeys([hashes["u1"], hashes["u2"]], conf.suite_commit)
-    # what the environment held beside the engine, read from it; none of it in the machine's
-    # entry (this suite's own versions would show in the explorer as the measured ones)
-    held = engine.read_environments(conf.results_dir)
-    assert set(held) == {hashes["u1"], hashes["u2"]}
-    (versions,) = held[hashes["u2"]].values()
-    assert set(versions) == {"torch", "flashinfer-python"}
-    assert versions["torch"].startswith(conf.matrix["req"]["torch"][0])
+    measured = read_measured(conf.results_dir)
+    assert measured[hashes["u1"]]["flashinfer_pinned"] == "0.7.3"
+    assert measured[hashes["u2"]]["flashinfer_pinned"] == ""
+    # what the environment held beside the engine, recorded by its install step; none of it in
+    # the machine's entry (this suite's own versions would show in the explorer as measured)
+    assert measured[hashes["u2"]]["torch"].startswith(conf.matrix["req"]["torch"][0])
     entry = json.loads((home / ".asv-machine.json").read_text())[MACHINE]
     assert "vllm" not in entry and "flashinfer" not in entry
     # the front page: the engine's history (docs/dashboard.md, "The engine dashboard")
@@ -387,7 +403,9 @@ def test_the_export_keys_records_to_the_engines_commit(history):
     assert done.returncode == 0, done.stderr
     records = json.loads(out.read_text())
     assert records
-    suite = Config.load(str(config)).suite_commit
+    conf = Config.load(str(config))
+    suite = conf.suite_commit
+    installed = read_measured(conf.results_dir)[hashes["u2"]]["flashinfer"]
     for record in records:
         deps = record["dependencies"]
         assert (deps["vllm"]["repo"], deps["vllm"]["branch"], deps["vllm"]["sha"]) == (
@@ -396,6 +414,8 @@ def test_the_export_keys_records_to_the_engines_commit(history):
             hashes["u2"],
         )
         assert deps["moe-convert-bench"]["sha"] == suite
+        # the FlashInfer installed beside that commit, not this suite's own
+        assert deps["flashinfer"]["version"] == installed
         assert deps["moe-convert-bench"]["extra_info"] == {"role": "measuring suite"}
     metadata = json.loads(out.with_name("engine.json.metadata").read_text())
     assert metadata == {

@@ -12,12 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from asv.config import Config
 from asv_runner.benchmarks._base import get_setup_cache_key
-from conftest import missing
 
 import moe_convert
-from moe_bench import engine, machine
+from moe_bench import engine, engine_env, machine
 from moe_convert.formats.catalog import shape_from_label
 from moe_convert.formats.preparations import PREPARATIONS
 from moe_suite.metrics import METRICS, format_figure
@@ -164,33 +162,24 @@ def test_find_reads_the_format_from_the_shape():
         engine.figure_benchmark("launches", "gpt-oss-120b-mxfp4/tp1")
 
 
-def test_an_engine_history_records_its_environments_versions(tmp_path, monkeypatch):
+def test_an_engine_history_keeps_its_environments_versions_out_of_the_machine(
+    tmp_path, monkeypatch
+):
     """The machine's entry leaves out the versions an engine's environments hold (this
-    suite's would read ``vllm: not installed``); each environment's are read with its own
-    Python and recorded per engine commit beside the results."""
+    suite's would read ``vllm: not installed``): each commit's install step records them
+    beside the results (``engine_env.MEASURED``), read back merged per commit."""
     monkeypatch.setenv("HOME", str(tmp_path))  # asv's machine file: ~/.asv-machine.json
     name = machine.record_machine("cpu", "engine-box", environment=False)
     recorded = json.loads((tmp_path / ".asv-machine.json").read_text())[name]
     assert not set(machine.ENVIRONMENT_FACTS) & set(recorded) and recorded["profile"] == "cpu"
-    # an `existing` environment: this Python (FlashInfer installed, as in every vLLM one)
-    if missing("flashinfer"):
-        pytest.skip(missing("flashinfer"))
-    conf = Config.from_json(
-        {
-            "version": 1,
-            "repo": ".",
-            "environment_type": "existing",
-            "pythons": [sys.executable],
-            "env_dir": str(tmp_path / "env"),
-            "engine": "vllm",
-        }
-    )
-    versions = engine.environment_versions(conf)
-    (held,) = versions.values()
-    assert held == {
-        "torch": importlib.metadata.version("torch"),
-        "flashinfer-python": importlib.metadata.version("flashinfer-python"),
+    engine_env.record(tmp_path, "a", flashinfer="0.7.4", flashinfer_pinned="0.7.3", torch="2.13")
+    engine.record_suite_commit(tmp_path, ["a", "b"], "suite1")
+    assert engine_env.read_measured(tmp_path) == {
+        "a": {
+            "flashinfer": "0.7.4",
+            "flashinfer_pinned": "0.7.3",
+            "torch": "2.13",
+            "suite": "suite1",
+        },
+        "b": {"suite": "suite1"},
     }
-    engine.record_environments(tmp_path, ["a", "b"], versions)
-    engine.record_environments(tmp_path, ["c"], {})
-    assert engine.read_environments(tmp_path) == {"a": versions, "b": versions, "c": {}}

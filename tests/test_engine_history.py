@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -131,3 +132,32 @@ def test_flashinfer_history_carries_its_checkout_version_file(tmp_path: Path) ->
         "FlashInfer 0.24.0: the sdist flashinfer_python-0.24.0.tar.gz from the package index"
     )
     assert _git(dest, "status", "--porcelain") == ""
+
+
+def test_each_download_is_said_before_and_after(
+    tmp_path: Path, sdists: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip is silent while it downloads an sdist (vLLM's are some 50 MB): a line says which
+    release is being fetched, one its size once there; an sdist already there says nothing."""
+    held = (sdists / "vllm-0.31.0.tar.gz").rename(tmp_path / "held.tar.gz")  # on the "index"
+    monkeypatch.setattr(engine_history.importlib.util, "find_spec", lambda name: object())
+    run = subprocess.run
+
+    def pip_download(command, **kwargs):  # pip saves the sdist; git runs as it is
+        if command[1:3] != ["-m", "pip"]:
+            return run(command, **kwargs)
+        shutil.copy(held, sdists / held.name.replace("held", "vllm-0.31.0"))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(engine_history.subprocess, "run", pip_download)
+    lines: list[str] = []
+    build_history(tmp_path / "vllm", ["0.24.0", "0.31.0"], sdists=sdists, log=lines.append)
+    assert len(lines) == 4, lines
+    assert "0.24.0: committed" in lines[0]  # in the folder already: no download line
+    assert lines[1] == (
+        f"[engine-history] 0.31.0: downloading vllm-0.31.0.tar.gz (pip download) into {sdists}"
+    )
+    assert re.fullmatch(
+        r"\[engine-history\] 0\.31\.0: vllm-0\.31\.0\.tar\.gz, 0\.0 MB, in \d+ s", lines[2]
+    )
+    assert "0.31.0: committed" in lines[3]

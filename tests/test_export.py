@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 
-from moe_bench import cli
+from moe_bench import cli, engine_env
 from moe_bench.export import HUD_METRICS, metric_name
 from moe_suite.metrics import FORMAT_FIGURES, METRICS, PAIRED_TIME, PEAK_BYTES, RANK_LOAD_TIME
 
@@ -233,6 +234,36 @@ def test_model_benchmark_and_dependencies_say_what_was_measured(results, capsys)
     assert deps["torch"]["version"] == "2.13.0" and deps["flashinfer"]["version"] == "0.7.4"
     assert deps["vllm"]["version"] == "not recorded"  # machine.json without it (older records)
     assert deps["moe-convert-bench"]["sha"] == COMMIT
+
+
+def test_an_engine_runs_dependencies_are_what_its_environment_installed(results, capsys):
+    """An engine history's records name the FlashInfer installed beside the engine's commit
+    (``engine_env.MEASURED``), not machine.json's (this suite's own interpreter), and the
+    release the commit pinned where the index lacked it."""
+    config = results / "asv.engine-vllm.conf.json"
+    _write(
+        config,
+        {
+            "results_dir": str(results),
+            "branches": ["main"],
+            "engine": "vllm",
+            "engine_github": "vllm-project/vllm",
+            "suite_commit": "s" * 40,
+        },
+    )
+    for installed, pinned, info in (
+        ("0.6.3", "0.6.3", {}),  # vLLM 0.16.0's pin; machine.json says 0.7.4
+        ("0.7.4", "0.7.3", {"pinned": "0.7.3"}),  # vLLM 0.34.0's, which the index lacks
+    ):
+        engine_env.record(results, COMMIT, flashinfer=installed, flashinfer_pinned=pinned)
+        code, records, said = export(results, capsys, "--config", str(config))
+        assert code == 0 and records, said.err
+        for deps in (r["dependencies"] for r in records):
+            assert deps["flashinfer"]["version"] == installed
+            assert deps["flashinfer"]["extra_info"] == info
+            assert deps["vllm"]["sha"] == COMMIT
+            assert deps["moe-convert-bench"]["sha"] == "s" * 40  # none recorded: the config's
+        shutil.rmtree(results / "out")  # export's, in the results folder: not a machine's
 
 
 def stored(record: dict) -> dict[str, tuple[str, str]]:
