@@ -14,7 +14,7 @@ quantized format is judged and shown as its BF16 sibling (``moe_suite.metrics.qu
 This module itself holds no benchmark: its classes are private, which asv's discovery skips.
 
 A format's grid is its catalog shapes (``FORMAT_SHAPES``) x its strategies (``kinds``; a
-refit's fewer, ``refit_kinds``), the
+refit's fewer of both, ``refit_shapes`` x ``refit_kinds``), the
 parameters named ``shape`` and ``strategy`` as everywhere in the suite (moe_bench keys results
 by them): BF16's strategies by name (``common.STRATEGY_AXIS``), a quantized format's by kind
 (``QUANT_KINDS``: ``fast`` on ``kimi-k2-nvfp4/tp8`` is ``nvfp4-fast``, ``strategy_name``), so
@@ -113,6 +113,21 @@ REFIT_STRATEGIES = ("legacy", "preallocated", "inplace", "batched", "strided_inp
 #: format's in-place strategy (``inplace``) and ours that streams (``streaming``). Either axis:
 #: asv keys a history by its parameters, so a strategy is added at the end, never moved.
 QUANT_REFIT_KINDS = ("legacy", "inplace", "streaming")
+#: The shapes of each format's refit grid (``Refit``, ``RefitTime``): BF16's all (the rank-load
+#: headline's), a quantized format's one, the one its engine grid measures
+#: (``engine_benchmarks.bench_engine.QUANT_SHAPES``; MXFP4, which has none there, the one
+#: ``LayerTime`` times in the cpu profile): every shape of a format refits by the same code, and
+#: a full-size refit cell is 5-40 s of dispatch on meta on the shared 2-core machine (load 7.5-8.5;
+#: kimi-k2-nvfp4/tp8's 384 experts 32-34 s). A shape is added at the end, never moved.
+REFIT_SHAPES = {
+    "bf16": FORMAT_SHAPES["bf16"],
+    "nvfp4": ("qwen3-235b-a22b-nvfp4/tp4",),
+    "mxfp4": ("gpt-oss-120b-mxfp4/tp2",),
+    "fp8": ("llama-4-maverick-fp8/tp8",),
+    "fp8block": ("deepseek-r1-fp8block/tp8",),
+    "mxfp8": ("minimax-m3-mxfp8/tp4",),
+    "mxint4": ("kimi-k2-thinking-mxint4/tp8",),
+}
 #: The shapes ``RefitTime`` times in the cpu profile: the rank-load headline's first and, per
 #: quantized format, the one ``LayerTime`` times (``CPU_PROFILE_SHAPES``): a timed refit cell
 #: (two ways) took 2.3-9.8 s on the shared 2-core machine (load 4.5), so one shape a format.
@@ -129,6 +144,11 @@ def kinds(fmt: str) -> tuple[str, ...]:
     """The strategy axis of format ``fmt``'s grid: BF16's strategies (``common.STRATEGY_AXIS``),
     a quantized format's kinds (``QUANT_KINDS``)."""
     return common.STRATEGY_AXIS if fmt == "bf16" else QUANT_KINDS
+
+
+def refit_shapes(fmt: str) -> tuple[str, ...]:
+    """The shape axis of format ``fmt``'s refit grid (``REFIT_SHAPES``)."""
+    return REFIT_SHAPES[fmt]
 
 
 def refit_kinds(fmt: str) -> tuple[str, ...]:
@@ -792,13 +812,16 @@ class _Refit(_Grid):
     n/a."""
 
     version = "1"
+    shape_axis = staticmethod(refit_shapes)
     strategy_axis = staticmethod(refit_kinds)
 
     def setup_cache(self) -> dict:
-        return _measure_grid(_refit, axis=refit_kinds, missing=_no_refit("refit_call"))
+        labels = tuple(label for fmt in REFIT_SHAPES for label in refit_shapes(fmt))
+        return _measure_grid(_refit, labels, axis=refit_kinds, missing=_no_refit("refit_call"))
 
     # BF16's 36 cells: 141 s on the shared 2-core machine (niced, load average 5.4-6.4); every
-    # format's 69: 614 s under a load of 3.2-9.2 (other helpers' jobs beside it).
+    # format's at all its catalog shapes, 69 cells: 614 s under a load of 3.2-9.2 (other
+    # helpers' jobs beside it), hence one shape per quantized format (REFIT_SHAPES).
     setup_cache.timeout = 900.0
 
     def track_reload_safe(self, results: dict, shape: str, kind: str) -> int:
@@ -841,10 +864,16 @@ class _RefitTime(_Grid):
     (``benchmarks.paired`` pairs conversions): judged as every unpaired time figure."""
 
     version = "1"
+    shape_axis = staticmethod(refit_shapes)
     strategy_axis = staticmethod(refit_kinds)
 
     def setup_cache(self) -> dict:
-        labels = tuple(label for label in FORMAT_OF if is_timed(label, REFIT_CPU_PROFILE_SHAPES))
+        labels = tuple(
+            label
+            for fmt in REFIT_SHAPES
+            for label in refit_shapes(fmt)
+            if is_timed(label, REFIT_CPU_PROFILE_SHAPES)
+        )
         return _measure_grid(
             _refit_time, labels, on_meta=False, axis=refit_kinds, missing=_no_refit("time_refit")
         )
@@ -889,16 +918,17 @@ CLASSES = tuple(base.__name__.lstrip("_") for base in _BENCHMARKS)
 def format_benchmarks(fmt: str, module: str, names: tuple[str, ...] = CLASSES) -> dict[str, type]:
     """Format ``fmt``'s benchmark classes ``names`` (all of them, by default), for its module
     ``module`` (the ``__name__`` of the module that holds them, which asv and ``moe_bench`` name
-    them by): each made over the format's shapes (``FORMAT_SHAPES``) x its strategies (the
-    class's ``strategy_axis``: ``kinds``, a refit's ``refit_kinds``), inheriting every method,
-    ``setup_cache`` included."""
+    them by): each made over the format's shapes (``FORMAT_SHAPES``; a refit's
+    ``refit_shapes``) x its strategies (``kinds``; a refit's ``refit_kinds``), inheriting every
+    method, ``setup_cache`` included."""
     classes = {}
     for base in _BENCHMARKS:
         name = base.__name__.lstrip("_")
         if name not in names:
             continue
+        shapes = getattr(base, "shape_axis", FORMAT_SHAPES.get)
         axis = getattr(base, "strategy_axis", kinds)
-        shapes_and_kinds = [list(FORMAT_SHAPES[fmt]), list(axis(fmt))]
+        shapes_and_kinds = [list(shapes(fmt)), list(axis(fmt))]
         classes[name] = type(
             name,
             (base,),

@@ -225,7 +225,7 @@ def test_rank_load_replay_reads_every_figure_from_one_replay_per_cell(monkeypatc
 @pytest.mark.usefixtures("warm_grids")  # forks a grid's measuring worker
 def test_refit_reads_each_ways_figures_and_both_classes_from_one_cell(monkeypatch):
     label, bench = "qwen3-30b-a3b/tp2", bench_refit.Refit()
-    monkeypatch.setattr(formats, "FORMAT_OF", {label: "bf16"})
+    monkeypatch.setattr(formats, "REFIT_SHAPES", {"bf16": (label,)})
     monkeypatch.setattr(formats, "REFIT_STRATEGIES", ("legacy", "inplace"))
     cache = bench.setup_cache()
     full = formats.full_shape(label)
@@ -253,7 +253,7 @@ def test_refit_time_reads_each_timed_ways_figures_from_one_timing(monkeypatch):
     label, bench = "qwen3-30b-a3b/tp2", bench_refit.RefitTime()
     monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
     common.profile.cache_clear()
-    monkeypatch.setattr(formats, "FORMAT_OF", {label: "bf16", "qwen3-30b-a3b/tp1": "bf16"})
+    monkeypatch.setattr(formats, "REFIT_SHAPES", {"bf16": (label, "qwen3-30b-a3b/tp1")})
     monkeypatch.setattr(formats, "REFIT_STRATEGIES", ("inplace",))
     monkeypatch.setattr(formats, "REFIT_CPU_PROFILE_SHAPES", (label,))
     try:

@@ -72,6 +72,7 @@ def narrow(monkeypatch, *labels: str, kinds: tuple[str, ...] = ()) -> None:
 
 def test_every_format_has_a_module_of_every_shape_and_kind():
     assert MODULES.keys() == FORMATS.keys() == formats.FORMAT_SHAPES.keys()
+    assert formats.REFIT_SHAPES.keys() == FORMATS.keys()  # a refit shape for every format
     modules = {path.stem for path in (ROOT / "benchmarks").glob("bench_*.py")}
     assert {f"bench_{fmt}" for fmt in MODULES if fmt != "bf16"} <= modules
     for fmt, labels in formats.FORMAT_SHAPES.items():
@@ -108,9 +109,12 @@ def test_each_format_has_every_figure_class_judged_as_bf16s():
         }
         assert classes.keys() == set(FORMAT_CLASSES), fmt
         for name, (module, cls) in classes.items():
-            assert cls.params[0] == list(formats.FORMAT_SHAPES[fmt])
+            refit = name in formats.REFIT
+            shapes = formats.refit_shapes(fmt) if refit else formats.FORMAT_SHAPES[fmt]
+            assert cls.params[0] == list(shapes)
+            assert set(shapes) <= set(formats.FORMAT_SHAPES[fmt])
             if name != "Profile":
-                axis = formats.refit_kinds if name in formats.REFIT else formats.kinds
+                axis = formats.refit_kinds if refit else formats.kinds
                 assert cls.params[1] == list(axis(fmt))
                 assert cls.param_names == ["shape", "strategy"]  # what moe_bench keys results by
             for method in (m for m in dir(cls) if m.startswith("track_")):
