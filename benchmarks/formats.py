@@ -255,11 +255,8 @@ def _measure_grid(
     return {cell: measured.get(cell, not_here[cell]) for cell in cells}
 
 
-def _skip_untimed(label: str) -> None:
-    common.skip(
-        f"the {common.profile()} profile does not time {label} (CPU_PROFILE_SHAPES; a refit:"
-        " REFIT_CPU_PROFILE_SHAPES)"
-    )
+def _skip_untimed(label: str, shapes: str = "CPU_PROFILE_SHAPES") -> None:
+    common.skip(f"the {common.profile()} profile does not time {label} ({shapes})")
 
 
 def _cell(results: dict, label: str, kind: str):
@@ -881,6 +878,11 @@ class _RefitTime(_Grid):
     # The cpu profile's 18 cells (two ways each): 431 s on the shared 2-core machine under a
     # load of 7.6-8.5 (other helpers' jobs beside it), each call several times its quiet time.
     setup_cache.timeout = 900.0
+
+    def setup(self, results: dict, shape: str, kind: str) -> None:
+        if not is_timed(shape, REFIT_CPU_PROFILE_SHAPES):
+            _skip_untimed(shape, "REFIT_CPU_PROFILE_SHAPES")
+        super().setup(results, shape, kind)
 
 
 for _way in REFIT_TIME_WAYS:
