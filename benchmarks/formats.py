@@ -169,11 +169,12 @@ def full_shape(label: str):
     return library.layer_shape(label, FORMAT_OF[label])
 
 
-def is_timed(label: str, cpu_profile_shapes: tuple[str, ...] = CPU_PROFILE_SHAPES) -> bool:
+def is_timed(label: str, cpu_profile_shapes: tuple[str, ...] | None = None) -> bool:
     """Whether the profile in use times ``label``: every shape but in the cpu profile, which
-    times ``cpu_profile_shapes`` (``LayerTime``'s, by default). From the label alone: a commit
-    without the formats answers it too (its cells are n/a, not failed)."""
-    return common.profile() != "cpu" or label in cpu_profile_shapes
+    times ``cpu_profile_shapes`` (``LayerTime``'s, ``CPU_PROFILE_SHAPES``, by default). From the
+    label alone: a commit without the formats answers it too (its cells are n/a, not failed)."""
+    shapes = CPU_PROFILE_SHAPES if cpu_profile_shapes is None else cpu_profile_shapes
+    return common.profile() != "cpu" or label in shapes
 
 
 def timed_shape(label: str):
