@@ -877,8 +877,8 @@ class _RefitTime(_Grid):
             _refit_time, labels, on_meta=False, axis=refit_kinds, missing=_no_refit("time_refit")
         )
 
-    # The cpu profile's 18 cells (two ways each): 431 s on the shared 2-core machine under a
-    # load of 7.6-8.5 (other helpers' jobs beside it), each call several times its quiet time.
+    # The cpu profile's 18 cells (two ways each) on the shared 2-core machine, other helpers'
+    # jobs beside it: 97.5 s under a load of 4.7-5.3, 431 s under 7.6-8.5.
     setup_cache.timeout = 900.0
 
     def setup(self, results: dict, shape: str, kind: str) -> None:
