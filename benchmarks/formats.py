@@ -4,15 +4,17 @@ modules make their own.
 
 Each format's figures are classes of its module of the suite, made by ``format_benchmarks`` from
 this module's: ``PeakMemory``, ``Traffic``, ``CudaMemory``, ``LayerTime``, ``Profile``,
-``SleepModeReplay``, ``RankLoadReplay``, ``RankLoadGB200``, ``RankLoadH200`` and
-``RankLoadTime``. A quantized format's module is ``bench_<format>.py``, all of them
-(``bench_nvfp4.PeakMemory.track_peak_transient_bytes``); BF16's are the two modules asv has
-recorded since before the formats, ``bench_convert`` (a layer's conversion: ``CONVERSION``) and
-``bench_allocator`` (the rank's load: ``LOAD``), so their history reads on. Each figure of a
+``SleepModeReplay``, ``RankLoadReplay``, ``RankLoadGB200``, ``RankLoadH200``,
+``RankLoadTime``, ``Refit`` and ``RefitTime``. A quantized format's module is
+``bench_<format>.py``, all of them (``bench_nvfp4.PeakMemory.track_peak_transient_bytes``);
+BF16's are the modules asv has recorded since before the formats, ``bench_convert`` (a layer's
+conversion: ``CONVERSION``) and ``bench_allocator`` (the rank's load: ``LOAD``), and since the
+refit ``bench_refit`` (``REFIT``), so their history reads on. Each figure of a
 quantized format is judged and shown as its BF16 sibling (``moe_suite.metrics.quant_sibling``).
 This module itself holds no benchmark: its classes are private, which asv's discovery skips.
 
-A format's grid is its catalog shapes (``FORMAT_SHAPES``) x its strategies (``kinds``), the
+A format's grid is its catalog shapes (``FORMAT_SHAPES``) x its strategies (``kinds``; a
+refit's fewer of both, ``refit_shapes`` x ``refit_kinds``), the
 parameters named ``shape`` and ``strategy`` as everywhere in the suite (moe_bench keys results
 by them): BF16's strategies by name (``common.STRATEGY_AXIS``), a quantized format's by kind
 (``QUANT_KINDS``: ``fast`` on ``kimi-k2-nvfp4/tp8`` is ``nvfp4-fast``, ``strategy_name``), so
@@ -36,8 +38,11 @@ the rest when measuring.
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 import torch
+
+from moe_suite.metrics import REFIT_FIGURES, REFIT_TIME_WAYS, REFIT_WAYS
 
 from . import common, library
 
@@ -95,12 +100,61 @@ RANK_LOAD_DEVICES = ("Replay", "GB200", "H200")
 #: rank's load (``bench_allocator``).
 CONVERSION = ("PeakMemory", "Traffic", "CudaMemory", "LayerTime", "Profile")
 LOAD = ("SleepModeReplay", *(f"RankLoad{device}" for device in RANK_LOAD_DEVICES), "RankLoadTime")
+#: BF16's classes of a refit, in ``bench_refit``: its exact figures and classes (``Refit``), its
+#: time (``RefitTime``).
+REFIT = ("Refit", "RefitTime")
+#: BF16's strategies refitted (``Refit``, ``RefitTime``), by name: vLLM's conversion before and
+#: after #45589 (``legacy``, ``preallocated``), its in-place form (``inplace``), the committed
+#: results' best strategies of the headline's shapes (``batched``, ``preallocated``,
+#: ``strided_inplace``) and ours that streams (``streaming``). Not every strategy: a cell refits
+#: a full-size layer three ways (0.8-6 s each on the shared 2-core machine).
+REFIT_STRATEGIES = ("legacy", "preallocated", "inplace", "batched", "strided_inplace", "streaming")
+#: A quantized format's kinds refitted: the transcription of vLLM's preparation (``legacy``), the
+#: format's in-place strategy (``inplace``) and ours that streams (``streaming``). Either axis:
+#: asv keys a history by its parameters, so a strategy is added at the end, never moved.
+QUANT_REFIT_KINDS = ("legacy", "inplace", "streaming")
+#: The shapes of each format's refit grid (``Refit``, ``RefitTime``): BF16's all (the rank-load
+#: headline's), a quantized format's one, the one its engine grid measures
+#: (``engine_benchmarks.bench_engine.QUANT_SHAPES``; MXFP4, which has none there, the one
+#: ``LayerTime`` times in the cpu profile): every shape of a format refits by the same code, and
+#: a full-size refit cell is 5-40 s of dispatch on meta on the shared 2-core machine (load 7.5-8.5;
+#: kimi-k2-nvfp4/tp8's 384 experts 32-34 s). A shape is added at the end, never moved.
+REFIT_SHAPES = {
+    "bf16": FORMAT_SHAPES["bf16"],
+    "nvfp4": ("qwen3-235b-a22b-nvfp4/tp4",),
+    "mxfp4": ("gpt-oss-120b-mxfp4/tp2",),
+    "fp8": ("llama-4-maverick-fp8/tp8",),
+    "fp8block": ("deepseek-r1-fp8block/tp8",),
+    "mxfp8": ("minimax-m3-mxfp8/tp4",),
+    "mxint4": ("kimi-k2-thinking-mxint4/tp8",),
+}
+#: The shapes ``RefitTime`` times in the cpu profile: the rank-load headline's first and, per
+#: quantized format, the one ``LayerTime`` times (``CPU_PROFILE_SHAPES``): a timed refit cell
+#: (two ways) took 2.3-9.8 s on the shared 2-core machine (load 4.5), so one shape a format.
+REFIT_CPU_PROFILE_SHAPES = (
+    "qwen3-235b-a22b/tp4",
+    "qwen3-235b-a22b-nvfp4/tp4",
+    "gpt-oss-120b-mxfp4/tp2",
+    "llama-4-maverick-fp8/tp8",
+    "deepseek-r1-fp8block/tp8",
+)
 
 
 def kinds(fmt: str) -> tuple[str, ...]:
     """The strategy axis of format ``fmt``'s grid: BF16's strategies (``common.STRATEGY_AXIS``),
     a quantized format's kinds (``QUANT_KINDS``)."""
     return common.STRATEGY_AXIS if fmt == "bf16" else QUANT_KINDS
+
+
+def refit_shapes(fmt: str) -> tuple[str, ...]:
+    """The shape axis of format ``fmt``'s refit grid (``REFIT_SHAPES``)."""
+    return REFIT_SHAPES[fmt]
+
+
+def refit_kinds(fmt: str) -> tuple[str, ...]:
+    """The strategy axis of format ``fmt``'s refit grid: ``REFIT_STRATEGIES`` for BF16, a
+    quantized format's ``QUANT_REFIT_KINDS``."""
+    return REFIT_STRATEGIES if fmt == "bf16" else QUANT_REFIT_KINDS
 
 
 def strategy_name(fmt: str, kind: str) -> str:
@@ -115,11 +169,12 @@ def full_shape(label: str):
     return library.layer_shape(label, FORMAT_OF[label])
 
 
-def is_timed(label: str) -> bool:
+def is_timed(label: str, cpu_profile_shapes: tuple[str, ...] | None = None) -> bool:
     """Whether the profile in use times ``label``: every shape but in the cpu profile, which
-    times ``CPU_PROFILE_SHAPES``. From the label alone: a commit without the formats answers it
-    too (its cells are n/a, not failed)."""
-    return common.profile() != "cpu" or label in CPU_PROFILE_SHAPES
+    times ``cpu_profile_shapes`` (``LayerTime``'s, ``CPU_PROFILE_SHAPES``, by default). From the
+    label alone: a commit without the formats answers it too (its cells are n/a, not failed)."""
+    shapes = CPU_PROFILE_SHAPES if cpu_profile_shapes is None else cpu_profile_shapes
+    return common.profile() != "cpu" or label in shapes
 
 
 def timed_shape(label: str):
@@ -182,21 +237,27 @@ def _not_here(label: str, kind: str, *, on_meta: bool) -> _NotHere | None:
 
 
 def _measure_grid(
-    measure, labels: tuple[str, ...] | None = None, *, on_meta: bool = True
+    measure,
+    labels: tuple[str, ...] | None = None,
+    *,
+    on_meta: bool = True,
+    axis=kinds,
+    missing: _NotHere | None = None,
 ) -> dict[tuple[str, str], object]:
     """``measure(shape, kind)`` of every cell of ``labels`` (every format's shapes, by default)
-    x its format's ``kinds``, each in a worker process (``common.measure_cells``: a cell that
-    fails holds the reason's text); a cell not measured here holds a ``_NotHere`` (``on_meta``:
-    ``measure`` runs on meta)."""
+    x its format's ``axis`` (``kinds``, by default), each in a worker process
+    (``common.measure_cells``: a cell that fails holds the reason's text); a cell not measured
+    here holds a ``_NotHere`` (``on_meta``: ``measure`` runs on meta), every cell ``missing``
+    where given (what the measured commit's library lacks)."""
     labels = tuple(FORMAT_OF) if labels is None else labels
-    cells = [(label, kind) for label in labels for kind in kinds(FORMAT_OF[label])]
-    not_here = {cell: _not_here(*cell, on_meta=on_meta) for cell in cells}
+    cells = [(label, kind) for label in labels for kind in axis(FORMAT_OF[label])]
+    not_here = {cell: missing or _not_here(*cell, on_meta=on_meta) for cell in cells}
     measured = common.measure_cells(measure, [cell for cell in cells if not_here[cell] is None])
     return {cell: measured.get(cell, not_here[cell]) for cell in cells}
 
 
-def _skip_untimed(label: str) -> None:
-    common.skip(f"the {common.profile()} profile does not time {label} (CPU_PROFILE_SHAPES)")
+def _skip_untimed(label: str, shapes: str = "CPU_PROFILE_SHAPES") -> None:
+    common.skip(f"the {common.profile()} profile does not time {label} ({shapes})")
 
 
 def _cell(results: dict, label: str, kind: str):
@@ -348,6 +409,57 @@ def _rank_load_run(label: str, kind: str):
     )
 
 
+def _no_refit(function: str) -> _NotHere | None:
+    """Why the measured commit cannot refit: its ``load.refit`` lacks ``function``
+    (``refit_call`` before issue 38, ``time_refit`` before the refit was timed)."""
+    try:
+        refit = library.module("load.refit")
+    except ModuleNotFoundError:
+        refit = None
+    if not hasattr(refit, function):
+        return _NotHere(f"this commit's library has no refit (moe_convert.load.refit.{function})")
+    return None
+
+
+def _refit(label: str, kind: str) -> dict[str, object]:
+    """``way -> (peak transient bytes, traffic bytes, launches)`` (``REFIT_FIGURES``) of one
+    refit of ``label``'s full-size layer converted by its format's ``kind``, on meta (one
+    ``refit_call`` per way: memory and traffic counted on the same call, each call the same
+    refit), then ``reload_safe`` and ``reversible_in_place``: the strategy's two classes."""
+    refit = library.module("load.refit")
+    measure_memory = library.module("measuring.memory").measure_memory
+    measure_traffic = library.module("measuring.traffic").measure_traffic
+    shape, strategy = _shape_and_strategy(label, kind)
+    figures: dict[str, object] = {}
+    for way in REFIT_WAYS:
+        call = refit.refit_call(shape, strategy, way)
+        counted = measure_traffic(call)
+        figures[way] = (measure_memory(call).peak_bytes, counted.traffic_bytes, counted.launches)
+    figures["reload_safe"] = refit.reload_safety(strategy) == "reload-safe"
+    figures["reversible_in_place"] = refit.reversibility(strategy) == "reversible in place"
+    return figures
+
+
+def _refit_time(label: str, kind: str) -> dict[str, object]:
+    """``way -> LayerTiming`` of each of ``REFIT_TIME_WAYS``: one refit of the profile's layer
+    (``timed_shape``) converted by its format's ``kind``, timed against a same-size copy of the
+    new weights (``load.refit.time_refit``: ``REPEATS`` calls, as ``LayerTime``'s)."""
+    time_refit = library.module("load.refit").time_refit
+    shape, strategy = _shape_and_strategy(label, kind)
+    return {
+        way: time_refit(
+            timed_shape(label),
+            strategy,
+            way,
+            device=common.device(),
+            repeats=REPEATS,
+            threads=common.CPU_THREADS,
+            model_experts=shape.experts,
+        )
+        for way in REFIT_TIME_WAYS
+    }
+
+
 class _Grid:
     """Base of a format's benchmarks over its shapes x ``kinds`` (``params``: set by
     ``format_benchmarks``), every format's cells measured once per asv run in the figure's
@@ -355,6 +467,8 @@ class _Grid:
 
     param_names = ["shape", "strategy"]
     timeout = 300.0
+    #: The format's strategy axis (``format_benchmarks``): its ``kinds``.
+    strategy_axis = staticmethod(kinds)
 
     def setup(self, results: dict, shape: str, kind: str) -> None:
         self.measured = _cell(results, shape, kind)
@@ -686,6 +800,106 @@ class _RankLoadTime(_Grid):
     track_load_seconds.unit = "seconds"
 
 
+class _Refit(_Grid):
+    """One refit per way of ``REFIT_WAYS`` of a full-size layer (``load.refit``: vLLM 0.34's
+    ``direct`` and ``layerwise``, our ``streamed``), exact on meta: its peak transient bytes,
+    traffic and launches; and the strategy's reload and inverse classes (1 where it has the
+    property: ``reload_safety``, ``reversibility``, checked on the library's small shapes, the
+    same at every shape). The format's shapes x its ``refit_kinds``; every format's cells
+    measured once per asv run, in ``setup_cache``. A commit before the refit has every cell
+    n/a."""
+
+    version = "1"
+    shape_axis = staticmethod(refit_shapes)
+    strategy_axis = staticmethod(refit_kinds)
+
+    def setup_cache(self) -> dict:
+        labels = tuple(label for fmt in REFIT_SHAPES for label in refit_shapes(fmt))
+        return _measure_grid(_refit, labels, axis=refit_kinds, missing=_no_refit("refit_call"))
+
+    # BF16's 36 cells: 141 s on the shared 2-core machine (niced, load average 5.4-6.4); every
+    # format's at all its catalog shapes, 69 cells: 614 s under a load of 3.2-9.2 (other
+    # helpers' jobs beside it), hence one shape per quantized format (REFIT_SHAPES): 54 cells,
+    # 234 s under a load of 2.4-5.2.
+    setup_cache.timeout = 900.0
+
+    def track_reload_safe(self, results: dict, shape: str, kind: str) -> int:
+        return int(self.measured["reload_safe"])
+
+    track_reload_safe.unit = "class"
+
+    def track_reversible_in_place(self, results: dict, shape: str, kind: str) -> int:
+        return int(self.measured["reversible_in_place"])
+
+    track_reversible_in_place.unit = "class"
+
+
+def _way_figure(way: str, read, unit: str):
+    """A ``track_`` method of refit way ``way``'s figure ``read(measured[way])``, in ``unit``."""
+
+    def track(self, results: dict, shape: str, kind: str):
+        return read(self.measured[way])
+
+    track.unit = unit
+    return track
+
+
+# One method per way and figure, named as the metrics table lists them (``REFIT``).
+for _way in REFIT_WAYS:
+    for _index, (_figure, _unit) in enumerate(REFIT_FIGURES):
+        setattr(
+            _Refit, f"track_{_way}_{_figure}", _way_figure(_way, operator.itemgetter(_index), _unit)
+        )
+
+
+class _RefitTime(_Grid):
+    """One refit per way of ``REFIT_TIME_WAYS`` (vLLM's ``direct`` and our ``streamed``) timed
+    as ``LayerTime`` times a conversion (``load.refit.time_refit``: ``REPEATS`` calls on the
+    profile's layer, each paired with a same-size copy of the new weights just before it):
+    ``<way>_seconds``, the median seconds of one refit, and ``<way>_copy_ratio``, the median of
+    refit / copy per call (1.0: every new byte read once and written once, a refit's floor).
+    The format's shapes x its ``refit_kinds``; the cpu profile times
+    ``REFIT_CPU_PROFILE_SHAPES`` (the other cells n/a, saying so). Not paired in the PR gate
+    (``benchmarks.paired`` pairs conversions): judged as every unpaired time figure."""
+
+    version = "1"
+    shape_axis = staticmethod(refit_shapes)
+    strategy_axis = staticmethod(refit_kinds)
+
+    def setup_cache(self) -> dict:
+        labels = tuple(
+            label
+            for fmt in REFIT_SHAPES
+            for label in refit_shapes(fmt)
+            if is_timed(label, REFIT_CPU_PROFILE_SHAPES)
+        )
+        return _measure_grid(
+            _refit_time, labels, on_meta=False, axis=refit_kinds, missing=_no_refit("time_refit")
+        )
+
+    # The cpu profile's 18 cells (two ways each) on the shared 2-core machine, other helpers'
+    # jobs beside it: 97.5 s under a load of 4.7-5.3, 431 s under 7.6-8.5.
+    setup_cache.timeout = 900.0
+
+    def setup(self, results: dict, shape: str, kind: str) -> None:
+        if not is_timed(shape, REFIT_CPU_PROFILE_SHAPES):
+            _skip_untimed(shape, "REFIT_CPU_PROFILE_SHAPES")
+        super().setup(results, shape, kind)
+
+
+for _way in REFIT_TIME_WAYS:
+    setattr(
+        _RefitTime,
+        f"track_{_way}_seconds",
+        _way_figure(_way, operator.attrgetter("seconds"), "seconds"),
+    )
+    setattr(
+        _RefitTime,
+        f"track_{_way}_copy_ratio",
+        _way_figure(_way, operator.attrgetter("copy_ratio"), "ratio"),
+    )
+
+
 #: The classes each format's modules have, named without the ``_``.
 _BENCHMARKS = (
     _PeakMemory,
@@ -698,6 +912,8 @@ _BENCHMARKS = (
     _RankLoadGB200,
     _RankLoadH200,
     _RankLoadTime,
+    _Refit,
+    _RefitTime,
 )
 #: Every figure class a format has, by name.
 CLASSES = tuple(base.__name__.lstrip("_") for base in _BENCHMARKS)
@@ -706,14 +922,17 @@ CLASSES = tuple(base.__name__.lstrip("_") for base in _BENCHMARKS)
 def format_benchmarks(fmt: str, module: str, names: tuple[str, ...] = CLASSES) -> dict[str, type]:
     """Format ``fmt``'s benchmark classes ``names`` (all of them, by default), for its module
     ``module`` (the ``__name__`` of the module that holds them, which asv and ``moe_bench`` name
-    them by): each made over the format's shapes (``FORMAT_SHAPES``) x its strategies
-    (``kinds``), inheriting every method, ``setup_cache`` included."""
-    shapes_and_kinds = [list(FORMAT_SHAPES[fmt]), list(kinds(fmt))]
+    them by): each made over the format's shapes (``FORMAT_SHAPES``; a refit's
+    ``refit_shapes``) x its strategies (``kinds``; a refit's ``refit_kinds``), inheriting every
+    method, ``setup_cache`` included."""
     classes = {}
     for base in _BENCHMARKS:
         name = base.__name__.lstrip("_")
         if name not in names:
             continue
+        shapes = getattr(base, "shape_axis", FORMAT_SHAPES.get)
+        axis = getattr(base, "strategy_axis", kinds)
+        shapes_and_kinds = [list(shapes(fmt)), list(axis(fmt))]
         classes[name] = type(
             name,
             (base,),

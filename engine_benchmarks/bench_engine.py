@@ -17,15 +17,18 @@ one measurement per shape x strategy, made once per asv run in ``setup_cache`` (
 engine, 10-13 s for vLLM, per commit, not per figure or format): peak transient bytes, traffic
 bytes and launches of the full-size layer on ``meta`` (exact), and on the local device one
 layer's seconds and its ratio to a same-size copy under the profile (``MOE_BENCH_PROFILE``; the
-cpu profile times 8 experts). The classes and methods are named as the main suite's
-(``benchmarks/bench_convert.py``, ``bench_<format>.py``), so the metrics table judges them by the
-same rules (``moe_suite.metrics``: ``bench_engine`` is BF16's, listed; a quantized module's figures
-are its format's, ``format_figure``).
+cpu profile times 8 experts), and whether the preparation is reload-safe (``Refit``: vLLM 0.34's
+direct and layerwise reload run on the installed function through the adapter). The classes
+and methods are named as the main suite's (``benchmarks/bench_convert.py``, ``bench_<format>.py``,
+``bench_refit.py``), so the metrics table judges them by the same rules (``moe_suite.metrics``:
+``bench_engine`` is BF16's, listed; a quantized module's figures are its format's,
+``format_figure``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import moe_convert
 from moe_convert.formats.bf16.engines import VLLM
@@ -33,6 +36,7 @@ from moe_convert.formats.catalog import shape_from_label
 from moe_convert.formats.engines import Engine
 from moe_convert.formats.preparations import PREPARATIONS
 from moe_convert.formats.shape import LayerShape
+from moe_convert.load.refit import reload_safety
 from moe_convert.measuring import timing
 from moe_convert.measuring.memory import strategy_memory
 from moe_convert.measuring.traffic import strategy_traffic
@@ -103,12 +107,15 @@ GRIDS = {
 
 @dataclasses.dataclass(frozen=True)
 class Figures:
-    """Every figure of one cell: exact on ``meta`` at full size, timed on the device."""
+    """Every figure of one cell: exact on ``meta`` at full size, timed on the device; and the
+    strategy's reload class (``load.refit.reload_safety``: ``reload-safe``, or ``not
+    reload-safe: `` and the reason)."""
 
     peak_bytes: int
     traffic_bytes: int
     launches: int
     timing: timing.LayerTiming
+    reload_safety: str
 
 
 def _timed_shape(full: LayerShape, device: str) -> LayerShape:
@@ -133,6 +140,7 @@ def measure(shape: str, strategy: str) -> Figures:
             threads=CPU_THREADS,
             model_experts=full.experts,
         ),
+        reload_safety=reload_safety(strategy),
     )
 
 
@@ -224,6 +232,24 @@ class LayerTime(_Grid):
     track_copy_ratio.unit = "ratio"
 
 
+class Refit(_Grid):
+    """Whether the strategy survives vLLM 0.34's reload (``load.refit.reload_safety``: in the
+    ``direct`` and ``layerwise`` ways every output keeps the first load's storage and holds a
+    cold conversion's bytes, checked on the library's small shapes): 1 where it does, 0 where
+    not, the reason written to the run's log (``--show-stderr``)."""
+
+    version = "1"
+
+    def track_reload_safe(self, cells: dict, shape: str, strategy: str) -> int:
+        safe = self.figures.reload_safety == "reload-safe"
+        if not safe:
+            print(f"{shape} {self.grid.strategy(strategy)}: {self.figures.reload_safety}",
+                  file=sys.stderr)  # fmt: skip
+        return int(safe)
+
+    track_reload_safe.unit = "class"
+
+
 def format_benchmarks(fmt: str, module: str) -> dict[str, type]:
     """Quantized format ``fmt``'s classes for its module ``module`` (its ``__name__``:
     ``bench_<fmt>``, which asv and the metrics table name them by): this module's, over its grid
@@ -241,5 +267,5 @@ def format_benchmarks(fmt: str, module: str) -> dict[str, type]:
                 "params": [list(grid.shapes), list(grid.strategies)],
             },
         )
-        for base in (PeakMemory, Traffic, LayerTime)
+        for base in (PeakMemory, Traffic, LayerTime, Refit)
     }

@@ -6,8 +6,10 @@ Read from the results alone, as the headline (``moe_bench.rankload``): the first
 ``moe_suite.metrics.REFIT_WAYS``: peak transient bytes, traffic, launches, exact on meta; the two
 classes as 0/1), all of a machine's latest commit, the one the headline shows. The strategies are
 the headline's (``legacy``, ``preallocated``, the shape's best strategy) with vLLM's ``inplace``
-and our ``streaming``; a strategy the refit grid does not run reads n/a. Results from before the
-refit was recorded have no table, and the block says so in one line.
+and our ``streaming``; a strategy the refit grid does not run reads n/a. Then every quantized
+format's refit cells the run recorded (``bench_<format>.Refit``, beside the format's own first
+load), so the block shows every format. Results from before the refit was recorded have no
+table, and the block says so in one line.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import math
 
 import pandas as pd
 
-from moe_suite.metrics import PEAK_BYTES, REFIT, REFIT_WAYS
+from moe_suite.metrics import PEAK_BYTES, REFIT, REFIT_WAYS, format_figure, quant_sibling
 
 from .document import NA, Block, Cell, without_empty_columns
 from .rankload import BEST, FIRST, best_strategies
@@ -35,7 +37,8 @@ NO_REFIT = (
 _TRAFFIC = "bench_convert.Traffic.track_traffic_bytes"
 _SAFE = f"{REFIT}.track_reload_safe"
 _REVERSIBLE = f"{REFIT}.track_reversible_in_place"
-#: The table's figures: header -> (benchmark, unit), a way's after the first load's.
+#: The table's figures: header -> (BF16's benchmark, unit), a way's after the first load's; a
+#: quantized format's row reads the same figure of its module (``quant_sibling``).
 _FIGURES = {
     "peak, first load": (PEAK_BYTES, "bytes"),
     **{f"peak, {w}": (f"{REFIT}.track_{w}_peak_transient_bytes", "bytes") for w in REFIT_WAYS},
@@ -45,6 +48,20 @@ _FIGURES = {
     "reversible in place": (_REVERSIBLE, "class"),
 }
 _REFIT_NAMES = frozenset(name for name, _ in _FIGURES.values() if name.startswith(REFIT))
+
+
+def _format_refit(benchmark: str) -> str | None:
+    """The quantized format whose refit figure ``benchmark`` is (``bench_nvfp4.Refit.*`` ->
+    ``nvfp4``), else ``None``."""
+    module, _, figure = benchmark.partition(".")
+    bf16 = f"{REFIT.partition('.')[0]}.{figure}"
+    if format_figure(benchmark) is None or bf16 not in _REFIT_NAMES:
+        return None
+    return module.removeprefix("bench_")
+
+
+def _is_refit(benchmark: str) -> bool:
+    return benchmark in _REFIT_NAMES or _format_refit(benchmark) is not None
 
 
 def refit_blocks(df: pd.DataFrame, loads: pd.DataFrame) -> list[Block]:
@@ -58,7 +75,7 @@ def refit_blocks(df: pd.DataFrame, loads: pd.DataFrame) -> list[Block]:
     heading = "Refit: new weights into a converted layer (vLLM 0.34's reload, and ours)"
     runs = loads.sort_values("date", ascending=False, kind="stable")[["machine", "commit"]]
     runs = runs.drop_duplicates()
-    refits = df[df["benchmark"].isin(_REFIT_NAMES)].merge(runs)
+    refits = df[df["benchmark"].map(_is_refit)].merge(runs)
     if refits["value"].notna().sum() == 0:
         return [Block(heading, text=(NO_REFIT,))]
     blocks = [
@@ -66,8 +83,9 @@ def refit_blocks(df: pd.DataFrame, loads: pd.DataFrame) -> list[Block]:
             heading,
             text=(
                 "One layer per shape of the headline: its first load's peak transient bytes and "
-                "traffic (`bench_convert`) against a refit's in each way (`bench_refit.Refit`, "
-                "exact on meta): `direct` is vLLM 0.34's `VLLM_RELOAD_MODE=direct` (the new "
+                "traffic (`bench_convert`; a quantized format's `bench_<format>`) against a "
+                "refit's in each way (`bench_refit.Refit`, `bench_<format>.Refit`, exact on "
+                "meta): `direct` is vLLM 0.34's `VLLM_RELOAD_MODE=direct` (the new "
                 "weights written into checkpoint views of the converted storage, the conversion "
                 "run again), `layerwise` fresh tensors converted then copied in, `streamed` ours "
                 "(each expert placed into the held layer, no conversion). Reload-safe: in vLLM's "
@@ -83,34 +101,49 @@ def refit_blocks(df: pd.DataFrame, loads: pd.DataFrame) -> list[Block]:
         run = df[(df["machine"] == machine) & (df["commit"] == commit)]
         shapes = loads[(loads["machine"] == machine) & (loads["commit"] == commit)]["shape"]
         rows = [
-            (shape, strategy, best.get((machine, shape)) == strategy)
+            ("bf16", shape, strategy, best.get((machine, shape)) == strategy)
             for shape in shapes.unique()
             for strategy in dict.fromkeys((*FIRST, best.get((machine, shape)), *SHOWN))
             if strategy is not None
         ]
+        rows += _format_rows(refits[(refits["machine"] == machine) & (refits["commit"] == commit)])
         cells, empty = without_empty_columns(_cells(run, machine, rows), {})
         blocks.append(Block(f"`{machine}` at `{commit[:8]}`", level=3, text=empty, table=cells))
     return blocks
 
 
-def _cells(run: pd.DataFrame, machine: str, rows: list[tuple[str, str, bool]]) -> pd.DataFrame:
-    """A row of ``Cell``s per ``(shape, strategy, is_best)``: ``_FIGURES`` of ``run`` (one
-    machine's commit), each linked to its graph."""
+def _format_rows(refits: pd.DataFrame) -> list[tuple[str, str, str, bool]]:
+    """``(format, shape, strategy, False)`` of every quantized format's refit cell with a figure
+    in ``refits`` (one run's), in the order recorded."""
+    measured = refits.dropna(subset=["value"])
+    formats = measured["benchmark"].map(_format_refit)
+    cells = measured.assign(format=formats).dropna(subset=["format"])
+    return [
+        (fmt, shape, strategy, False)
+        for fmt, shape, strategy in cells[["format", "shape", "strategy"]].drop_duplicates()
+        .itertuples(index=False)
+    ]  # fmt: skip
+
+
+def _cells(run: pd.DataFrame, machine: str, rows: list[tuple[str, str, str, bool]]) -> pd.DataFrame:
+    """A row of ``Cell``s per ``(format, shape, strategy, is_best)``: ``_FIGURES`` of ``run``
+    (one machine's commit; a quantized format's from its module), each linked to its graph."""
     values = run.groupby(["benchmark", "shape", "strategy"])["value"].first()
     table = pd.DataFrame(
         {
-            "shape": [shape for shape, _, _ in rows],
-            "strategy": [f"{s} ({BEST})" if is_best else s for _, s, is_best in rows],
+            "shape": [shape for _, shape, _, _ in rows],
+            "strategy": [f"{s} ({BEST})" if is_best else s for _, _, s, is_best in rows],
         }
     )
-    for header, (benchmark, unit) in _FIGURES.items():
+    for header, (bf16, unit) in _FIGURES.items():
+        names = [bf16 if fmt == "bf16" else quant_sibling(bf16, fmt) for fmt, _, _, _ in rows]
         table[header] = [
             Cell(
                 _text(values.get((benchmark, shape, strategy), math.nan), unit),
                 benchmark=benchmark,
                 machine=machine,
             )
-            for shape, strategy, _ in rows
+            for benchmark, (_, shape, strategy, _) in zip(names, rows, strict=True)
         ]
     return table
 

@@ -55,6 +55,8 @@ __all__ = [
     "REFIT",
     "REFIT_CLASSES",
     "REFIT_FIGURES",
+    "REFIT_TIME",
+    "REFIT_TIME_WAYS",
     "REFIT_WAYS",
     "FORMAT_FIGURES",
     "figure_format",
@@ -182,6 +184,8 @@ FORMAT_CLASSES = (
     "SleepModeReplay",
     *RANK_LOAD_CLASSES,
     "RankLoadTime",
+    "Refit",
+    "RefitTime",
 )
 
 
@@ -213,7 +217,8 @@ RANK_LOAD_FIGURES = (
 #: (``benchmarks.formats._RankLoad``'s), recorded so that the summary needs no library to price
 #: the load or place the sleep-mode peak. Neither better nor worse: any change is ``changed``.
 RANK_LOAD_FACTS = (("moe_layers", "layers"), ("device_bytes", "bytes"))
-#: A full-size BF16 layer's refit (``benchmarks.bench_refit.Refit``): per way of
+#: A full-size layer's refit (``benchmarks.bench_refit.Refit``, BF16's; a quantized format's in
+#: its module, as every class of ``FORMAT_CLASSES``): per way of
 #: ``moe_convert.load.refit.REFITS`` (vLLM 0.34's two, then ours) its figures and units, exact on
 #: meta; and the strategy's two classes, 1 where it has the property (a fall to 0 regresses).
 REFIT = "bench_refit.Refit"
@@ -224,6 +229,10 @@ REFIT_FIGURES = (
     ("launches", "launches"),
 )
 REFIT_CLASSES = ("reload_safe", "reversible_in_place")
+#: A refit's time (``benchmarks.bench_refit.RefitTime``): per way of these, its seconds and its
+#: copy ratio (refit / a same-size copy of the new weights), judged as ``LayerTime``'s.
+REFIT_TIME = "bench_refit.RefitTime"
+REFIT_TIME_WAYS = ("direct", "streamed")
 #: The paired A/B result's row in the PR verdict (not an asv benchmark: ``benchmarks.paired``).
 PAIRED_TIME = "paired.time_ratio"
 
@@ -296,6 +305,21 @@ _TABLE = [
         for figure, unit in REFIT_FIGURES
     ),
     *(Metric(f"{REFIT}.track_{name}", "class", False, EXACT, "class") for name in REFIT_CLASSES),
+    *(
+        metric
+        for way in REFIT_TIME_WAYS
+        for metric in (
+            Metric(
+                f"{REFIT_TIME}.track_{way}_seconds",
+                "seconds",
+                True,
+                PAIRED,
+                "seconds",
+                host_bound=True,
+            ),
+            Metric(f"{REFIT_TIME}.track_{way}_copy_ratio", "ratio", True, PAIRED, "ratio"),
+        )
+    ),
     # Retired (the history before LayerTime measured every time figure at once, and before the
     # replayed sleep-mode load was named SleepModeReplay): kept so that results/ still loads and
     # its old series are judged as they were.
@@ -336,13 +360,15 @@ _FORMAT_SIBLINGS = {m.short: m for m in _TABLE if m.benchmark.split(".")[1] in F
 #: Every figure a format's module has, ``<class>.<method>``.
 FORMAT_FIGURES = tuple(_FORMAT_SIBLINGS)
 #: An engine's history (``engine_benchmarks/bench_engine.py``, ``moe_bench.engine``): BF16's
-#: figures of the engine's converter, named and judged as ``bench_convert``'s.
+#: figures of the engine's converter, named and judged as ``bench_convert``'s, and its reload
+#: class as ``bench_refit``'s (a 1 -> 0 regresses).
 ENGINE_FIGURES = (
     PEAK_BYTES,
     "bench_convert.Traffic.track_traffic_bytes",
     "bench_convert.Traffic.track_launches",
     TIME,
     COPY_RATIO,
+    f"{REFIT}.track_reload_safe",
 )
 _BF16 = {m.benchmark: m for m in _TABLE}
 _TABLE += [

@@ -225,8 +225,8 @@ def test_rank_load_replay_reads_every_figure_from_one_replay_per_cell(monkeypatc
 @pytest.mark.usefixtures("warm_grids")  # forks a grid's measuring worker
 def test_refit_reads_each_ways_figures_and_both_classes_from_one_cell(monkeypatch):
     label, bench = "qwen3-30b-a3b/tp2", bench_refit.Refit()
-    monkeypatch.setattr(common, "SHAPES", (label,))
-    monkeypatch.setattr(bench_refit, "STRATEGIES", ("legacy", "inplace"))
+    monkeypatch.setattr(formats, "REFIT_SHAPES", {"bf16": (label,)})
+    monkeypatch.setattr(formats, "REFIT_STRATEGIES", ("legacy", "inplace"))
     cache = bench.setup_cache()
     full = formats.full_shape(label)
     for strategy in ("legacy", "inplace"):
@@ -245,6 +245,32 @@ def test_refit_reads_each_ways_figures_and_both_classes_from_one_cell(monkeypatc
     # inplace's direct refit holds its one expert's scratch: 3 MiB at this shape
     bench.setup(cache, label, "inplace")
     assert bench.track_direct_peak_transient_bytes(cache, label, "inplace") == 3 * 2**20
+
+
+@pytest.mark.usefixtures("warm_grids")  # forks a grid's measuring worker
+def test_refit_time_reads_each_timed_ways_figures_from_one_timing(monkeypatch):
+    # the cpu profile times REFIT_CPU_PROFILE_SHAPES' cells only, each way against its copy
+    label, bench = "qwen3-30b-a3b/tp2", bench_refit.RefitTime()
+    monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
+    common.profile.cache_clear()
+    monkeypatch.setattr(formats, "REFIT_SHAPES", {"bf16": (label, "qwen3-30b-a3b/tp1")})
+    monkeypatch.setattr(formats, "REFIT_STRATEGIES", ("inplace",))
+    monkeypatch.setattr(formats, "REFIT_CPU_PROFILE_SHAPES", (label,))
+    try:
+        cache = bench.setup_cache()
+    finally:
+        common.profile.cache_clear()
+    assert list(cache) == [(label, "inplace")]
+    bench.setup(cache, label, "inplace")
+    for way in metrics.REFIT_TIME_WAYS:
+        timing = cache[label, "inplace"][way]
+        assert timing.experts == common.CPU_PROFILE_EXPERTS
+        assert len(timing.strategy_time.samples) == formats.REPEATS
+        assert getattr(bench, f"track_{way}_seconds")(cache, label, "inplace") == timing.seconds
+        ratio = getattr(bench, f"track_{way}_copy_ratio")(cache, label, "inplace")
+        assert ratio == timing.copy_ratio
+    with pytest.raises(NotImplementedError, match="not time qwen3-30b-a3b/tp1 .REFIT_CPU_PROFILE"):
+        bench.setup(cache, "qwen3-30b-a3b/tp1", "inplace")
 
 
 def test_rank_load_time_is_n_a_without_cuda(monkeypatch):
@@ -403,6 +429,7 @@ assert moe_convert.__file__.startswith(lib), moe_convert.__file__
 from benchmarks import bench_allocator, bench_convert, bench_noise, common, formats
 shape = "qwen3-30b-a3b/tp2"
 formats.FORMAT_OF = {shape: "bf16", "llama-4-maverick-fp8/tp8": "fp8"}
+formats.REFIT_SHAPES = {"bf16": (shape,), "fp8": ("llama-4-maverick-fp8/tp8",)}
 common.STRATEGY_AXIS = ("strided_copy", "inplace")
 formats.REPEATS = 1
 formats._peak(shape, "inplace")  # each grid's forked worker inherits the imports (warm_grids)
@@ -475,7 +502,7 @@ def test_the_suite_runs_against_the_oldest_commit_it_can_measure(tmp_path, monke
         "LayerTime.track_copy_ratio" in ran and "SleepModeReplay.track_peak_reserved_bytes" in ran
     )
     assert {"PeakMemory:n/a", "RankLoadH200:n/a", "LayerTime:n/a", "Profile:n/a"} <= set(ran)
-    assert "Refit:n/a" in ran
+    assert {"Refit:n/a", "RefitTime:n/a"} <= set(ran)
 
 
 #: A commit whose library has the formats (the last measured before each format had a module),

@@ -30,6 +30,7 @@ from benchmarks import (  # noqa: E402
     bench_mxfp8,
     bench_mxint4,
     bench_nvfp4,
+    bench_refit,
     common,
     formats,
 )
@@ -38,7 +39,7 @@ pytestmark = pytest.mark.usefixtures("warm_grids")  # most tests fork a grid's m
 
 #: Each format's modules: BF16's two, each quantized format's one.
 MODULES = {
-    "bf16": (bench_convert, bench_allocator),
+    "bf16": (bench_convert, bench_allocator, bench_refit),
     "nvfp4": bench_nvfp4,
     "mxfp4": bench_mxfp4,
     "fp8": bench_fp8,
@@ -71,6 +72,7 @@ def narrow(monkeypatch, *labels: str, kinds: tuple[str, ...] = ()) -> None:
 
 def test_every_format_has_a_module_of_every_shape_and_kind():
     assert MODULES.keys() == FORMATS.keys() == formats.FORMAT_SHAPES.keys()
+    assert formats.REFIT_SHAPES.keys() == FORMATS.keys()  # a refit shape for every format
     modules = {path.stem for path in (ROOT / "benchmarks").glob("bench_*.py")}
     assert {f"bench_{fmt}" for fmt in MODULES if fmt != "bf16"} <= modules
     for fmt, labels in formats.FORMAT_SHAPES.items():
@@ -97,7 +99,7 @@ def test_each_format_has_every_figure_class_judged_as_bf16s():
     assert formats.CLASSES == FORMAT_CLASSES
     assert RANK_LOAD_CLASSES == tuple(f"RankLoad{d}" for d in formats.RANK_LOAD_DEVICES)
     assert formats.RANK_LOAD_DEVICES[1:] == tuple(LOAD_DEVICES)
-    assert set(formats.CONVERSION) | set(formats.LOAD) == set(formats.CLASSES)
+    assert set(formats.CONVERSION) | set(formats.LOAD) | set(formats.REFIT) == set(formats.CLASSES)
     for fmt, modules in MODULES.items():
         classes = {
             name: (module, cls)
@@ -107,9 +109,13 @@ def test_each_format_has_every_figure_class_judged_as_bf16s():
         }
         assert classes.keys() == set(FORMAT_CLASSES), fmt
         for name, (module, cls) in classes.items():
-            assert cls.params[0] == list(formats.FORMAT_SHAPES[fmt])
+            refit = name in formats.REFIT
+            shapes = formats.refit_shapes(fmt) if refit else formats.FORMAT_SHAPES[fmt]
+            assert cls.params[0] == list(shapes)
+            assert set(shapes) <= set(formats.FORMAT_SHAPES[fmt])
             if name != "Profile":
-                assert cls.params[1] == list(formats.kinds(fmt))
+                axis = formats.refit_kinds if refit else formats.kinds
+                assert cls.params[1] == list(axis(fmt))
                 assert cls.param_names == ["shape", "strategy"]  # what moe_bench keys results by
             for method in (m for m in dir(cls) if m.startswith("track_")):
                 got = metric(f"{module.__name__.rpartition('.')[2]}.{name}.{method}")
@@ -128,7 +134,14 @@ def test_asv_measures_each_figure_once_for_every_format():
     # figure share it (every format's cells measured in one run), and so do the devices' rank
     # loads (each cell's process replays the three).
     everyone = [module for modules in MODULES.values() for module in modules]
-    for name in ("PeakMemory", "Traffic", "SleepModeReplay", "LayerTime", "RankLoadTime"):
+    for name in (
+        "PeakMemory",
+        "Traffic",
+        "SleepModeReplay",
+        "LayerTime",
+        "RankLoadTime",
+        *formats.REFIT,
+    ):
         caches = {getattr(m, name).setup_cache for m in everyone if hasattr(m, name)}
         assert len(caches) == 1, name
     caches = {

@@ -18,7 +18,7 @@ import moe_convert
 from moe_bench import engine, engine_env, machine
 from moe_convert.formats.catalog import shape_from_label
 from moe_convert.formats.preparations import PREPARATIONS
-from moe_suite.metrics import METRICS, format_figure
+from moe_suite.metrics import ENGINE_FIGURES, METRICS, format_figure
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,6 +59,7 @@ def test_bf16_cells_keep_their_names(suite):
         "Traffic.track_launches": params,
         "LayerTime.track_layer_seconds": params,
         "LayerTime.track_copy_ratio": params,
+        "Refit.track_reload_safe": params,
     }
 
 
@@ -126,7 +127,8 @@ def test_every_figure_is_judged_as_the_main_suites():
             assert name.startswith("bench_engine.") and name in METRICS
         else:
             assert METRICS[name] == format_figure(name)
-            assert METRICS[name].rule == METRICS[f"bench_convert.{name.partition('.')[2]}"].rule
+            bf16 = next(f for f in ENGINE_FIGURES if f.partition(".")[2] == name.partition(".")[2])
+            assert METRICS[name].rule == METRICS[bf16].rule
     thresholds, never = engine._thresholds("vllm")
     assert thresholds["bench_fp8\\.LayerTime\\.track_copy_ratio"] == pytest.approx(1.5)
     assert "bench_mxint4\\.LayerTime\\.track_layer_seconds" in never
@@ -183,3 +185,21 @@ def test_an_engine_history_keeps_its_environments_versions_out_of_the_machine(
         },
         "b": {"suite": "suite1"},
     }
+
+
+def test_the_reload_class_is_read_from_the_cell_with_its_reason(suite, capsys):
+    """1 where the cell's strategy is reload-safe; 0 where not, its reason in the run's log
+    (tests/test_engines.py shows the class follow the installed form)."""
+    bench_engine = suite["bench_engine"]
+    refit = suite["bench_fp8"].Refit()
+    shape = "llama-4-maverick-fp8/tp8"
+    for safety, want in (
+        ("reload-safe", 1),
+        ("not reload-safe: direct: w13 in new storage (E2 H64 I64)", 0),
+    ):
+        figures = bench_engine.Figures(1, 2, 3, None, safety)
+        refit.figures = figures
+        assert refit.track_reload_safe({}, shape, "legacy") == want
+    assert capsys.readouterr().err == (
+        f"{shape} fp8-legacy: not reload-safe: direct: w13 in new storage (E2 H64 I64)\n"
+    )

@@ -42,6 +42,7 @@ from moe_convert.formats.engines import (
     registered_form,
 )
 from moe_convert.formats.preparations import PREPARATIONS, register_preparations
+from moe_convert.load.refit import reload_safety
 
 
 def requires_engine(engine: Engine) -> pytest.MarkDecorator:
@@ -499,3 +500,19 @@ def test_fp8_forms_are_told_apart_by_the_rotations_body():
     for releases, body in bodies.items():
         code = FunctionCode(parameters, {rotate: 3}, {rotate: body})
         assert [form.releases for form in fp8.forms if form.matches(code)] == [releases]
+
+
+@requires_flashinfer
+def test_reload_class_follows_the_installed_form(fake_vllm):
+    """What the engine suite's ``Refit`` records at each commit (``reload_safety`` of the
+    adapter, vLLM's function run the direct way): vLLM's BF16 converter turns reload-safe with its
+    in-place form (#54699, 0.31.0); FP8 per-tensor's 0.34.0 copy-back gives w2 its own storage
+    back, but w13 of a gated layer is the w1/w3 swap's new tensor: still not reload-safe, for
+    w13 alone."""
+    fake_vllm("0.24.0", PREALLOCATED)
+    assert reload_safety("vllm").startswith("not reload-safe: direct: w13, w2 in new storage")
+    fake_vllm("0.33.0", PREPARE_FP8)
+    assert reload_safety("vllm") == "reload-safe"
+    assert reload_safety("fp8-vllm").startswith("not reload-safe: direct: w13, w2 in new storage")
+    fake_vllm("0.34.0", PREPARE_FP8_COPIED_BACK)
+    assert reload_safety("fp8-vllm").startswith("not reload-safe: direct: w13 in new storage")

@@ -238,3 +238,37 @@ def test_results_without_refit_figures_say_so_in_one_line():
     assert [block.text for block in blocks] == [(NO_REFIT,)]
     empty = rankload.rank_load_table(frame().iloc[:0], COSTS)
     assert refit_blocks(frame(), empty) == []
+
+
+def test_refit_block_shows_every_formats_refit_cells_beside_its_first_load():
+    # a quantized format's refit (bench_nvfp4.Refit) after BF16's rows, its first load its own
+    nvfp4 = "qwen3-235b-a22b-nvfp4/tp4"
+    quant = [
+        row | {"shape": nvfp4}
+        for row in _rows(
+            "inplace",
+            {
+                "bench_nvfp4.PeakMemory.track_peak_transient_bytes": 2 * 2**20,
+                "bench_nvfp4.Refit.track_direct_peak_transient_bytes": 2**20,
+                "bench_nvfp4.Refit.track_reload_safe": 1,
+                "bench_nvfp4.Refit.track_reversible_in_place": 0,
+            },
+        )
+    ]
+    bf16 = _rows("legacy", {f"{REFIT}.track_reload_safe": 0})
+    df = pd.concat([frame(), pd.DataFrame(bf16 + quant)], ignore_index=True)
+    text = to_markdown(refit_blocks(df, rankload.rank_load_table(df, COSTS)))
+    lines = text.splitlines()
+    header = [c.strip() for c in next(x for x in lines if x.startswith("| shape")).split("|")]
+    shapes = [
+        line.split("|")[1].strip() for line in lines if line.startswith("| ") and "|--" not in line
+    ]
+    assert shapes[-1] == nvfp4 and shapes.count(nvfp4) == 1 and shapes.count(SHAPE) == 4
+    cells = next(x for x in lines if nvfp4 in x).split("|")
+    row = dict(zip(header, (c.strip() for c in cells), strict=True))
+    assert (row["strategy"], row["peak, first load"], row["peak, direct"]) == (
+        "inplace",
+        "2.00 MiB",
+        "1.00 MiB",
+    )
+    assert (row["reload-safe"], row["reversible in place"]) == ("yes", "no")

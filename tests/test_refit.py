@@ -29,6 +29,7 @@ from moe_convert.load.refit import (
     refit_memory,
     refit_traffic,
     reload_safety,
+    time_refit,
 )
 from moe_convert.measuring.memory import strategy_memory
 from moe_convert.measuring.traffic import strategy_traffic
@@ -263,3 +264,15 @@ def test_a_streamed_refit_costs_the_streaming_strategy_s_placement_without_its_o
     refit = refit_traffic(shape, streaming, "streamed")
     work = strategy_traffic(shape, streaming)
     assert (refit.traffic_bytes, refit.launches) == (work.traffic_bytes, work.launches)
+
+
+@pytest.mark.parametrize("way", ["direct", "streamed"])
+def test_a_refit_is_timed_against_a_copy_of_the_new_weights(way):
+    """``time_refit``: the calls interleaved with a copy of what the refit takes in (its layer's
+    bytes), the new weights left as they are (nothing restored between calls)."""
+    shape = LayerShape("refit", 1, 2, 256, 128, 1, True, "nvfp4")
+    timing = time_refit(shape, "nvfp4-inplace", way, repeats=3, threads=1, model_experts=8)
+    assert (timing.strategy, timing.shape, timing.device) == ("nvfp4-inplace", shape, "cpu")
+    assert len(timing.strategy_time.samples) == len(timing.copy_time.samples) == 3
+    assert timing.bytes_moved == 2 * shape.layer_bytes and timing.copy_ratio > 0
+    assert timing.whole_model_seconds == timing.seconds * 4 * shape.moe_layers

@@ -27,7 +27,8 @@ new weights. A strategy that breaks either in either of vLLM's ways (``VLLM_WAYS
 reload-safe, with the tensor
 and the property as the reason (``reload_safety``): a property of the strategy, not an error.
 Figures of one refit (peak transient, traffic, launches) come from ``measuring`` on
-``refit_call``, exact on ``meta``.
+``refit_call``, exact on ``meta``; its time (``time_refit``) against a same-size copy of the new
+weights, as every time figure.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from ..formats.registry import REGISTRY, UNAVAILABLE, Strategy
 from ..formats.shape import LayerShape
 from ..formats.table import convert, strategy_input, warm_layer_strategy
 from ..measuring.memory import MemoryMeasurement, measure_memory
+from ..measuring.timing import LayerTiming, time_interleaved
 from ..measuring.traffic import TrafficMeasurement, measure_traffic
 
 __all__ = [
@@ -72,6 +74,7 @@ __all__ = [
     "reverse_problem",
     "reversibility",
     "streamed_refit",
+    "time_refit",
 ]
 
 #: Sizes tried, smallest first, for the shapes a strategy's reload safety is checked on (H and I
@@ -171,9 +174,10 @@ def refit_call(
 ) -> Callable[[], Layer]:
     """One refit of a ``shape`` layer to call: the first load done (``convert`` of fresh
     tensors, caches warmed) and the new weights made, neither part of the call. What every
-    refit figure measures (``refit_memory``, ``refit_traffic``). ``ValueError`` for a direct
-    refit the converted layer cannot be viewed for (``view_problem``)."""
-    return held_refit_call(shape, strategy, way, device)[1]
+    refit figure measures (``refit_memory``, ``refit_traffic``, ``time_refit``). The same
+    refit on every call. ``ValueError`` for a direct refit the converted layer cannot be viewed
+    for (``view_problem``), or a streamed one of a strategy that quantizes its layer itself."""
+    return _prepared_refit(shape, strategy, way, device)[2]
 
 
 def held_refit_call(
@@ -181,6 +185,15 @@ def held_refit_call(
 ) -> tuple[Layer, Callable[[], Layer]]:
     """``refit_call``'s call and the layer it refits (the first load's result, whose storage
     the call keeps or replaces): what ``replay.refit_trace`` needs to tell the two apart."""
+    held, _, call = _prepared_refit(shape, strategy, way, device)
+    return held, call
+
+
+def _prepared_refit(
+    shape: LayerShape, strategy: str, way: str, device: torch.device | str
+) -> tuple[Layer, Layer, Callable[[], Layer]]:
+    """``(held, new, call)``: the layer ``refit_call``'s call refits, the new checkpoint weights
+    it takes in (never written) and the call."""
     refit = _refit_function(way)
     held, new = _first_load(shape, strategy, device)
     if way == "direct":
@@ -189,7 +202,7 @@ def held_refit_call(
         if (problem := _streamed_problem(strategy)) is not None:
             raise ValueError(problem)
         refit(held, new, strategy=strategy, gated=shape.gated)  # place_expert's indices cached
-    return held, lambda: refit(held, new, strategy=strategy, gated=shape.gated)
+    return held, new, lambda: refit(held, new, strategy=strategy, gated=shape.gated)
 
 
 def refit_memory(
@@ -206,6 +219,37 @@ def refit_traffic(
     """Traffic and launches of one refit (``measure_traffic`` of ``refit_call``): exact on
     ``meta`` at full size."""
     return measure_traffic(refit_call(shape, strategy, way, device))
+
+
+def time_refit(
+    shape: LayerShape,
+    strategy: str,
+    way: str,
+    *,
+    device: torch.device | str = "cpu",
+    repeats: int = 5,
+    warmup: int = 1,
+    threads: int | None = None,
+    model_experts: int | None = None,
+) -> LayerTiming:
+    """One refit of a ``shape`` layer (``refit_call``) timed against a same-size ``copy_`` of
+    the new checkpoint weights it takes in (``timing.time_interleaved``: copy, refit, copy,
+    refit ..., ``warmup`` rounds untimed): ``copy_ratio`` 1.0 is every new byte read once and
+    written once, a refit's floor. The refit leaves those weights as they are: nothing is
+    restored between calls. Arguments as ``timing.time_layer``'s. Memory: the first load's
+    layer, the new weights, their copy and the refit's peak transient."""
+    _, new, call = _prepared_refit(shape, strategy, way, device)
+    return time_interleaved(
+        shape,
+        strategy,
+        list(new.values()),
+        call,
+        inplace=False,
+        repeats=repeats,
+        warmup=warmup,
+        threads=threads,
+        model_experts=model_experts,
+    )
 
 
 @dataclass(frozen=True)

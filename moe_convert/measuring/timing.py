@@ -37,6 +37,7 @@ __all__ = [
     "calibration_copy",
     "cpu_threads",
     "time_call",
+    "time_interleaved",
     "time_layer",
     "time_once",
     "whole_model_seconds",
@@ -277,7 +278,7 @@ def time_layer(
     and for in-place strategies a pristine copy of the layer.
     """
     tensors, run, inplace = _conversion(shape, strategy, torch.device(device))
-    return _time_interleaved(
+    return time_interleaved(
         shape,
         strategy,
         tensors,
@@ -305,7 +306,7 @@ def _conversion(
     )
 
 
-def _time_interleaved(
+def time_interleaved(
     shape: LayerShape,
     strategy: str,
     tensors: list[torch.Tensor],
@@ -318,7 +319,8 @@ def _time_interleaved(
     model_experts: int | None,
 ) -> LayerTiming:
     """``time_layer``'s measurement of ``run()``: one conversion of ``tensors`` (every input of a
-    ``shape`` layer, the strategy's caches already warm), interleaved with their copy.
+    ``shape`` layer, the strategy's caches already warm), interleaved with their copy; also a
+    refit's (``load.refit.time_refit``: ``tensors`` the new checkpoint weights it takes in).
     ``inplace``: ``run`` overwrites ``tensors``, restored from a pristine copy before every
     call, untimed. Memory: the layer, the copy destination, the strategy's peak transient, and
     for in-place strategies a pristine copy of the layer."""
