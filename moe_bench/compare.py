@@ -162,7 +162,8 @@ def compare_commits(
     engine : an engine PR's engine (``vllm``, ``flashinfer``): the commits are the engine's, and
         only its own cells (the strategy named as it) are judged; every other cell (this
         suite's transcriptions, another engine's adapter) runs the same code at both commits
-        and is shown with status ``reference`` unless it failed (then the run is wrong).
+        and is shown with status ``reference``, its figures not judged (one that failed, is
+        missing or skipped keeps its status).
 
     Returns
     -------
@@ -210,7 +211,9 @@ def compare_commits(
     merged["status"] = [status for status, _ in verdicts]
     merged["note"] = [note for _, note in verdicts]
     if engine is not None:
-        reference = (merged["strategy"] != engine) & (merged["status"] != "failed")
+        # a reference that failed, is missing or skipped says so: the run, not the PR, is wrong
+        kept = merged["status"].isin(("failed", "missing", "n/a in head", "n/a"))
+        reference = (merged["strategy"] != engine) & ~kept
         merged.loc[reference, "status"] = REFERENCE
         merged.loc[reference, "note"] = f"the same code at both commits of {engine}: not judged"
     merged["format"] = [
