@@ -12,10 +12,12 @@ run``, ``asv continuous``, ``asv find`` and ``asv publish`` work with it; the us
   per night, within the newest ``window``), then the dashboard;
 - ``pr``: the PR's head against its merge base (``asv continuous`` into a PR results folder: exact
   figures exactly; time by the paired A/B rule, ``benchmarks.engine_paired``), the PR comment;
+  only the engine's own cells judged (the transcriptions are the same code at both commits);
 - ``find``: ``asv find`` over a range for one figure, then checked: the commit it names and its
   parent must have the figure, and the change between them must be a regression (asv's search
   cannot tell a failed commit from a step, and then names a wrong commit: failed commits are
-  named, and an answer that fails the check is none).
+  named, and an answer that fails the check is none); where a commit of the range fails the
+  cell, the answer is the first such commit, with its error.
 
 Each result is keyed to the engine's commit; the suite's commit that measured it is recorded
 beside the results (``SUITE_COMMITS``), and the export carries both (``moe_bench.export``).
