@@ -71,7 +71,12 @@ class Worker:
     the cell's error)."""
 
     def __init__(self, python: str, package_dir: Path):
-        env = dict(os.environ, PYTHONPATH=str(package_dir))
+        # glibc's mmap threshold fixed at its initial 128 KiB: left dynamic, it rises with what
+        # a process happened to free, so two workers of the same code served a call's large
+        # outputs from mapped pages in one and reused heap in the other (A/A, one commit on both
+        # sides, load 3-9: BF16 read 0.746 [0.642, 0.865] in 1 of 4 runs; FP8's unchanged cell
+        # 0.649 and 1.47 in 2 of 3 PR runs; fixed, 3 of 3 A/A runs same for both).
+        env = dict(os.environ, PYTHONPATH=str(package_dir), MALLOC_MMAP_THRESHOLD_="131072")
         self.process = subprocess.Popen(
             [python, str(WORKER)],
             stdin=subprocess.PIPE,
