@@ -219,8 +219,9 @@ class Traffic(_Grid):
 
 class LayerTime(_Grid):
     """One layer's median seconds under the profile, and its median ratio to a same-size copy;
-    failed with the breach's line where the engine broke its code's form (``Figures.breach``):
-    the time of a call against its contract is no figure of the form's."""
+    both failed with the breach's line where the engine broke its code's form
+    (``Figures.breach``): the cell's failure, reported where asv reports one (the exact figures
+    of the same call are recorded; in a PR the paired row fails with the same line)."""
 
     version = "1"
 
