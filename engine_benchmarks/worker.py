@@ -5,7 +5,8 @@ Reads one JSON request a line on stdin and answers each with one JSON line on st
 
 - ``{"shape", "strategy"}``: make the cell's timed layer (``timing.conversion``: the layer of
   any format that ``timing.time_layer`` times, a ``model/tpN`` shape at the suite's timed size,
-  ``bench_engine._timed_shape``), twice, as input buffers 0 and 1; ``{"ready": true}``, or
+  ``bench_engine._timed_shape``), twice, as input buffers 0 and 1 (the previous cell's freed:
+  the parent times one cell at a time); ``{"ready": true}``, or
   ``{"missing": why}`` where the strategy is not registered at this commit;
 - ``{"shape", "strategy", "buffer"}``: one call on buffer 0 or 1 (restored first where the
   strategy converts in place), timed by ``timing.time_once``: ``{"seconds": s}``.
@@ -46,6 +47,7 @@ def main() -> None:
             try:
                 with form_breaches() as breaches:
                     if "buffer" not in request:
+                        cells.clear()  # the parent times one cell at a time: free the last
                         if key[1] not in moe_convert.REGISTRY:
                             answer = {"missing": f"strategy {key[1]!r} is not registered"}
                         else:
