@@ -197,7 +197,7 @@ def measure_cell(
     records = {side: library.strategy_records(lib) for side, lib in libs.items()}
     missing = [side for side, known in records.items() if strategy not in known]
     if missing:
-        return _missing(label, kind, missing, f"strategy {strategy!r} is not registered")
+        return missing_cell(label, kind, missing, f"strategy {strategy!r} is not registered")
     takes = {getattr(known[strategy], "takes", fmt) for known in records.values()} - {fmt}
     if takes:  # FlashInfer's helpers: a BF16 layer, not the checkpoint's
         why = f"{strategy} takes a {' or '.join(sorted(takes))} layer, not a {fmt} one: not paired"
@@ -214,7 +214,7 @@ def measure_cell(
     return _paired(label, kind, list(layer.values()), call, inplace, device, seed)
 
 
-def _missing(label: str, strategy: str, missing: list[str], why: str) -> Cell:
+def missing_cell(label: str, strategy: str, missing: list[str], why: str) -> Cell:
     """Head without the strategy fails; base without it (a new strategy) is n/a."""
     verdict = "failed" if missing == ["head"] else "n/a"
     return Cell(label, strategy, verdict, error=f"{why} in {' and '.join(missing)}")
@@ -363,7 +363,7 @@ def compare(root: Path, base: str, head: str, regex: re.Pattern | None = None) -
         rows = []
         for i, (label, kind) in enumerate(selected, 1):
             cell = measure_cell(libs, label, kind, device)
-            rows.append(asdict(cell))
+            rows.append({**asdict(cell), "format": formats.FORMAT_OF[label]})
             say("paired", i, len(selected), cell)
     # The machine's noise around the run (slowest / fastest of 15 calibration copies).
     noise = {

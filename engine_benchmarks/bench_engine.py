@@ -23,6 +23,10 @@ and methods are named as the main suite's (``benchmarks/bench_convert.py``, ``be
 ``bench_refit.py``), so the metrics table judges them by the same rules (``moe_suite.metrics``:
 ``bench_engine`` is BF16's, listed; a quantized module's figures are its format's,
 ``format_figure``).
+
+A commit whose function no longer honours the form its code reads as (an in-place converter that
+returns new tensors: ``engines.form_breaches``) is measured as it ran: its peak, traffic and
+launches are recorded, and its time figures fail with the breach's line, the cell's failure.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import sys
 import moe_convert
 from moe_convert.formats.bf16.engines import VLLM
 from moe_convert.formats.catalog import shape_from_label
-from moe_convert.formats.engines import Engine
+from moe_convert.formats.engines import Engine, form_breaches
 from moe_convert.formats.preparations import PREPARATIONS
 from moe_convert.formats.shape import LayerShape
 from moe_convert.load.refit import reload_safety
@@ -107,15 +111,17 @@ GRIDS = {
 
 @dataclasses.dataclass(frozen=True)
 class Figures:
-    """Every figure of one cell: exact on ``meta`` at full size, timed on the device; and the
+    """Every figure of one cell: exact on ``meta`` at full size, timed on the device; the
     strategy's reload class (``load.refit.reload_safety``: ``reload-safe``, or ``not
-    reload-safe: `` and the reason)."""
+    reload-safe: `` and the reason); ``breach`` the line of the engine's breach of its code's
+    form, if its calls made one."""
 
     peak_bytes: int
     traffic_bytes: int
     launches: int
     timing: timing.LayerTiming
     reload_safety: str
+    breach: str | None = None
 
 
 def _timed_shape(full: LayerShape, device: str) -> LayerShape:
@@ -124,24 +130,27 @@ def _timed_shape(full: LayerShape, device: str) -> LayerShape:
 
 
 def measure(shape: str, strategy: str) -> Figures:
-    """Every figure of one cell (``shape`` a ``model/tpN`` label, ``strategy`` a registry name)."""
+    """Every figure of one cell (``shape`` a ``model/tpN`` label, ``strategy`` a registry name),
+    the engine's breaches of its code's form recorded, not raised (``form_breaches``)."""
     full = shape_from_label(shape)
     device = detect_device()
-    traffic = strategy_traffic(full, strategy)
-    return Figures(
-        peak_bytes=strategy_memory(full, strategy, device="meta").peak_bytes,
-        traffic_bytes=traffic.traffic_bytes,
-        launches=traffic.launches,
-        timing=timing.time_layer(
-            _timed_shape(full, device),
-            strategy,
-            device=device,
-            repeats=REPEATS,
-            threads=CPU_THREADS,
-            model_experts=full.experts,
-        ),
-        reload_safety=reload_safety(strategy),
-    )
+    with form_breaches() as breaches:
+        traffic = strategy_traffic(full, strategy)
+        figures = Figures(
+            peak_bytes=strategy_memory(full, strategy, device="meta").peak_bytes,
+            traffic_bytes=traffic.traffic_bytes,
+            launches=traffic.launches,
+            timing=timing.time_layer(
+                _timed_shape(full, device),
+                strategy,
+                device=device,
+                repeats=REPEATS,
+                threads=CPU_THREADS,
+                model_experts=full.experts,
+            ),
+            reload_safety=reload_safety(strategy),
+        )
+    return dataclasses.replace(figures, breach="; ".join(breaches) or None)
 
 
 def measure_grid() -> dict[tuple[str, str], Figures | str]:
@@ -217,9 +226,19 @@ class Traffic(_Grid):
 
 
 class LayerTime(_Grid):
-    """One layer's median seconds under the profile, and its median ratio to a same-size copy."""
+    """One layer's median seconds under the profile, and its median ratio to a same-size copy;
+    both failed with the breach's line where the engine broke its code's form
+    (``Figures.breach``): the cell's failure, reported where asv reports one (the exact figures
+    of the same call are recorded; in a PR the paired row fails with the same line)."""
 
     version = "1"
+
+    def setup(self, cells: dict, shape: str, strategy: str) -> None:
+        super().setup(cells, shape, strategy)
+        if self.figures.breach:
+            raise RuntimeError(
+                f"{shape} {self.grid.strategy(strategy)}: failed: {self.figures.breach}"
+            )
 
     def track_layer_seconds(self, cells: dict, shape: str, strategy: str) -> float:
         return self.figures.timing.seconds

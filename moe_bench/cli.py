@@ -411,10 +411,11 @@ def cmd_engine_find(args: argparse.Namespace) -> int:
             print(f"moe-bench engine-find: no answer: {found.problem}", file=sys.stderr)
             return 1
         what = "improvement" if args.improvement else "regression"
-        print(
-            f"first {what}: {subject(engine_repo_path(conf), found.commit)} "
-            f"({found.runs} commits measured)"
-        )
+        named = subject(engine_repo_path(conf), found.commit)
+        if found.reason:  # the first commit whose cell fails: the answer, with its error
+            print(f"first failure: {named} ({found.runs} commits measured): {found.reason}")
+        else:
+            print(f"first {what}: {named} ({found.runs} commits measured)")
         return 0
 
     return _engine_use(args, use)

@@ -15,7 +15,8 @@ direction changed), ``failed`` (in either commit, also a benchmark new in head),
 (in base, absent from head), ``n/a in head`` (measured in base, skipped in head); passing:
 ``same``, ``improved``, ``new``, ``n/a`` (skipped in both, or in base only: nothing to compare),
 ``version changed`` (not comparable, as in asv), ``info``, ``info (decided by paired)``,
-``info (other hardware)``.
+``info (other hardware)``, ``reference`` (an engine PR's cell of code that is the same at both
+commits: ``compare_commits``' ``engine``).
 
 Usage: ``moe-bench compare BASE HEAD [--results DIR] [--paired FILE] [--out FILE]``
 (``moe_bench.cli``); exit 0 when nothing fails, 1 otherwise, 2 on missing or corrupt results or
@@ -31,12 +32,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from moe_suite.metrics import FAILING, METRICS, PAIRED_TIME, judge
+from moe_suite.metrics import FAILING, METRICS, PAIRED_TIME, figure_format, judge
 
 from .hardware import copy_scale, copy_seconds, strategy_changes
 from .results import ResultsError
 
 __all__ = [
+    "REFERENCE",
     "PairedError",
     "VERDICT_COLUMNS",
     "commit_hash",
@@ -49,6 +51,7 @@ __all__ = [
 VERDICT_COLUMNS = [
     "machine",
     "env",
+    "format",
     "benchmark",
     "shape",
     "strategy",
@@ -61,7 +64,10 @@ VERDICT_COLUMNS = [
     "failing",
     "note",
 ]
-#: The paired file's verdicts and row keys (``benchmarks.paired`` writes them).
+#: The status of an engine PR's cell whose code is the same at both commits (``compare_commits``).
+REFERENCE = "reference"
+#: The paired file's verdicts and row keys (``benchmarks.paired`` writes them; a row's
+#: ``format`` too, since the engine PR's paired rows: BF16 in a file from before).
 #: ``n/a``: nothing to compare (the strategy is new in head, or base raised); not failing.
 PAIRED_VERDICTS = ("same", "regressed", "improved", "failed", "n/a")
 _PAIRED_ROW = (
@@ -138,7 +144,12 @@ def _status(row: pd.Series, paired: bool, scale: float, change: float) -> tuple[
 
 
 def compare_commits(
-    frame: pd.DataFrame, base: str, head: str, paired: pd.DataFrame | None = None
+    frame: pd.DataFrame,
+    base: str,
+    head: str,
+    paired: pd.DataFrame | None = None,
+    *,
+    engine: str | None = None,
 ) -> pd.DataFrame:
     """The PR verdict: one row per benchmark and parameter set, then the paired rows.
 
@@ -148,10 +159,16 @@ def compare_commits(
     base, head : commit hashes or unique prefixes present in ``frame``.
     paired : ``load_paired``'s rows, or None: without them time-derived figures are judged by
         ``metrics.NOISE_FACTOR``.
+    engine : an engine PR's engine (``vllm``, ``flashinfer``): the commits are the engine's, and
+        only its own cells (the strategy named as it) are judged; every other cell (this
+        suite's transcriptions, another engine's adapter) runs the same code at both commits
+        and is shown with status ``reference``, its figures not judged (one that failed, is
+        missing or skipped keeps its status).
 
     Returns
     -------
-    DataFrame with ``VERDICT_COLUMNS``: ``display`` the unit to print values in, ``ratio``
+    DataFrame with ``VERDICT_COLUMNS``: ``format`` the figure's (``metrics.figure_format``; a
+    paired row's from its file), ``display`` the unit to print values in, ``ratio``
     head / base, ``threshold`` the allowed ratio (NaN where not judged by one), ``failing``
     whether ``status`` fails the gate, ``note`` why a row is not compared (or the paired
     interval). Failing rows first, then by benchmark and parameters.
@@ -193,10 +210,22 @@ def compare_commits(
     ]
     merged["status"] = [status for status, _ in verdicts]
     merged["note"] = [note for _, note in verdicts]
+    if engine is not None:
+        # a reference that failed, is missing or skipped says so: the run, not the PR, is wrong
+        kept = merged["status"].isin(("failed", "missing", "n/a in head", "n/a"))
+        reference = (merged["strategy"] != engine) & ~kept
+        merged.loc[reference, "status"] = REFERENCE
+        merged.loc[reference, "note"] = f"the same code at both commits of {engine}: not judged"
+    merged["format"] = [
+        figure_format(name, shape)
+        for name, shape in zip(merged["benchmark"], merged["shape"], strict=True)
+    ]
     merged["display"] = merged["benchmark"].map(lambda name: METRICS[name].display)
     merged["ratio"] = merged["value_head"] / merged["value_base"]
     merged["threshold"] = [
-        math.nan if status.startswith("info") else (METRICS[name].factor or math.nan)
+        math.nan
+        if status.startswith("info") or status == REFERENCE
+        else (METRICS[name].factor or math.nan)
         for name, status in zip(merged["benchmark"], merged["status"], strict=True)
     ]
     table = merged if paired is None else pd.concat([merged, paired], ignore_index=True)
@@ -217,8 +246,8 @@ def load_paired(path: str | Path, base: str, head: str) -> tuple[float, pd.DataF
     the same two commits. Raises ``PairedError`` naming the file and the problem when it is
     missing, not JSON, not of the schema (``{"base", "head", "threshold", "rows": [{"shape",
     "strategy", "ratio", "ci_low", "ci_high", "n_pairs", "base_seconds", "head_seconds",
-    "verdict", "error"}, ...]}``), or is for other commits. No rows is valid: the ``-b`` subset
-    held no timed benchmark, so there was no time to judge.
+    "verdict", "error"}, ...]}``, each row's ``format`` optional), or is for other commits. No
+    rows is valid: the ``-b`` subset held no timed benchmark, so there was no time to judge.
     """
     path = Path(path)
     try:
@@ -269,6 +298,7 @@ def _paired_row(row: dict, threshold: float) -> dict:
     return {
         "machine": "",
         "env": "",
+        "format": row.get("format") or figure_format(PAIRED_TIME, row["shape"]),
         "benchmark": PAIRED_TIME,
         "shape": row["shape"],
         "strategy": row["strategy"],

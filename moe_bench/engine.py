@@ -12,10 +12,12 @@ run``, ``asv continuous``, ``asv find`` and ``asv publish`` work with it; the us
   per night, within the newest ``window``), then the dashboard;
 - ``pr``: the PR's head against its merge base (``asv continuous`` into a PR results folder: exact
   figures exactly; time by the paired A/B rule, ``benchmarks.engine_paired``), the PR comment;
+  only the engine's own cells judged (the transcriptions are the same code at both commits);
 - ``find``: ``asv find`` over a range for one figure, then checked: the commit it names and its
   parent must have the figure, and the change between them must be a regression (asv's search
   cannot tell a failed commit from a step, and then names a wrong commit: failed commits are
-  named, and an answer that fails the check is none).
+  named, and an answer that fails the check is none); where a commit of the range fails the
+  cell, the answer is the first such commit, with its error.
 
 Each result is keyed to the engine's commit; the suite's commit that measured it and the
 FlashInfer installed beside it are recorded beside the results (``engine_env.MEASURED``), and
@@ -570,12 +572,68 @@ def _cell_values(conf: Config, machine: str, benchmark: str, shape: str, strateg
 @dataclass(frozen=True)
 class Finding:
     """``find``'s answer: the first bad commit, how many commits it measured, and the problem
-    that makes the search untrustworthy (None when the answer is checked)."""
+    that makes the search untrustworthy (None when the answer is checked); ``reason`` where the
+    answer is the first commit whose cell fails: the cell's error there."""
 
     commit: str | None
     runs: int
     failed: tuple[str, ...]  # commits of the range measured without the figure (failed or n/a)
     problem: str | None
+    reason: str | None = None
+
+
+def _logs(output: str) -> dict[str, str]:
+    """asv's log of each commit it ran (``For <project> commit <hash>``), by 8-hex prefix."""
+    parts = re.split(r"For \S+ commit ([0-9a-f]{8})", output)
+    return {commit: text for commit, text in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def _failure(log: str, shape: str) -> str | None:
+    """The error of ``shape``'s failed cell in one commit's asv log (its setup's line, as
+    ``engine_benchmarks`` raises it); None where the log has none."""
+    found = re.findall(rf"{re.escape(shape)} \S+: failed: (.+)", log)
+    return found[-1].strip() if found else None
+
+
+def _run_cell(config: Path, machine: str, commit: str, regex: str) -> dict[str, str]:
+    """``asv run`` of the cells ``regex`` selects at ``commit`` alone; its log (``_logs``)."""
+    _, output = _asv_output(
+        config, "run", "--machine", machine, "--launch-method", _launch_method(),
+        "--show-stderr", "--bench", regex, f"{commit}^!",
+    )  # fmt: skip
+    return _logs(output)
+
+
+def _first_failure(
+    config: Path, machine: str, searched: list[str], values: dict, logs: dict, cell: tuple
+) -> tuple[str, str, int] | None:
+    """The first commit of ``searched`` (oldest first) whose cell fails, its error and the
+    commits measured to find it; None where no commit measured so far fails. Between the
+    newest commit before the first failed one that does not fail (skipped, n/a, counts as not
+    failing) and that one, the commits are bisected: each run's log is kept (``logs``)."""
+    benchmark, shape, strategy = cell
+    conf = load_config(config)
+
+    def fails(commit: str) -> bool:
+        return commit in values and values[commit][1]
+
+    if not any(fails(c) for c in searched):
+        return None
+    hi = next(i for i, c in enumerate(searched) if fails(c))
+    lo = max((i for i in range(hi) if searched[i] in values), default=-1)
+    runs = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        logs.update(_run_cell(config, machine, searched[mid], cell_regex(*cell)))
+        values.update(_cell_values(conf, machine, benchmark, shape, strategy))
+        runs += 1
+        lo, hi = (lo, mid) if fails(searched[mid]) else (mid, hi)
+    commit = searched[hi]
+    if _failure(logs.get(commit[:8], ""), shape) is None:  # measured before this search
+        logs.update(_run_cell(config, machine, commit, cell_regex(*cell)))
+        runs += 1
+    reason = _failure(logs.get(commit[:8], ""), shape)
+    return commit, reason or "its error is in asv's log above", runs
 
 
 def find(
@@ -600,7 +658,9 @@ def find(
     n/a, and then names a wrong commit (so does a commit where the engine's function is n/a, as
     a commit that does not import is to an adapter that reads the code): every commit of the
     range measured without the figure is reported, and an answer that does not pass the check
-    is a ``problem``, never a commit.
+    is a ``problem``, never a commit; unless a commit of the range fails the cell (failed, not
+    n/a): then the answer is the first such commit, with the cell's error there
+    (``Finding.reason``, ``_first_failure``).
     """
     from moe_suite.metrics import judge
 
@@ -629,6 +689,7 @@ def find(
         machine,
         "--launch-method",
         _launch_method(),
+        "--show-stderr",  # a failed cell's error, for the answer that names it
         *(["--invert"] if improvement else []),
         *asv_args,
         span,
@@ -636,38 +697,59 @@ def find(
     )
     values = _cell_values(conf, machine, benchmark, shape, strategy)
     searched = [good, *commits]
-    runs = len(re.findall(r"For \S+ commit [0-9a-f]+", output))  # asv's line per commit run
+    logs = _logs(output)
+    runs = len(logs)  # asv's line per commit run
     answer = re.search(r"Greatest (?:regression|improvement) found: ([0-9a-f]+)", output)
+    cell = (benchmark, shape, strategy)
     if status != 0 or answer is None:
         failed = tuple(c for c in searched if c in values and math.isnan(values[c][0]))
-        return Finding(
-            None, runs, failed, f"asv find exited {status} without an answer (its log is above)"
-        )
+        problem = f"asv find exited {status} without an answer (its log is above)"
+        found = Finding(None, runs, failed, problem)
+        return _or_failure(found, config, machine, searched, values, logs, cell)
     named = resolve(repo, answer.group(1))
     before = _git(repo, "rev-parse", f"{named}^")
     # asv names the only commit of a two-commit search without measuring either: measure them
     unmeasured = [c for c in (before, named) if c not in values]
-    if unmeasured:
-        run_commits(config, machine, unmeasured, ("--bench", regex))
-        values = _cell_values(conf, machine, benchmark, shape, strategy)
-        runs += len(unmeasured)
+    for commit in unmeasured:
+        logs.update(_run_cell(config, machine, commit, regex))
+    values.update(_cell_values(conf, machine, benchmark, shape, strategy))
+    runs += len(unmeasured)
     failed = tuple(c for c in searched if c in values and math.isnan(values[c][0]))
-    if math.isnan(values.get(named, (math.nan, True))[0]):
-        return Finding(None, runs, failed, f"asv named {named[:8]}, which has no figure")
-    old, new = values.get(before, (math.nan, True))[0], values[named][0]
-    if math.isnan(old):
-        return Finding(None, runs, failed, f"the parent of {named[:8]} has no figure to compare")
-    verdict = judge(METRICS[benchmark], old, new)
-    wanted = "improved" if improvement else "regressed"
-    if verdict != wanted:
-        return Finding(
-            None,
-            runs,
-            failed,
+    old, new = values.get(before, (math.nan, True))[0], values.get(named, (math.nan, True))[0]
+    if math.isnan(new):
+        problem = f"asv named {named[:8]}, which has no figure"
+    elif math.isnan(old):
+        problem = f"the parent of {named[:8]} has no figure to compare"
+    else:
+        verdict = judge(METRICS[benchmark], old, new)
+        wanted = "improved" if improvement else "regressed"
+        if verdict == wanted:
+            return Finding(named, runs, failed, None)
+        problem = (
             f"the step found, {named[:8]}, is not {wanted} against its parent ({old:g} -> "
-            f"{new:g}: {verdict})",
+            f"{new:g}: {verdict})"
         )
-    return Finding(named, runs, failed, None)
+    found = Finding(None, runs, failed, problem)
+    return _or_failure(found, config, machine, searched, values, logs, cell)
+
+
+def _or_failure(
+    found: Finding,
+    config: Path,
+    machine: str,
+    searched: list[str],
+    values: dict,
+    logs: dict,
+    cell: tuple,
+) -> Finding:
+    """``found`` (no checked answer), or, where a commit of the range fails the cell, the first
+    such commit and its error (``_first_failure``): a failed cell is the range's first bad
+    commit that asv's search, which takes no failure for a value, cannot name."""
+    first = _first_failure(config, machine, searched, values, logs, cell)
+    if first is None:
+        return found
+    commit, reason, runs = first
+    return Finding(commit, found.runs + runs, found.failed, None, reason)
 
 
 def pr_config(config: Path) -> Path:
@@ -692,8 +774,10 @@ def pr(
 ) -> int:
     """The engine PR ``head`` against its merge base with ``base``: ``asv continuous`` (every
     figure of both, exact ones judged exactly), the paired A/B timing (``benchmarks.
-    engine_paired``: the time verdict), the verdict and PR comment (``moe_bench.compare``).
-    Exit 0 nothing regressed or failed, 1 a regression or failure, 2 missing results."""
+    engine_paired``: the time verdict of every format's engine cell), the verdict and PR
+    comment (``moe_bench.compare``, the engine's own cells judged, the reference cells shown).
+    Exit 0 nothing regressed or failed, 1 a regression or failure (the comment's "passed" or
+    "FAILED" and nothing else decides), 2 missing results."""
     from .compare import PairedError, compare_commits, gate_failed, load_paired
     from .report import comment_markdown
     from .results import ResultsError, load_results
@@ -708,7 +792,7 @@ def pr(
     bench_args = ("--bench", bench) if bench else ()
     out.mkdir(parents=True, exist_ok=True)
     _say("pr", f"{subject(repo, head)} against its merge base {subject(repo, base)}")
-    asv_status = _asv(
+    _asv(
         pr_conf,
         "continuous",
         "--machine",
@@ -723,7 +807,8 @@ def pr(
     record_suite_commit(results, [base, head], conf.suite_commit)
     _say("pr", f"paired timing of {base[:8]} and {head[:8]}, alternated")
     paired = out / "paired.json"
-    paired_status = subprocess.run(
+    paired.unlink(missing_ok=True)  # an earlier run's is no verdict of this one
+    subprocess.run(
         [
             sys.executable,
             "-m",
@@ -736,21 +821,19 @@ def pr(
             *bench_args,
         ],
         cwd=ROOT,
-    ).returncode
+    )
     try:
         frame = load_results(results, machine=machine)
         threshold, rows = load_paired(paired, base, head)
     except (ResultsError, PairedError) as err:
         _say("pr", f"missing or corrupt results: {err}")
         return 2
-    table = compare_commits(frame, base, head, rows)
+    # The verdict is the table's alone: asv's and the paired run's exit statuses judge cells the
+    # table keeps out (asv's: the reference cells' times) or has as rows (the paired run's).
+    table = compare_commits(frame, base, head, rows, engine=conf.engine)
     report = comment_markdown(table, base, head, paired_threshold=threshold)
     (out / "pr-comment.md").write_text(report)
     print(report)
-    failed = gate_failed(table) or asv_status >= 2 or paired_status != 0
-    _say(
-        "pr",
-        f"PR comment: {out / 'pr-comment.md'}; {'FAILED' if failed else 'passed'} "
-        f"(asv exit {asv_status}, paired exit {paired_status})",
-    )
+    failed = gate_failed(table)
+    _say("pr", f"PR comment: {out / 'pr-comment.md'}; {'FAILED' if failed else 'passed'}")
     return 1 if failed else 0

@@ -39,6 +39,7 @@ from moe_suite.metrics import (
     steady,
 )
 
+from .compare import REFERENCE
 from .document import Block, Cell, Image, Link, to_html, to_markdown
 from .engine_page import EngineAxis, engine_blocks
 from .gate import failed_benchmarks
@@ -496,9 +497,11 @@ def comment_markdown(
     ``table`` has ``compare.VERDICT_COLUMNS``; ``base``/``head`` are the commits' hashes;
     ``paired_threshold`` the paired run's threshold (None: no paired run). The verdict line
     counts the failing rows by status; every failing row is listed, then the table in human
-    units, failing rows first. Points skipped in both commits (not selected with ``-b``, or not
-    runnable on this machine) are counted, not listed: a subset run would otherwise bury the
-    figures under hundreds of empty rows.
+    units, failing rows first, each named by its format, figure, shape and strategy. Points
+    skipped in both commits (not selected with ``-b``, or not runnable on this machine) are
+    counted, not listed: a subset run would otherwise bury the figures under hundreds of empty
+    rows. An engine PR's reference cells (``compare.REFERENCE``) are shown and counted, never
+    judged.
     """
     failing = table[table["failing"]]
     counts = failing["status"].value_counts()
@@ -508,7 +511,7 @@ def comment_markdown(
         else "passed"
     )
     rows = "".join(
-        f"- `{_name(row.benchmark)}` {row.shape or ''} {row.strategy or ''}: "
+        f"- {_title(row.format)} `{_name(row.benchmark)}` {row.shape or ''} {row.strategy or ''}: "
         f"{row.status}{_why(row)}\n"
         for row in failing.itertuples()
     )
@@ -523,9 +526,11 @@ def comment_markdown(
             f"interval lies above {paired_threshold:g})"
         )
     skipped = table["status"] == "n/a"
+    references = int((table["status"] == REFERENCE).sum())
     table = table[~skipped]
     shown = pd.DataFrame(
         {
+            "format": table["format"].map(_title),
             "benchmark": table["benchmark"].map(_name),
             "shape": table["shape"].fillna(""),
             "strategy": table["strategy"].fillna(""),
@@ -559,11 +564,21 @@ def comment_markdown(
             if skipped.any()
             else ""
         )
+        + (
+            f"\n{references} figures of this suite's reference cells ({REFERENCE}: the same "
+            "code at both commits) are shown, not judged.\n"
+            if references
+            else ""
+        )
     )
 
 
 def _name(benchmark: str) -> str:
     return METRICS[benchmark].short
+
+
+def _title(fmt: str) -> str:
+    return FORMAT_TITLES.get(fmt, fmt)
 
 
 def _why(row) -> str:

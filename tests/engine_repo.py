@@ -11,7 +11,10 @@ installed flashinfer-python's):
 - ``inplace``: vLLM #54699, in place through a one-expert scratch (0.31.0 - 0.33.0);
 - ``per_expert``: the per-expert clone/list/stack brought back behind today's signature: the
   regression a pull request could make (what the PR command and ``find`` must catch);
-- ``broken``: a commit whose package does not import (a failing commit inside a bisected range).
+- ``broken``: a commit whose package does not import (a failing commit inside a bisected range);
+- pull requests on ``inplace``: ``inplace_doc``, a docstring edit; ``inplace_clone``, a copy of
+  w13 first (``w13_weight = w13_weight.clone()``: no longer in place, its code still reads so);
+  ``inplace_slow``, a sleep per expert (time only).
 
 Beside it, every commit has vLLM's FP8 per-tensor preparation,
 ``prepare_fp8_moe_layer_for_fi`` (the parameters ``moe_convert.formats.preparations``' adapter
@@ -34,6 +37,8 @@ from pathlib import Path
 MODULE = "vllm/model_executor/layers/quantization/utils/flashinfer_utils.py"
 
 _HEAD = '''"""A stand-in for vLLM's flashinfer_utils (tests/engine_repo.py)."""
+
+import time
 
 import torch
 
@@ -206,6 +211,24 @@ def convert_moe_weights_to_flashinfer_trtllm_block_layout(
 raise ImportError("this commit of the stand-in engine is broken on purpose")
 """,
 }
+# Pull requests on the in-place form: a docstring edit (nothing changes); a copy of w13 first,
+# so that its result is no view of its input (the in-place contract broken, issue 37); a sleep
+# per expert (time only: no byte or launch changes).
+_INPLACE_DOC = (
+    '"""vLLM #54699 (0.31.0): in place through a one-expert scratch; views of the inputs."""'
+)
+assert _INPLACE_DOC in _FORMS["inplace"]
+_FORMS["inplace_doc"] = _FORMS["inplace"].replace(
+    _INPLACE_DOC, '"""Converts in place (vLLM #54699), one expert at a time through a scratch."""'
+)
+_FORMS["inplace_clone"] = _FORMS["inplace"].replace(
+    "    _check(w13_weight, w2_weight)\n",
+    "    _check(w13_weight, w2_weight)\n    w13_weight = w13_weight.clone()\n",
+)
+_FORMS["inplace_slow"] = _FORMS["inplace"].replace(
+    "            expert.view(-1).copy_(scratch.view(-1))\n",
+    "            expert.view(-1).copy_(scratch.view(-1))\n            time.sleep(0.005)\n",
+)
 FORMS = tuple(_FORMS)
 
 _SETUP = """from setuptools import find_packages, setup

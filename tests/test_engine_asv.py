@@ -61,10 +61,11 @@ def history(tmp_path_factory):
     """The tiny engine's history, its config (asv.engine-vllm.conf.json) and the commits by name.
 
     main: legacy -> preallocated -> inplace -> a FlashInfer pin the index lacks (``u1``) -> docs,
-    no pin (``u2``); branch ``ok``: a docs commit on ``u2``; branch ``regress``: docs, the
-    per-expert form back (``bad``), docs, docs;
-    branch ``broken``: a commit that does not import, its fix, the per-expert form (``bad2``);
-    branch ``fp8copy``: an extra full copy of w13 in vLLM's FP8 per-tensor rotation (``fp8bad``).
+    no pin (``u2``); on ``u2``, branch ``ok``: a docstring edit of the converter; ``clone``: a
+    copy of w13 before the in-place converter (its contract broken); ``slow``: a sleep per expert
+    (time only); ``regress``: docs, the per-expert form back (``bad``), docs, docs; ``broken``: a
+    commit that does not import, its fix, the per-expert form (``bad2``); ``fp8copy``: an extra
+    full copy of w13 in vLLM's FP8 per-tensor rotation (``fp8bad``).
     """
     if missing("flashinfer"):  # the tiny engine imports FlashInfer's helpers, as vLLM does
         pytest.skip(missing("flashinfer"))
@@ -90,7 +91,9 @@ def history(tmp_path_factory):
     )
     date = 1_800_000_000
     for branch, changes in (
-        ("ok", [("ok", Commit("inplace", "0.31.0", "docs: a PR that changes nothing"))]),
+        ("ok", [("ok", Commit("inplace_doc", "0.31.0", "docs: a docstring edit"))]),
+        ("clone", [("clone", Commit("inplace_clone", "0.31.0", "copy w13 before converting"))]),
+        ("slow", [("slow", Commit("inplace_slow", "0.31.0", "a sleep per expert"))]),
         (
             "regress",
             [
@@ -315,14 +318,23 @@ def test_the_per_expert_form_back_fails_the_pr(history):
     assert re.search(r"Traffic.track_launches.*vllm: regressed", comment)
     # the merge base, not main's tip, is the base
     assert f"`{hashes['u2'][:8]}` (base)" in comment or hashes["u2"][:8] in comment
+    assert "BF16 `PeakMemory.track_peak_transient_bytes` qwen3-235b-a22b/tp4 vllm: " in comment
+    # the transcriptions are the same code at both commits: shown, never judged
+    assert not re.search(r"(legacy|preallocated|inplace): (regressed|failed)", comment)
+    assert re.search(r"\| preallocated +\|.*\| reference +\|", comment), comment
     paired = json.loads((out / "paired.json").read_text())
     assert (paired["base"], paired["head"]) == (hashes["u2"], hashes["bad"])
-    verdicts = {row["strategy"]: row["verdict"] for row in paired["rows"]}
-    assert verdicts == {"vllm": "regressed"}  # the engine's own code; the rest is the same
+    # the engine's own cell of every grid (the rest is the same code); where the tiny engine
+    # has no such function, n/a in both
+    verdicts = {row["format"]: row["verdict"] for row in paired["rows"]}
+    assert {row["strategy"] for row in paired["rows"]} == {"vllm"}
+    assert verdicts.pop("bf16") == "regressed"
+    assert verdicts.pop("fp8") != "failed"
+    assert set(verdicts.values()) == {"n/a"}
 
 
 @PULLS
-def test_an_unchanged_engine_commit_passes_the_pr(history):
+def test_a_docstring_edit_passes_the_pr(history):
     home, config, hashes = history
     out = home / "pr-ok"
     done = _moe_bench(
@@ -331,6 +343,58 @@ def test_an_unchanged_engine_commit_passes_the_pr(history):
     )  # fmt: skip
     assert done.returncode == 0, (out / "pr-comment.md").read_text()
     assert (out / "pr-comment.md").read_text().startswith("## PR gate: passed")
+    verdict = done.stderr.strip().splitlines()[-1]  # nothing beside it to contradict it
+    assert verdict.endswith("; passed") and "exit" not in verdict
+
+
+@PULLS
+def test_a_copy_before_the_in_place_converter_fails_as_the_breach_it_is(history):
+    """The PR's converter returns new tensors where its code reads as in place: the verdict says
+    the PR broke the contract, in those words, and still gives the peak it costs."""
+    home, config, hashes = history
+    out = home / "pr-clone"
+    done = _moe_bench(
+        home, "engine-pr", "--config", str(config), "main", hashes["clone"], "--machine", MACHINE,
+        "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    comment = (out / "pr-comment.md").read_text()
+    assert comment.startswith("## PR gate: FAILED")
+    assert re.search(r"BF16 `PeakMemory.track_peak_transient_bytes` \S+ vllm: regressed", comment)
+    assert (
+        "no longer honours the in place (#54699) form its code reads as: it returned new tensors"
+        in comment
+    )
+    assert "the adapter's reading of its code is wrong" not in comment
+
+
+@PULLS
+def test_find_names_the_first_commit_whose_cell_fails_and_why(history):
+    home, config, hashes = history
+    done = _moe_bench(
+        home, "engine-find", "--config", str(config), hashes["u2"], "clone", "layer_seconds",
+        "--machine", MACHINE,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(f"first failure: {hashes['clone'][:7]} copy w13 before")
+    assert "no longer honours the in place (#54699) form" in done.stdout
+
+
+@HISTORY
+def test_a_time_only_change_is_judged_by_the_paired_rows(history):
+    home, config, hashes = history
+    out = home / "pr-slow"
+    done = _moe_bench(
+        home, "engine-pr", "--config", str(config), "main", hashes["slow"], "--machine", MACHINE,
+        "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    comment = (out / "pr-comment.md").read_text()
+    assert comment.startswith("## PR gate: FAILED"), comment
+    assert "- BF16 `paired.time_ratio` qwen3-235b-a22b/tp4 vllm: regressed" in comment
+    # no byte or launch moved: only time rows fail
+    failing = [line for line in comment.splitlines() if line.startswith("- ")]
+    assert all("`paired.time_ratio`" in line for line in failing), failing
 
 
 @HISTORY
@@ -347,8 +411,8 @@ def test_an_extra_copy_in_a_quantized_preparation_fails_the_pr(history):
     comment = (out / "pr-comment.md").read_text()
     assert comment.startswith("## PR gate: FAILED")
     fp8 = r"llama-4-maverick-fp8/tp8 vllm: regressed"
-    assert re.search(r"PeakMemory.track_peak_transient_bytes` " + fp8, comment), comment
-    assert re.search(r"Traffic.track_traffic_bytes` " + fp8, comment), comment
+    assert re.search(r"FP8 per-tensor `PeakMemory.track_peak_transient_bytes` " + fp8, comment)
+    assert re.search(r"FP8 per-tensor `Traffic.track_traffic_bytes` " + fp8, comment), comment
     assert "track_peak_transient_bytes` qwen3-235b-a22b/tp4" not in comment
 
 

@@ -203,3 +203,25 @@ def test_the_reload_class_is_read_from_the_cell_with_its_reason(suite, capsys):
     assert capsys.readouterr().err == (
         f"{shape} fp8-legacy: not reload-safe: direct: w13 in new storage (E2 H64 I64)\n"
     )
+
+
+def test_the_pr_times_the_engines_own_cell_of_every_grid(suite):
+    """``engine_paired.cells``: the cell named as the engine in every grid that has it, at the
+    grid's shapes (vLLM: BF16's and every adapter's; FlashInfer: BF16's), selected by its
+    format's names of the timed figures."""
+    import re
+
+    from benchmarks import engine_paired
+
+    grids = suite["bench_engine"].GRIDS
+    assert engine_paired.cells("vllm") == [
+        (fmt, shape, "vllm") for fmt, grid in grids.items() for shape in grid.shapes
+    ]
+    assert engine_paired.cells("flashinfer") == [("bf16", "qwen3-235b-a22b/tp4", "flashinfer")]
+    assert engine_paired.cells("vllm", re.compile(r"bench_fp8\.LayerTime")) == [
+        ("fp8", "llama-4-maverick-fp8/tp8", "vllm")
+    ]
+    assert engine_paired.judged("fp8") == (
+        "bench_fp8.LayerTime.track_layer_seconds",
+        "bench_fp8.LayerTime.track_copy_ratio",
+    )

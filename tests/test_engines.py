@@ -39,10 +39,12 @@ from moe_convert.formats.engines import (
     Engine,
     FunctionCode,
     check_engine,
+    form_breaches,
     registered_form,
 )
 from moe_convert.formats.preparations import PREPARATIONS, register_preparations
 from moe_convert.load.refit import reload_safety
+from moe_convert.measuring.memory import strategy_memory
 
 
 def requires_engine(engine: Engine) -> pytest.MarkDecorator:
@@ -304,6 +306,21 @@ def test_vllm_result_against_its_code_is_an_error(fake_vllm):
     w13, w2 = random_weights((2, 256, 256), (2, 256, 128))
     with pytest.raises(RuntimeError, match="returned new tensors, but its code read as the in"):
         convert(Layer(w13, w2), strategy=VLLM.strategy, gated=True)
+
+
+def test_an_engine_commit_that_breaks_its_form_is_measured_and_named(fake_vllm):
+    """The same call in the engine suite (``form_breaches``: an engine's commit measured) is the
+    engine's breach, not the adapter's misreading: said in those words, and the call measured as
+    it ran (its new tensors are its peak)."""
+    fake_vllm("0.31.0", SAYS_IN_PLACE)
+    shape = LayerShape("check", 1, 4, 512, 256, 1)
+    with form_breaches() as breaches:
+        peak = strategy_memory(shape, VLLM.strategy, device="meta").peak_bytes
+    assert breaches == [
+        "vllm 0.31.0's convert_moe_weights_to_flashinfer_trtllm_block_layout no longer honours "
+        "the in place (#54699) form its code reads as: it returned new tensors"
+    ]
+    assert peak >= shape.layer_bytes
 
 
 @pytest.mark.parametrize(

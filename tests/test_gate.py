@@ -549,3 +549,28 @@ def test_summary_names_the_failed_cells(tmp_path):
         "## Failed: 1 figure(s)\n\n- `bench_convert.LayerTime.track_copy_ratio deepseek-v3/tp4 "
         "strided_copy on cpu-box at aaaaaaaa`\n"
     ) in text
+
+
+def test_an_engine_prs_reference_cells_are_shown_not_judged(tmp_path):
+    """In an engine PR (``compare_commits(engine=...)``) only the engine's own cells are judged:
+    a peak rise of a cell of another strategy (this suite's transcription: the same code at both
+    commits) is ``reference``, a skipped one stays n/a; the engine's own rise fails, named by
+    its format in the comment."""
+    from moe_bench.compare import compare_commits
+    from moe_bench.report import comment_markdown
+
+    # (shape, strategy) order: qwen3 strided_copy, qwen3 flashinfer, deepseek ..., deepseek ...
+    base = {**GOOD, PEAK: [1000.0, 2000.0, 5000.0, math.nan]}
+    write_results(tmp_path, BASE, base)
+    write_results(
+        tmp_path, HEAD, {**GOOD, PEAK: [2000.0, 4000.0, 5000.0, math.nan]}, date=1_700_000_100_000
+    )
+    table = compare_commits(load_results(tmp_path), BASE, HEAD, engine="strided_copy")
+    status = table.set_index(["benchmark", "shape", "strategy"])["status"]
+    assert status[PEAK, "qwen3-30b-a3b/tp2", "strided_copy"] == "regressed"
+    assert status[PEAK, "qwen3-30b-a3b/tp2", "flashinfer"] == "reference"
+    assert status[PEAK, "deepseek-v3/tp4", "flashinfer"] == "n/a"  # skipped stays skipped
+    text = comment_markdown(table, BASE, HEAD)
+    assert text.startswith("## PR gate: FAILED: 1 regressed\n")
+    assert "- BF16 `PeakMemory.track_peak_transient_bytes` qwen3-30b-a3b/tp2 strided_copy: " in text
+    assert "are shown, not judged" in text

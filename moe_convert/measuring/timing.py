@@ -35,7 +35,9 @@ __all__ = [
     "LayerTiming",
     "Timing",
     "calibration_copy",
+    "conversion",
     "cpu_threads",
+    "restore",
     "time_call",
     "time_interleaved",
     "time_layer",
@@ -277,7 +279,7 @@ def time_layer(
     Memory needed on ``device``: the layer, the copy destination, the strategy's peak transient,
     and for in-place strategies a pristine copy of the layer.
     """
-    tensors, run, inplace = _conversion(shape, strategy, torch.device(device))
+    tensors, run, inplace = conversion(shape, strategy, torch.device(device))
     return time_interleaved(
         shape,
         strategy,
@@ -291,12 +293,14 @@ def time_layer(
     )
 
 
-def _conversion(
+def conversion(
     shape: LayerShape, strategy: str, device: torch.device
 ) -> tuple[list[torch.Tensor], Callable[[], object], bool]:
     """A fresh, seeded layer of what ``strategy`` takes for ``shape`` (``strategy_input``) on
     ``device`` (every tensor of it), one conversion of it with ``strategy`` (its caches warmed)
-    and whether that conversion is in place."""
+    and whether that conversion is in place (then ``restore`` the tensors before each call):
+    what ``time_layer`` times, and each side of the engine PR's paired timing
+    (``engine_benchmarks/worker.py``). New tensors, the same bytes on every call."""
     layer = strategy_input(shape, strategy, device)
     warm_layer_strategy(shape, strategy, layer.w13.device)
     return (
@@ -334,17 +338,12 @@ def time_interleaved(
         for dst, src in zip(copies, tensors, strict=True):
             dst.copy_(src)
 
-    pristine = [t.clone() for t in tensors] if inplace else None
-
-    def restore() -> None:
-        for dst, src in zip(tensors, pristine or (), strict=False):
-            dst.copy_(src)
-
+    pristine = [t.clone() for t in tensors] if inplace else []
     copy_samples, strategy_samples, faults = [], [], []
     with cpu_threads(threads, device=device) as used_threads:
         for call in range(warmup + repeats):
             copy_seconds, _ = time_once(copy, device)
-            restore()
+            restore(tensors, pristine)
             strategy_seconds, strategy_faults = time_once(run, device)
             if call >= warmup:
                 copy_samples.append(copy_seconds)
@@ -360,6 +359,13 @@ def time_interleaved(
         threads=used_threads,
         model_experts=model_experts,
     )
+
+
+def restore(tensors: list[torch.Tensor], pristine: list[torch.Tensor]) -> None:
+    """Copy ``pristine`` back into ``tensors`` (an in-place conversion's input, before each
+    timed call, untimed); nothing where ``pristine`` is empty (an out-of-place one's)."""
+    for dst, src in zip(tensors, pristine, strict=bool(pristine)):
+        dst.copy_(src)
 
 
 #: Bytes of the calibration copy: far above CPU caches and GPU L2, far below any device's memory.
