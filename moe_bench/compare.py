@@ -2,9 +2,10 @@
 
 Each figure is judged by its rule in the metrics table (``moe_suite.metrics``): ``exact``
 figures (bytes, launches, traffic, experts, retries) fail on any change for the worse;
-``paired`` (time-derived) figures are decided by the paired run when ``--paired`` is given
-(``benchmarks.paired``: base and head alternated in one process, a confidence interval on the
-head/base time ratio) and are then shown as ``info (decided by paired)``; without it they
+``paired`` (time-derived) figures the paired run times (one layer's conversion,
+``metrics.PAIRED_CLASS``) are decided by it when ``--paired`` is given (``benchmarks.paired``:
+base and head alternated in one process, a confidence interval on the head/base time ratio) and
+are then shown as ``info (decided by paired)``; without it, and always for the others, they
 regress beyond ``metrics.NOISE_FACTOR``, absolute seconds only when the two runs' hosts look
 alike (``moe_bench.hardware``; else ``info (other hardware)``: the copy ratio decides);
 ``info`` figures are never judged. The paired file's

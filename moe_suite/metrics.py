@@ -44,6 +44,7 @@ __all__ = [
     "COPY_RATIO",
     "PEAK_BYTES",
     "WHOLE_MODEL",
+    "PAIRED_CLASS",
     "PAIRED_TIME",
     "ENGINE_FIGURES",
     "FORMAT_CLASSES",
@@ -152,6 +153,11 @@ class Metric:
         return self.rule == PAIRED and self.unit == "ratio"
 
     @property
+    def paired_run(self) -> bool:
+        """Whether a PR's paired run times this figure: ``PAIRED_CLASS``'s time-derived ones."""
+        return self.rule == PAIRED and self.benchmark.split(".")[1:2] == [PAIRED_CLASS]
+
+    @property
     def short(self) -> str:
         """The name without its ``bench_*`` module: ``PeakMemory.track_peak_transient_bytes``."""
         module, _, rest = self.benchmark.partition(".")
@@ -235,6 +241,11 @@ REFIT_TIME = "bench_refit.RefitTime"
 REFIT_TIME_WAYS = ("direct", "streamed")
 #: The paired A/B result's row in the PR verdict (not an asv benchmark: ``benchmarks.paired``).
 PAIRED_TIME = "paired.time_ratio"
+#: The class whose figures the paired runs time (``benchmarks.paired``,
+#: ``benchmarks.engine_paired``: one layer's conversion): in a PR with a paired file they are
+#: decided by it. Every other time-derived figure (a refit's, a rank load's run on CUDA) is not
+#: timed there, so it keeps the unpaired rule in that PR too, never left unjudged.
+PAIRED_CLASS = "LayerTime"
 
 _TABLE = [
     # In summary column order (the speed-up over legacy follows the time).
@@ -496,8 +507,9 @@ def judge(
 ) -> str:
     """The verdict on one figure going from ``base`` to ``head`` (both finite, in ``m.unit``).
 
-    ``info`` for an ``info`` figure; ``info (decided by paired)`` for a ``paired`` figure when
-    ``paired`` (a paired run judges time); ``info (other hardware)`` for absolute seconds
+    ``info`` for an ``info`` figure; ``info (decided by paired)`` for a ``paired`` figure the
+    paired run times (``Metric.paired_run``) when ``paired`` (a paired run judges the PR's
+    time); ``info (other hardware)`` for absolute seconds
     (``m.host_bound``) when the head run's same-size copies took ``copy_scale`` times the base
     run's and that is not ``same_hardware`` (the copy ratio is judged instead); otherwise
     ``same``, ``improved``, ``regressed`` (worse beyond ``m.factor``, or, for a ratio within one
@@ -508,7 +520,7 @@ def judge(
     """
     if m.rule == INFO:
         return "info"
-    if m.rule == PAIRED and paired:
+    if paired and m.paired_run:
         return "info (decided by paired)"
     if m.host_bound and not same_hardware(copy_scale):
         return "info (other hardware)"

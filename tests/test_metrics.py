@@ -178,6 +178,17 @@ def test_judge(rule, base, head, paired, status):
     assert judge(m, base, head, paired=paired) == status
 
 
+def test_a_time_figure_no_paired_run_times_keeps_the_unpaired_rule_beside_one():
+    """A refit's copy ratio is not timed by the paired runs (they time ``LayerTime``): in a PR
+    with a paired file it is still judged, by ``NOISE_FACTOR``, never left as decided there."""
+    refit = METRICS["bench_refit.RefitTime.track_streamed_copy_ratio"]
+    layer = METRICS["bench_convert.LayerTime.track_copy_ratio"]
+    assert layer.paired_run and not refit.paired_run
+    assert judge(refit, 1.0, NOISE_FACTOR * 1.01, paired=True) == "regressed"
+    assert judge(refit, 1.0, NOISE_FACTOR * 0.99, paired=True) == "same"
+    assert judge(layer, 1.0, 10.0, paired=True) == "info (decided by paired)"
+
+
 @pytest.mark.parametrize(
     ("benchmark", "copy_scale", "status"),
     [
