@@ -287,7 +287,12 @@ def figure_steps(rows: pd.DataFrame) -> dict[int, dict[str, tuple[str, float]]]:
                 verdict = judge(m, previous[0], row.value)
                 status = verdict if verdict in ("regressed", "improved", "changed") else None
             if status is not None:
-                change = row.value / previous[0] if previous and not previous[1] else math.nan
+                # no ratio from 0 (a reload class's 0 -> 1): the cell says its status instead
+                change = (
+                    row.value / previous[0]
+                    if previous and not previous[1] and previous[0]
+                    else math.nan
+                )
                 steps.setdefault(row.order, {})[figure] = (status, change)
             previous = (row.value, row.failed)
     return steps

@@ -57,6 +57,17 @@ def test_a_failing_cell_is_a_step_and_so_is_its_return_n_a_is_none():
     assert set(steps) == {1, 4}  # the second failure and the n/a commit are no step
 
 
+def test_a_reload_class_steps_both_ways_without_a_ratio():
+    """A class is 0 or 1 (``Refit.track_reload_safe``): its step from 0 has no ratio (it was a
+    division by zero), and each way is judged by its direction, 1 -> 0 worse."""
+    safe = "bench_fp8.Refit.track_reload_safe"
+    steps = figure_steps(_cell({safe: [0.0, 1.0, 1.0, 0.0]}))
+    (up,), (down,) = steps[1].values(), steps[3].values()
+    assert up[0] == "improved" and math.isnan(up[1])
+    assert down == ("regressed", 0.0)
+    assert set(steps) == {1, 3}
+
+
 def test_the_table_lists_the_first_the_steps_and_the_newest_commit():
     commits = [EngineCommit(str(i) * 40, f"v0.{i}.0", f"release {i}") for i in range(5)]
     rows = _cell({PEAK: [math.nan, 100.0, 100.0, 200.0, 200.0]})
