@@ -81,7 +81,9 @@ def test_a_faulty_cell_costs_only_itself(clean, fault, reason):
         return formats._traffic(shape, strategy)
 
     started = time.monotonic()
-    measured = _grid(measure, timeout_s=5)
+    # a short time box for the hang alone: a worker forked under CI's load once passed 5 s before
+    # its cell's segfault ran, and was stopped by the box instead (a fault read as another)
+    measured = _grid(measure, timeout_s=5 if fault == "hang" else 30)
     assert time.monotonic() - started < 60
     assert reason in measured[FAULTY]
     assert {cell: value for cell, value in measured.items() if cell != FAULTY} == {
