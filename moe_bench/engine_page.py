@@ -6,10 +6,10 @@ change, and how. ``engine_blocks`` says it as ``moe_bench.document`` blocks, whi
 ``report.write_front_page`` renders as the dashboard's front page (the main suite's page, the same
 template and links, the blocks on the engine axis): the engine, its branch and the measured range
 in the title; when the newest commit was measured (asv's ``started_at``: a result's ``date`` is the
-commit's); per format (``FORMAT_TITLES``' order) the engine's own cell (``engine.reference_cell``)
-at the first measured commit, at each commit where a figure of it stepped, with the commit's
-subject, and at the newest; then the reference lines at the newest commit, never judged (the
-same code at every commit of the engine).
+commit's); per format (``moe_suite.formats.titled``' order) the engine's own cell
+(``engine.reference_cell``) at the first measured commit, at each commit where a figure of it
+stepped, with the commit's subject, and at the newest; then the reference lines at the newest
+commit, never judged (the same code at every commit of the engine).
 
 A step: an exact figure's any change; a time-derived one's by the metrics table's rule for a
 history (``metrics.judge``: the copy ratio beyond ``NOISE_FACTOR``); absolute seconds never (one
@@ -30,7 +30,7 @@ import pandas as pd
 from asv.config import Config
 from asv.repo import get_repo
 
-from moe_suite.formats import FORMAT_TITLES
+from moe_suite.formats import titled
 from moe_suite.metrics import ENGINE_FIGURES, FAILING, METRICS, NOISE_FACTOR, judge
 
 from .document import NA, Block, Cell
@@ -193,10 +193,8 @@ def engine_blocks(
                 ),
             )
         )
-        for fmt, title in FORMAT_TITLES.items():
+        for fmt, title in titled(of_machine["format"].dropna()):
             rows = of_machine[of_machine["format"] == fmt]
-            if rows.empty:
-                continue
             shapes = ", ".join(f"`{s}`" for s in dict.fromkeys(rows["shape"]))
             reference = rows["strategy"].map(lambda s: reference_cell(s, engine))
             table, steps = history_table(rows[~reference], commits)

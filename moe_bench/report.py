@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from moe_suite.formats import FORMAT_TITLES
+from moe_suite.formats import FORMAT_TITLES, titled
 from moe_suite.loadtime import DeviceCosts, read_costs
 from moe_suite.metrics import (
     EXACT,
@@ -292,10 +292,8 @@ def format_blocks(table: pd.DataFrame) -> list[Block]:
                 text=tuple(_hardware_notes(rows)),
             )
         )
-        for fmt, title in FORMAT_TITLES.items():  # a table per format, BF16 first
+        for fmt, title in titled(rows["format"].dropna()):  # a table per format, BF16 first
             of_format = rows[rows["format"] == fmt]
-            if of_format.empty:
-                continue
             shown = of_format[["shape", "strategy"]].reset_index(drop=True)
             for column in _HEADERS:
                 shown[_HEADERS[column]] = [_cell(row, column) for _, row in of_format.iterrows()]
