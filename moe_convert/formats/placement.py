@@ -206,7 +206,7 @@ def _copies(move: Move, dims: tuple[int, ...], first: int, count: int) -> tuple[
 
 def copies_per_slice(move: Move, halves: int) -> int:
     """``copy_`` calls of one slice of a tensor delivered in ``halves`` (1 or 2): the same at
-    every size a format converts (Q's digits are; tests/test_placement.py), counted here on 256
+    every size a format converts (Q's digits are; tests/test_strided.py), counted here on 256
     rows (of 4 scale factors where the scales are swizzled)."""
     dims = (256, 4) if move.layout == "swizzle" else (256,)
     return len(_copies(move, dims, 0, 256 // halves))
