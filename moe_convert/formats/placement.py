@@ -18,11 +18,12 @@ clamped (lossy: the inverse leaves them clamped). Each move is thus a permutatio
 expert's elements, Q, and both directions follow from it:
 
 - ``place_expert``: one expert's checkpoint slices as a loader delivers them (``w1`` and ``w3``,
-  or ``w13``; ``w2``; scales, biases) scattered straight into their places in a converted layer
-  (``index_copy_`` by Q): no other expert touched, no scratch but MXINT4's (its slice XOR-ed).
+  or ``w13``; ``w2``; scales, biases) copied straight into their places in a converted layer
+  (Q's strided copies, ``strided.strided_copies``: one ``copy_`` per slice, two for a whole
+  swapped w13): no other expert touched, no scratch but MXINT4's (its slice XOR-ed).
 - ``restore``: each expert's converted bytes copied into a scratch of one expert (rows first),
-  then gathered by Q back into the same storage in checkpoint layout (``index_select(out=)``):
-  checkpoint-layout views of the converted tensors' own storage, as SGLang 0.5.23's
+  then copied back by the same strided copies, reversed, into the same storage in checkpoint
+  layout: checkpoint-layout views of the converted tensors' own storage, as SGLang 0.5.23's
   ``_restore_trtllm_bf16_canonical_layout`` does for BF16.
 
 Both are exact for every strategy's output of a format, since every strategy of a format
@@ -46,6 +47,7 @@ from .layout import BLOCK_K, SHUFFLE_BLOCK_TILE64
 from .registry import register
 from .rows import block_major_k, row_index, scale_index
 from .shape import LayerShape
+from .strided import StridedCopy, copy_strided, strided_copies
 
 __all__ = [
     "Move",
@@ -63,10 +65,14 @@ __all__ = [
     "view_problem",
 ]
 
-_CPU = torch.device("cpu")
 # A float32's high 16 bits, a widened bf16's bits, are bytes 2 and 3 of its 4 (little-endian,
 # as CPUs and CUDA devices are).
 _HIGH_HALF = slice(2, 4)
+
+
+#: A checkpoint layer's tensors by name as ``(shape, dtype)``: ``LayerShape.tensor_specs``,
+#: or ``specs_of(layer)``.
+Specs = Mapping[str, tuple[tuple[int, ...], torch.dtype]]
 
 
 @dataclass(frozen=True)
@@ -145,16 +151,16 @@ def empty_converted(shape: LayerShape, device: torch.device | str) -> Layer:
 
 
 @functools.cache
-def placement_index(
-    order: str, rows: int, cols: int, swizzle: bool, device: torch.device = _CPU
-) -> torch.Tensor:
+def placement_index(order: str | None, rows: int, cols: int, swizzle: bool) -> torch.Tensor:
     """Q: where each checkpoint row (``swizzle``: element of the ``[rows, cols]`` scale
-    matrix) of one expert lands in the converted expert, int64 ``[rows]`` (``[rows cols]``).
-    Cached; never write to it."""
+    matrix) of one expert lands in the converted expert, int64 ``[rows]`` (``[rows cols]``), on
+    CPU; ``order`` None: the rows kept. Cached; never write to it."""
+    if order is None:
+        return torch.arange(rows * cols if swizzle else rows)
     forward = scale_index(order, rows, cols) if swizzle else row_index(order, rows)
     inverse = torch.empty_like(forward)
     inverse[forward] = torch.arange(forward.numel())
-    return inverse.to(device)
+    return inverse
 
 
 def _rows_view(expert: torch.Tensor, move: Move) -> tuple[torch.Tensor, int]:
@@ -187,30 +193,37 @@ def _element_rows(view: torch.Tensor, move: Move, itemsize: int) -> torch.Tensor
     return view.reshape(-1, itemsize) if move.layout == "swizzle" else view
 
 
-def _index(move: Move, dims: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """Q of one expert of checkpoint shape ``dims`` (``[M, ...]``)."""
-    cols = dims[1] if len(dims) > 1 else 1
-    return placement_index(move.order, dims[0], cols, move.layout == "swizzle", device)
+@functools.cache
+def _copies(move: Move, dims: tuple[int, ...], first: int, count: int) -> tuple[StridedCopy, ...]:
+    """The strided copies of checkpoint rows ``first`` to ``first + count`` of one expert of
+    checkpoint shape ``dims`` (``[M, ...]``; a swizzled scale's positions are its elements, by
+    row) into the converted expert: ``strided_copies`` of that part of Q. Cached."""
+    swizzle = move.layout == "swizzle"
+    per_row = dims[1] if swizzle else 1
+    index = placement_index(move.order, dims[0], per_row, swizzle)
+    return strided_copies(index[first * per_row : (first + count) * per_row])
+
+
+def copies_per_slice(move: Move, halves: int) -> int:
+    """``copy_`` calls of one slice of a tensor delivered in ``halves`` (1 or 2): the same at
+    every size a format converts (Q's digits are; tests/test_strided.py), counted here on 256
+    rows (of 4 scale factors where the scales are swizzled)."""
+    dims = (256, 4) if move.layout == "swizzle" else (256,)
+    return len(_copies(move, dims, 0, 256 // halves))
 
 
 def _place(converted: torch.Tensor, slices: list[tuple[int, torch.Tensor]], move: Move,
            dims: tuple[int, ...], itemsize: int) -> None:  # fmt: skip
-    """Scatter ``slices`` (``(first row, checkpoint rows)``) of one expert whose checkpoint
-    shape is ``dims`` (``[M, ...]``) into ``converted``, its converted expert."""
+    """Copy ``slices`` (``(first row, checkpoint rows)``) of one expert whose checkpoint shape
+    is ``dims`` (``[M, ...]``) into ``converted``, its converted expert (``_copies``)."""
     rows = dims[0]
     view, dim = _converted_view(converted, move, rows)
     view = _element_rows(view, move, itemsize)
-    per_row = dims[1] if move.layout == "swizzle" else 1
-    index = None if move.order is None else _index(move, dims, converted.device)
     for first, part in slices:
         source, _ = _rows_view(part, move)
         if move.xor:  # into a scratch of the slice: the loader's tensor is only read
             source = torch.bitwise_xor(source, move.xor)
-        count = source.shape[dim]
-        if index is None:
-            view.narrow(dim, first * per_row, count).copy_(source)
-        else:
-            view.index_copy_(dim, index[first * per_row : first * per_row + count], source)
+        copy_strided(view, source, dim, _copies(move, dims, first, part.shape[0]))
     # Both idempotent: a tensor placed in several calls (w1, then w3) repeats them harmlessly.
     if move.widen:  # the float32's low half: zero, as a widened bf16's is
         converted.reshape(-1).view(torch.uint8).view(rows, 4)[:, :2].zero_()
@@ -232,13 +245,12 @@ def place_expert(converted: Layer, shape: LayerShape, expert: int, **slices: tor
     w13 in ``[w1; w3]`` halves may come as ``w1``, ``w3`` (``[I, H/epi]`` each) and its scales
     as ``w1_scale``, ``w3_scale``, as vLLM's loader delivers shards. Any subset, any order: a
     tensor of the expert is complete once all its rows have come. The slices are read, never
-    written. Peak transient: none (``index_copy_`` by Q, cached per row count and device), but
+    written. Peak transient: none (Q's strided copies, cached per tensor shape and slice), but
     for MXINT4 the slice being placed (XOR-ed first).
     ``ValueError`` naming the slice for an unknown name, a wrong shape or dtype, an expert out
     of range.
     """
-    plan = moves(shape.fmt, shape.gated)
-    specs = shape.tensor_specs
+    plan, specs = _expert_layout(shape)
     if not 0 <= expert < shape.experts:
         raise ValueError(f"expert {expert} is out of range: the layer has {shape.experts}")
     grouped: dict[str, list[tuple[int, torch.Tensor]]] = {}
@@ -267,6 +279,13 @@ def place_expert(converted: Layer, shape: LayerShape, expert: int, **slices: tor
     for name, parts in grouped.items():
         dims, dtype = specs[name]
         _place(converted[name][expert], parts, plan[name], dims[1:], dtype.itemsize)
+
+
+@functools.cache
+def _expert_layout(shape: LayerShape) -> tuple[dict[str, Move], Specs]:
+    """``moves`` and ``tensor_specs`` of a ``shape`` layer, cached (``place_expert`` reads them
+    on every call). Never write to them."""
+    return moves(shape.fmt, shape.gated), shape.tensor_specs
 
 
 def _shape_of(layer: Layer, gated: bool, fmt: Format) -> LayerShape:
@@ -304,11 +323,6 @@ def streaming(layer: Layer, gated: bool, fmt: Format) -> Layer:
     nothing else."""
     converted = empty_converted(_shape_of(layer, gated, fmt), layer.w13.device)
     return place_layer(converted, layer, gated, fmt)
-
-
-#: A checkpoint layer's tensors by name as ``(shape, dtype)``: ``LayerShape.tensor_specs``,
-#: or ``specs_of(layer)``.
-Specs = Mapping[str, tuple[tuple[int, ...], torch.dtype]]
 
 
 def specs_of(layer: Layer) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -369,8 +383,9 @@ def restore(converted: Layer, shape: LayerShape) -> Layer:
     ``Format.scale_min`` stay so). ``converted``'s own tensors no longer hold the converted
     layout afterwards. Per expert (ascending: a float32 bias's checkpoint is the first half of
     its storage) and tensor: the converted bytes copied into a scratch, rows first, then
-    gathered by Q into place. Peak transient: the scratch, one expert of the largest tensor
-    (``max(S13, S2)``). ``ValueError`` where the storage is too small (``view_problem``).
+    copied into place by ``place_expert``'s strided copies, reversed. Peak transient: the
+    scratch, one expert of the largest tensor (``max(S13, S2)``). ``ValueError`` where the
+    storage is too small (``view_problem``).
     """
     views = checkpoint_views(converted, shape.tensor_specs)
     plan = {n: m for n, m in moves(shape.fmt, shape.gated).items() if m.moves_bytes}
@@ -386,14 +401,11 @@ def restore(converted: Layer, shape: LayerShape) -> Layer:
             held.copy_(source)
             if move.xor:
                 held.bitwise_xor_(move.xor)
-            index = _index(move, tuple(checkpoint.shape), device)
             rows_first = _element_rows(held.reshape(held.shape[0], -1), move, itemsize)
             target_rows = _element_rows(checkpoint.view(torch.uint8).view(rows, -1), move,
                                         itemsize)  # fmt: skip
-            if move.order is None:
-                target_rows.copy_(rows_first)
-            else:
-                torch.index_select(rows_first, 0, index, out=target_rows)
+            placed = _copies(move, tuple(checkpoint.shape), 0, rows)
+            copy_strided(target_rows, rows_first, 0, tuple(c.inverse for c in placed))
     return views
 
 
@@ -408,37 +420,23 @@ def _checkpoint_bytes(name: str) -> str:
     return f"({letter} // 2)" if name.endswith("bias") else letter
 
 
-def _index_bytes(name: str, move: Move, fmt: Format) -> str:
-    """Bytes of Q over all experts: 8 per row, or per element of a swizzled scale."""
-    rows = "X13" if name.startswith("w13") else "X2"
-    if move.layout == "swizzle":
-        return f"{8 // fmt.scale_dtype.itemsize} {_LETTERS[name]}"
-    if name.endswith("scale"):  # block-FP8: one row per 128 weight rows
-        return f"E ({rows} // 128)"
-    return f"E {rows}"
-
-
 def _halves(name: str, fmt: Format, gated: bool) -> int:
     """Slices a loader delivers the tensor of one expert in: 2 for a gated ``[w1; w3]``."""
     return 2 if name in _HALVES and gated and not fmt.interleaved_w13 else 1
 
 
 def _streaming_texts(fmt: Format, gated: bool) -> tuple[str, str, str]:
-    """(peak, traffic, launches) of ``streaming`` by ``measuring.traffic``'s rule: an
-    ``index_copy_`` reads and writes its whole destination expert (C), reads its slice and
-    its index; MXINT4's XOR makes each slice anew (2 C); a bias's low halves are zeroed (C);
-    block-FP8's scales clamped in place (2 C)."""
+    """(peak, traffic, launches) of ``streaming`` by ``measuring.traffic``'s rule: each slice's
+    strided copies read and write its bytes (2 C in all, ``copies_per_slice`` launches);
+    MXINT4's XOR makes each slice anew (2 C); a bias's low halves are zeroed (C); block-FP8's
+    scales clamped in place (2 C)."""
     plan = moves(fmt, gated)
     traffic, launches = [], []
     for name, move in plan.items():
         c, n = _checkpoint_bytes(name), _halves(name, fmt, gated)
-        if move.order is None:
-            traffic.append(f"2 {c}")
-        else:
-            traffic.append(
-                f"{2 * n + 1 + 2 * bool(move.xor)} {c} + {_index_bytes(name, move, fmt)}"
-            )
-        steps = n * (1 + bool(move.xor)) + move.widen + (move.clamp is not None)
+        traffic.append(f"{2 + 2 * bool(move.xor)} {c}")
+        steps = n * (copies_per_slice(move, n) + bool(move.xor)) + move.widen
+        steps += move.clamp is not None
         traffic += [f"{c}"] * move.widen + [f"2 {c}"] * (move.clamp is not None)
         launches.append(str(steps))
     peak = " + ".join(_LETTERS[name] for name in plan)
@@ -449,13 +447,14 @@ def _streaming_texts(fmt: Format, gated: bool) -> tuple[str, str, str]:
 
 def _restore_texts(fmt: Format, gated: bool) -> tuple[str, str]:
     """(traffic, launches) of ``restore``: per tensor whose bytes move, the copy into the
-    scratch (2 C), MXINT4's XOR of it (2 C), the gather (2 C and the index)."""
+    scratch (2 C), MXINT4's XOR of it (2 C), the strided copies back (2 C,
+    ``copies_per_slice`` of the whole tensor)."""
     traffic, launches = [], []
     for name, move in moves(fmt, gated).items():
         if move.moves_bytes:
             c = _checkpoint_bytes(name)
-            traffic.append(f"{4 + 2 * bool(move.xor)} {c} + {_index_bytes(name, move, fmt)}")
-            launches.append(str(2 + bool(move.xor)))
+            traffic.append(f"{4 + 2 * bool(move.xor)} {c}")
+            launches.append(str(1 + bool(move.xor) + copies_per_slice(move, 1)))
     return " + ".join(traffic), f"E ({' + '.join(launches)})"
 
 
