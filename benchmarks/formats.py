@@ -9,7 +9,8 @@ this module's: ``PeakMemory``, ``Traffic``, ``CudaMemory``, ``LayerTime``, ``Pro
 ``bench_<format>.py``, all of them (``bench_nvfp4.PeakMemory.track_peak_transient_bytes``);
 BF16's are the modules asv has recorded since before the formats, ``bench_convert`` (a layer's
 conversion: ``CONVERSION``) and ``bench_allocator`` (the rank's load: ``LOAD``), and since the
-refit ``bench_refit`` (``REFIT``), so their history reads on. Each figure of a
+refit ``bench_refit`` (``REFIT``, and BF16's alone, ``HEADLINE``'s ``RefitReplay``), so their
+history reads on. Each figure of a
 quantized format is judged and shown as its BF16 sibling (``moe_suite.metrics.quant_sibling``).
 This module itself holds no benchmark: its classes are private, which asv's discovery skips.
 
@@ -42,7 +43,12 @@ import operator
 
 import torch
 
-from moe_suite.metrics import REFIT_FIGURES, REFIT_TIME_WAYS, REFIT_WAYS
+from moe_suite.metrics import (
+    REFIT_FIGURES,
+    REFIT_REPLAY_FIGURES,
+    REFIT_TIME_WAYS,
+    REFIT_WAYS,
+)
 
 from . import common, library
 
@@ -128,6 +134,13 @@ REFIT_SHAPES = {
     "mxfp8": ("minimax-m3-mxfp8/tp4",),
     "mxint4": ("kimi-k2-thinking-mxint4/tp8",),
 }
+#: Refits replayed in a row after the load, per cell and way of ``RefitReplay``. 40: on the
+#: headline's shapes every form that strands memory runs out within it (``inplace``, whose
+#: one-expert scratch strands a 20 MiB segment a layer in the sleep pool: refits 15-31 on
+#: ``RefitReplay``'s device), and every form that does not has made no driver call since its
+#: first refit (its growth is 0, so more refits repeat the same figures). More costs seconds:
+#: ``preallocated``'s 514-1,026 events a layer are 0.1-0.2 s a refit of a whole rank.
+REFIT_REPLAYS = 40
 #: The shapes ``RefitTime`` times in the cpu profile: the rank-load headline's first and, per
 #: quantized format, the one ``LayerTime`` times (``CPU_PROFILE_SHAPES``): a timed refit cell
 #: (two ways) took 2.3-9.8 s on the shared 2-core machine (load 4.5), so one shape a format.
@@ -458,6 +471,35 @@ def _refit_time(label: str, kind: str) -> dict[str, object]:
         )
         for way in REFIT_TIME_WAYS
     }
+
+
+def _refit_replay(label: str, kind: str) -> dict[str, tuple[int, int, int, int]]:
+    """``way -> (oom_refit, reserved growth per refit, driver calls per refit, margin)``
+    (``REFIT_REPLAY_FIGURES``) of each of ``REFIT_WAYS``: the rank load of ``label`` converted
+    by ``kind``, then ``REFIT_REPLAYS`` refits of every layer (``refit_replay.replay_refits``:
+    the sleep-mode pool at ``max_split_size_mb`` 20) on ``RankLoadReplay``'s device (the rank's
+    MoE weights and vLLM #45589's headroom). ``oom_refit``: the refit that runs out of memory,
+    0 the first load, ``REFIT_REPLAYS + 1`` where none of them does; the growth and driver
+    calls (``cudaMalloc``, ``cudaFree``, refused ``cudaMalloc``) are the last refit's that
+    completed (its steady state), 0 where none did; the margin: the device's bytes less the
+    peak reserved bytes."""
+    replay_refits = library.module("load.refit_replay").replay_refits
+    shape, strategy = _shape_and_strategy(label, kind)
+    device = _loaded_bytes(label, kind) + wholemodel.PR45589_HEADROOM_BYTES
+    figures = {}
+    for way in REFIT_WAYS:
+        replay = replay_refits(shape, strategy, REFIT_REPLAYS, way=way, device_bytes=device)
+        done = [r for r in replay.rounds if r.oom_layer is None]
+        last = done[-1] if done else None
+        figures[way] = (
+            REFIT_REPLAYS + 1 if replay.oom_refit is None else replay.oom_refit,
+            last.reserved_growth_bytes if last else 0,
+            last.num_device_alloc + last.num_device_free + last.num_device_alloc_failed
+            if last
+            else 0,
+            replay.margin_bytes,
+        )
+    return figures
 
 
 class _Grid:
@@ -900,6 +942,49 @@ for _way in REFIT_TIME_WAYS:
     )
 
 
+class _RefitReplay(_Grid):
+    """A whole rank's refits in a row, replayed (``load.refit_replay.replay_refits``): the rank
+    load in vLLM's sleep-mode pool at ``max_split_size_mb`` 20, then ``REFIT_REPLAYS`` refits
+    of every layer in each way of ``REFIT_WAYS``, on ``RankLoadReplay``'s device (the rank's MoE
+    weights and vLLM #45589's 29.89 GiB of headroom), exact on meta at full size: per way the
+    refit that runs out of memory (``oom_refit``: 0 the first load, ``REFIT_REPLAYS + 1`` none
+    of them), the steady state's reserved growth and driver calls per refit, and the margin (the
+    device's bytes less the peak reserved); then ``refits``, ``REFIT_REPLAYS`` (for
+    ``moe_bench``, which reads results without the library). BF16's headline shapes x
+    ``refit_kinds`` only (``bench_refit``): a quantized format's replays took 348 s for its 18
+    cells on the shared 2-core machine (load 8.5). What 0.34 runs differs: docs/allocator.md."""
+
+    version = "1"
+    shape_axis = staticmethod(refit_shapes)
+    strategy_axis = staticmethod(refit_kinds)
+
+    def setup_cache(self) -> dict:
+        try:
+            library.module("load.refit_replay")
+        except ModuleNotFoundError:
+            missing = _NotHere("this commit's library has no refit replay (load.refit_replay)")
+        else:
+            missing = None
+        return _measure_grid(_refit_replay, REFIT_SHAPES["bf16"], axis=refit_kinds, missing=missing)
+
+    # BF16's 36 cells: 6 shapes x 6 strategies x 3 ways, every replay of REFIT_REPLAYS refits.
+    setup_cache.timeout = 600.0
+
+    def track_refits(self, results: dict, shape: str, kind: str) -> int:
+        return REFIT_REPLAYS
+
+    track_refits.unit = "refits"
+
+
+for _way in REFIT_WAYS:
+    for _index, (_figure, _unit, _) in enumerate(REFIT_REPLAY_FIGURES):
+        setattr(
+            _RefitReplay,
+            f"track_{_way}_{_figure}",
+            _way_figure(_way, operator.itemgetter(_index), _unit),
+        )
+
+
 #: The classes each format's modules have, named without the ``_``.
 _BENCHMARKS = (
     _PeakMemory,
@@ -917,16 +1002,19 @@ _BENCHMARKS = (
 )
 #: Every figure class a format has, by name.
 CLASSES = tuple(base.__name__.lstrip("_") for base in _BENCHMARKS)
+#: BF16's classes of its headline shapes alone (``bench_refit``), no format's.
+HEADLINE = ("RefitReplay",)
 
 
 def format_benchmarks(fmt: str, module: str, names: tuple[str, ...] = CLASSES) -> dict[str, type]:
-    """Format ``fmt``'s benchmark classes ``names`` (all of them, by default), for its module
+    """Format ``fmt``'s benchmark classes ``names`` (``CLASSES``, by default; BF16's
+    ``bench_refit`` adds ``HEADLINE``'s), for its module
     ``module`` (the ``__name__`` of the module that holds them, which asv and ``moe_bench`` name
     them by): each made over the format's shapes (``FORMAT_SHAPES``; a refit's
     ``refit_shapes``) x its strategies (``kinds``; a refit's ``refit_kinds``), inheriting every
     method, ``setup_cache`` included."""
     classes = {}
-    for base in _BENCHMARKS:
+    for base in (*_BENCHMARKS, _RefitReplay):
         name = base.__name__.lstrip("_")
         if name not in names:
             continue

@@ -56,6 +56,8 @@ __all__ = [
     "REFIT",
     "REFIT_CLASSES",
     "REFIT_FIGURES",
+    "REFIT_REPLAY",
+    "REFIT_REPLAY_FIGURES",
     "REFIT_TIME",
     "REFIT_TIME_WAYS",
     "REFIT_WAYS",
@@ -235,6 +237,17 @@ REFIT_FIGURES = (
     ("launches", "launches"),
 )
 REFIT_CLASSES = ("reload_safe", "reversible_in_place")
+#: A whole rank's refits in a row, replayed (``benchmarks.bench_refit.RefitReplay``, BF16's
+#: headline shapes alone): per way of ``REFIT_WAYS`` its figures, units and whether a rise is
+#: worse (the refit that runs out of memory and the margin: a fall is), exact on meta; and
+#: ``refits``, the refits replayed (a fact: ``oom_refit`` above it means none ran out).
+REFIT_REPLAY = "bench_refit.RefitReplay"
+REFIT_REPLAY_FIGURES = (
+    ("oom_refit", "refits", False),
+    ("reserved_growth_per_refit_bytes", "bytes", True),
+    ("driver_calls_per_refit", "calls", True),
+    ("margin_bytes", "bytes", False),
+)
 #: A refit's time (``benchmarks.bench_refit.RefitTime``): per way of these, its seconds and its
 #: copy ratio (refit / a same-size copy of the new weights), judged as ``LayerTime``'s.
 REFIT_TIME = "bench_refit.RefitTime"
@@ -316,6 +329,12 @@ _TABLE = [
         for figure, unit in REFIT_FIGURES
     ),
     *(Metric(f"{REFIT}.track_{name}", "class", False, EXACT, "class") for name in REFIT_CLASSES),
+    *(
+        Metric(f"{REFIT_REPLAY}.track_{way}_{figure}", unit, lower, EXACT, unit)
+        for way in REFIT_WAYS
+        for figure, unit, lower in REFIT_REPLAY_FIGURES
+    ),
+    Metric(f"{REFIT_REPLAY}.track_refits", "refits", None, EXACT, "refits"),
     *(
         metric
         for way in REFIT_TIME_WAYS

@@ -16,7 +16,13 @@ from moe_convert import FORMATS, REGISTRY, UNAVAILABLE, layer_shape
 from moe_convert.formats.catalog import catalog_shapes
 from moe_convert.load.replay import rank_load, replay_load
 from moe_convert.load.wholemodel import LOAD_DEVICES, PR45589_HEADROOM_BYTES
-from moe_suite.metrics import FORMAT_CLASSES, METRICS, RANK_LOAD_CLASSES, metric
+from moe_suite.metrics import (
+    FORMAT_CLASSES,
+    METRICS,
+    RANK_LOAD_CLASSES,
+    REFIT_REPLAY_FIGURES,
+    metric,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
@@ -107,9 +113,10 @@ def test_each_format_has_every_figure_class_judged_as_bf16s():
             for name, cls in inspect.getmembers(module, inspect.isclass)
             if cls.__module__ == module.__name__
         }
-        assert classes.keys() == set(FORMAT_CLASSES), fmt
+        headline = formats.HEADLINE if fmt == "bf16" else ()  # BF16's headline shapes alone
+        assert classes.keys() == {*FORMAT_CLASSES, *headline}, fmt
         for name, (module, cls) in classes.items():
-            refit = name in formats.REFIT
+            refit = name in (*formats.REFIT, *headline)
             shapes = formats.refit_shapes(fmt) if refit else formats.FORMAT_SHAPES[fmt]
             assert cls.params[0] == list(shapes)
             assert set(shapes) <= set(formats.FORMAT_SHAPES[fmt])
@@ -271,6 +278,35 @@ def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):
                 want.peak_reserved_bytes
             )
             assert bench.track_layers_lost_to_oom(loads, shape.label, kind) == 0
+
+
+def test_the_refit_replay_says_which_refit_runs_out_and_what_a_refit_costs(monkeypatch):
+    # Exact on meta: the rank load in the sleep pool at 20 MiB on RankLoadReplay's device, then
+    # REFIT_REPLAYS refits. inplace's one-expert scratch strands a 20 MiB segment per layer and
+    # refit (48 layers: 48 cudaMalloc, 960 MiB) until it runs out; streaming allocates nothing
+    # (none of the 40 runs out: 41); legacy's sleep-mode load itself runs out (0).
+    monkeypatch.setattr(formats, "REFIT_SHAPES", {"bf16": ("qwen3-30b-a3b/tp1",)})
+    monkeypatch.setattr(formats, "REFIT_STRATEGIES", ("legacy", "inplace", "streaming"))
+    bench = bench_refit.RefitReplay()
+    results = bench.setup_cache()
+    label = "qwen3-30b-a3b/tp1"
+    want = {
+        ("inplace", "direct"): (31, 48 * 20 * 2**20, 48, 7717519),
+        ("inplace", "layerwise"): (30, 48 * 20 * 2**20, 48, 16106127),
+        ("inplace", "streamed"): (41, 0, 0, 31087510159),
+        ("streaming", "direct"): (41, 0, 0, 30886183567),
+        ("streaming", "streamed"): (41, 0, 0, 30886183567),
+        ("legacy", "direct"): (0, 0, 0, 7717519),
+    }
+    assert formats.REFIT_REPLAYS == 40
+    for (kind, way), figures in want.items():
+        bench.setup(results, label, kind)
+        got = tuple(
+            getattr(bench, f"track_{way}_{figure}")(results, label, kind)
+            for figure, _, _ in REFIT_REPLAY_FIGURES
+        )
+        assert got == figures, (kind, way)
+        assert bench.track_refits(results, label, kind) == formats.REFIT_REPLAYS
 
 
 def test_a_rank_whose_weights_do_not_fit_a_device_is_na_there(monkeypatch):
