@@ -44,6 +44,7 @@ import operator
 import torch
 
 from moe_suite.metrics import (
+    REFIT_EP_FIGURES,
     REFIT_FIGURES,
     REFIT_REPLAY_FIGURES,
     REFIT_TIME_WAYS,
@@ -68,6 +69,16 @@ FORMAT_SHAPES = {
 }
 #: The format of every shape of the suite.
 FORMAT_OF = {label: fmt for fmt, labels in FORMAT_SHAPES.items() for label in labels}
+#: The shapes of the refit by EP (``RefitByEP``), BF16's: a rank's share (``model/epN``: E/N
+#: experts, each whole) of NeMo-RL's reports' model (Qwen3-30B-A3B) and of DeepSeek-V3, at each
+#: EP from 2 to 64 (EP 1 is ``qwen3-30b-a3b/tp1``'s ``Refit``). Written out: parameters must not
+#: depend on the installed library.
+REFIT_EP_SHAPES = tuple(
+    f"{model}/ep{ep}" for model in ("qwen3-30b-a3b", "deepseek-v3") for ep in (2, 4, 8, 16, 32, 64)
+)
+#: The refit by EP's strategies: vLLM's conversion since #45589 and its in-place form, and ours
+#: that streams. Its 36 cells took 33 s on the shared 2-core machine (load 6).
+REFIT_EP_STRATEGIES = ("preallocated", "inplace", "streaming")
 #: The strategies of each quantized format: the upstream path, this library's, then
 #: FlashInfer's own helper (``<format>-flashinfer``, a BF16 layer in: registered for FP8
 #: per-tensor where FlashInfer is installed, for NVFP4, MXFP8 and MXINT4 where CUDA is too, never
@@ -176,9 +187,17 @@ def strategy_name(fmt: str, kind: str) -> str:
     return kind if fmt == "bf16" else f"{fmt}-{kind}"
 
 
+def format_of(label: str) -> str:
+    """The format of the suite's shape ``label``: ``FORMAT_OF``'s, BF16 for ``REFIT_EP_SHAPES``."""
+    return "bf16" if label in REFIT_EP_SHAPES else FORMAT_OF[label]
+
+
 def full_shape(label: str):
-    """The full-size layer shape of ``label`` (``model/tpN``) from the measured commit's catalog
-    (``library.layer_shape``)."""
+    """The full-size layer shape of ``label`` from the measured commit's catalog: a ``model/tpN``
+    by ``library.layer_shape``, a ``model/epN`` (``REFIT_EP_SHAPES``) by its
+    ``shape_from_label``."""
+    if label in REFIT_EP_SHAPES:
+        return library.module("formats.catalog").shape_from_label(label)
     return library.layer_shape(label, FORMAT_OF[label])
 
 
@@ -202,7 +221,7 @@ def timed_shape(label: str):
 
 def _shape_and_strategy(label: str, kind: str):
     """The full-size shape of ``label`` and its format's strategy of ``kind``."""
-    return full_shape(label), strategy_name(FORMAT_OF[label], kind)
+    return full_shape(label), strategy_name(format_of(label), kind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,10 +249,10 @@ def _not_here(label: str, kind: str, *, on_meta: bool) -> _NotHere | None:
     ``None`` where it can."""
     import moe_convert
 
-    missing = _format_missing(FORMAT_OF[label])
+    missing = _format_missing(format_of(label))
     if missing:
         return missing
-    strategy = _shape_and_strategy(label, kind)[1]
+    strategy = strategy_name(format_of(label), kind)
     record = library.strategy_records(moe_convert).get(strategy)
     if record is None:
         unavailable = library.unavailable_records(moe_convert).get(strategy)
@@ -258,12 +277,12 @@ def _measure_grid(
     missing: _NotHere | None = None,
 ) -> dict[tuple[str, str], object]:
     """``measure(shape, kind)`` of every cell of ``labels`` (every format's shapes, by default)
-    x its format's ``axis`` (``kinds``, by default), each in a worker process
+    x its format's ``axis`` (``kinds``, by default; ``format_of``), each in a worker process
     (``common.measure_cells``: a cell that fails holds the reason's text); a cell not measured
     here holds a ``_NotHere`` (``on_meta``: ``measure`` runs on meta), every cell ``missing``
     where given (what the measured commit's library lacks)."""
     labels = tuple(FORMAT_OF) if labels is None else labels
-    cells = [(label, kind) for label in labels for kind in axis(FORMAT_OF[label])]
+    cells = [(label, kind) for label in labels for kind in axis(format_of(label))]
     not_here = {cell: missing or _not_here(*cell, on_meta=on_meta) for cell in cells}
     measured = common.measure_cells(measure, [cell for cell in cells if not_here[cell] is None])
     return {cell: measured.get(cell, not_here[cell]) for cell in cells}
@@ -471,6 +490,28 @@ def _refit_time(label: str, kind: str) -> dict[str, object]:
         )
         for way in REFIT_TIME_WAYS
     }
+
+
+def _rank_refit(label: str, kind: str) -> dict[str, tuple[int, int, int]]:
+    """``way -> (peak transient bytes, traffic bytes, launches)`` (``REFIT_EP_FIGURES``) of a
+    whole rank's refit in each of ``REFIT_WAYS``, every MoE layer in turn, exact on meta (as
+    ``python -m moe_convert refit --ep all``): one layer's peak (the layers refit one after
+    another), the rank's traffic and launches (one layer's x ``moe_layers``), from one
+    ``refit_call`` per way."""
+    refit = library.module("load.refit")
+    measure_memory = library.module("measuring.memory").measure_memory
+    measure_traffic = library.module("measuring.traffic").measure_traffic
+    shape, strategy = _shape_and_strategy(label, kind)
+    figures = {}
+    for way in REFIT_WAYS:
+        call = refit.refit_call(shape, strategy, way)
+        counted = measure_traffic(call)
+        figures[way] = (
+            measure_memory(call).peak_bytes,
+            counted.traffic_bytes * shape.moe_layers,
+            counted.launches * shape.moe_layers,
+        )
+    return figures
 
 
 def _refit_replay(label: str, kind: str) -> dict[str, tuple[int, int, int, int]]:
@@ -985,6 +1026,42 @@ for _way in REFIT_WAYS:
         )
 
 
+def _ep_shapes(fmt: str) -> tuple[str, ...]:
+    return REFIT_EP_SHAPES
+
+
+def _ep_strategies(fmt: str) -> tuple[str, ...]:
+    return REFIT_EP_STRATEGIES
+
+
+class _RefitByEP(_Grid):
+    """A whole rank's refit by EP (``REFIT_EP_SHAPES``: a rank's share of E/EP experts, each
+    whole, x ``REFIT_EP_STRATEGIES``), per way of ``REFIT_WAYS``, exact on meta at full size:
+    one layer's peak transient bytes, the rank's traffic and launches (every MoE layer). BF16's
+    alone (``bench_refit``); a commit before the refit has every cell n/a."""
+
+    version = "1"
+    shape_axis = staticmethod(_ep_shapes)
+    strategy_axis = staticmethod(_ep_strategies)
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(
+            _rank_refit, REFIT_EP_SHAPES, axis=_ep_strategies, missing=_no_refit("refit_call")
+        )
+
+    # 36 cells: 33 s on the shared 2-core machine (load 6).
+    setup_cache.timeout = 600.0
+
+
+for _way in REFIT_WAYS:
+    for _index, (_figure, _unit) in enumerate(REFIT_EP_FIGURES):
+        setattr(
+            _RefitByEP,
+            f"track_{_way}_{_figure}",
+            _way_figure(_way, operator.itemgetter(_index), _unit),
+        )
+
+
 #: The classes each format's modules have, named without the ``_``.
 _BENCHMARKS = (
     _PeakMemory,
@@ -1002,8 +1079,8 @@ _BENCHMARKS = (
 )
 #: Every figure class a format has, by name.
 CLASSES = tuple(base.__name__.lstrip("_") for base in _BENCHMARKS)
-#: BF16's classes of its headline shapes alone (``bench_refit``), no format's.
-HEADLINE = ("RefitReplay",)
+#: BF16's classes of its headline's models alone (``bench_refit``), no format's.
+HEADLINE = ("RefitReplay", "RefitByEP")
 
 
 def format_benchmarks(fmt: str, module: str, names: tuple[str, ...] = CLASSES) -> dict[str, type]:
@@ -1014,7 +1091,7 @@ def format_benchmarks(fmt: str, module: str, names: tuple[str, ...] = CLASSES) -
     ``refit_shapes``) x its strategies (``kinds``; a refit's ``refit_kinds``), inheriting every
     method, ``setup_cache`` included."""
     classes = {}
-    for base in (*_BENCHMARKS, _RefitReplay):
+    for base in (*_BENCHMARKS, _RefitReplay, _RefitByEP):
         name = base.__name__.lstrip("_")
         if name not in names:
             continue

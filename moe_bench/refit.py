@@ -14,7 +14,9 @@ table, and the block says so in one line.
 Below each run's table, the whole rank's refits in a row (``bench_refit.RefitReplay``, BF16's
 headline shapes: the rank load in vLLM's sleep-mode pool at ``max_split_size_mb`` 20 on
 ``RankLoadReplay``'s device, then its recorded number of refits): per way, the refit that runs
-out of memory with what each refit adds and its driver calls, or none and the margin left.
+out of memory with what each refit adds and its driver calls, or none and the margin left. Then
+the whole rank's refit by EP (``bench_refit.RefitByEP``: a rank's share of E/EP experts of the
+recorded models): per way one layer's peak transient bytes and the rank's traffic.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pandas as pd
 from moe_suite.metrics import (
     PEAK_BYTES,
     REFIT,
+    REFIT_EP,
     REFIT_REPLAY,
     REFIT_REPLAY_FIGURES,
     REFIT_WAYS,
@@ -134,7 +137,48 @@ def refit_blocks(df: pd.DataFrame, loads: pd.DataFrame) -> list[Block]:
         cells, empty = without_empty_columns(_cells(run, machine, rows), {})
         blocks.append(Block(f"`{machine}` at `{commit[:8]}`", level=3, text=empty, table=cells))
         blocks.append(_replay_block(run, machine, [r for r in rows if r[0] == "bf16"]))
+        blocks += _ep_blocks(run, machine)
     return blocks
+
+
+def _ep_blocks(run: pd.DataFrame, machine: str) -> list[Block]:
+    """The whole rank's refit by EP in ``run`` (one machine's commit): a row per EP shape and
+    strategy recorded, per way one layer's peak and the rank's traffic, each linked to the
+    peak's graph; none where the run has no such figure."""
+    figures = run[run["benchmark"].str.startswith(f"{REFIT_EP}.")].dropna(subset=["value"])
+    if figures.empty:
+        return []
+    values = figures.groupby(["benchmark", "shape", "strategy"])["value"].first()
+    cells = figures[["shape", "strategy"]].drop_duplicates()
+    table = cells.reset_index(drop=True)
+    for way in REFIT_WAYS:
+        peak, traffic = (
+            f"{REFIT_EP}.track_{way}_{f}" for f in ("peak_transient_bytes", "rank_traffic_bytes")
+        )
+        table[way] = [
+            Cell(
+                _ep_text(
+                    values.get((peak, shape, s), math.nan),
+                    values.get((traffic, shape, s), math.nan),
+                ),
+                benchmark=peak,
+                machine=machine,
+            )
+            for shape, s in cells.itertuples(index=False)
+        ]
+    return [
+        Block(
+            text=(
+                "A whole rank's refit by EP (`bench_refit.RefitByEP`, exact on meta): a rank "
+                "holds E/EP experts, each whole; per way one layer's peak transient bytes (the "
+                "layers refit one after another) and the rank's traffic, every MoE layer's. EP 1 "
+                "is a model's TP 1 (`qwen3-30b-a3b/tp1` above); `python -m moe_convert refit "
+                "--model M --ep all` "
+                "prints every EP with launches.",
+            ),
+            table=table,
+        )
+    ]
 
 
 def _replay_block(run: pd.DataFrame, machine: str, rows: list[tuple[str, str, str, bool]]) -> Block:
@@ -173,6 +217,13 @@ def _replay_block(run: pd.DataFrame, machine: str, rows: list[tuple[str, str, st
         ),
         table=table,
     )
+
+
+def _ep_text(peak: float, traffic: float) -> str:
+    """A way's refit by EP: one layer's ``peak`` and the rank's ``traffic``; n/a without it."""
+    if math.isnan(peak):
+        return NA
+    return f"{human(peak, 'bytes')} peak, {human(traffic, 'bytes')}"
 
 
 def _refits_text(oom: float, growth: float, calls: float, margin: float, refits: int) -> str:

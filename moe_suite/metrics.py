@@ -55,6 +55,8 @@ __all__ = [
     "RANK_LOAD_TIME",
     "REFIT",
     "REFIT_CLASSES",
+    "REFIT_EP",
+    "REFIT_EP_FIGURES",
     "REFIT_FIGURES",
     "REFIT_REPLAY",
     "REFIT_REPLAY_FIGURES",
@@ -248,6 +250,15 @@ REFIT_REPLAY_FIGURES = (
     ("driver_calls_per_refit", "calls", True),
     ("margin_bytes", "bytes", False),
 )
+#: A whole rank's refit by EP (``benchmarks.bench_refit.RefitByEP``, BF16's ``model/epN``
+#: shapes): per way of ``REFIT_WAYS`` one layer's peak transient bytes, the rank's traffic and
+#: launches (every MoE layer), exact on meta.
+REFIT_EP = "bench_refit.RefitByEP"
+REFIT_EP_FIGURES = (
+    ("peak_transient_bytes", "bytes"),
+    ("rank_traffic_bytes", "bytes"),
+    ("rank_launches", "launches"),
+)
 #: A refit's time (``benchmarks.bench_refit.RefitTime``): per way of these, its seconds and its
 #: copy ratio (refit / a same-size copy of the new weights), judged as ``LayerTime``'s.
 REFIT_TIME = "bench_refit.RefitTime"
@@ -335,6 +346,11 @@ _TABLE = [
         for figure, unit, lower in REFIT_REPLAY_FIGURES
     ),
     Metric(f"{REFIT_REPLAY}.track_refits", "refits", None, EXACT, "refits"),
+    *(
+        Metric(f"{REFIT_EP}.track_{way}_{figure}", unit, True, EXACT, unit)
+        for way in REFIT_WAYS
+        for figure, unit in REFIT_EP_FIGURES
+    ),
     *(
         metric
         for way in REFIT_TIME_WAYS

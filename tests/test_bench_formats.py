@@ -20,6 +20,7 @@ from moe_suite.metrics import (
     FORMAT_CLASSES,
     METRICS,
     RANK_LOAD_CLASSES,
+    REFIT_EP_FIGURES,
     REFIT_REPLAY_FIGURES,
     metric,
 )
@@ -118,11 +119,17 @@ def test_each_format_has_every_figure_class_judged_as_bf16s():
         for name, (module, cls) in classes.items():
             refit = name in (*formats.REFIT, *headline)
             shapes = formats.refit_shapes(fmt) if refit else formats.FORMAT_SHAPES[fmt]
+            axis = (formats.refit_kinds if refit else formats.kinds)(fmt)
+            if name == "RefitByEP":  # a rank's share under EP, of BF16's models
+                shapes, axis = formats.REFIT_EP_SHAPES, formats.REFIT_EP_STRATEGIES
+                assert {s.partition("/")[0] for s in shapes} <= {
+                    s.partition("/")[0] for s in formats.FORMAT_SHAPES[fmt]
+                }
+            else:
+                assert set(shapes) <= set(formats.FORMAT_SHAPES[fmt])
             assert cls.params[0] == list(shapes)
-            assert set(shapes) <= set(formats.FORMAT_SHAPES[fmt])
             if name != "Profile":
-                axis = formats.refit_kinds if refit else formats.kinds
-                assert cls.params[1] == list(axis(fmt))
+                assert cls.params[1] == list(axis)
                 assert cls.param_names == ["shape", "strategy"]  # what moe_bench keys results by
             for method in (m for m in dir(cls) if m.startswith("track_")):
                 got = metric(f"{module.__name__.rpartition('.')[2]}.{name}.{method}")
@@ -307,6 +314,32 @@ def test_the_refit_replay_says_which_refit_runs_out_and_what_a_refit_costs(monke
         )
         assert got == figures, (kind, way)
         assert bench.track_refits(results, label, kind) == formats.REFIT_REPLAYS
+
+
+def test_the_refit_by_ep_gives_the_whole_ranks_refit_of_each_ep_share(monkeypatch):
+    # Exact on meta, as `python -m moe_convert refit --model qwen3-30b-a3b --ep all` prints it:
+    # one layer's peak, the rank's traffic and launches (48 MoE layers). At EP 8 a rank holds
+    # 16 of the 128 experts: inplace's direct refit keeps its 6 MiB one-expert scratch at any
+    # EP; streaming's streamed refit allocates nothing.
+    monkeypatch.setattr(formats, "REFIT_EP_SHAPES", ("qwen3-30b-a3b/ep8",))
+    monkeypatch.setattr(formats, "REFIT_EP_STRATEGIES", ("inplace", "streaming"))
+    bench = bench_refit.RefitByEP()
+    results = bench.setup_cache()
+    label = "qwen3-30b-a3b/ep8"
+    want = {
+        ("inplace", "direct"): (6 * 2**20, 43508563968, 3168),
+        ("inplace", "layerwise"): (157286400, 58004078592, 3264),
+        ("streaming", "streamed"): (0, 31428968448, 2304),
+    }
+    for (kind, way), figures in want.items():
+        bench.setup(results, label, kind)
+        got = tuple(
+            getattr(bench, f"track_{way}_{figure}")(results, label, kind)
+            for figure, _ in REFIT_EP_FIGURES
+        )
+        assert got == figures, (kind, way)
+    shape = layer_shape("qwen3-30b-a3b", 1, 8)
+    assert (shape.experts, shape.moe_layers) == (16, 48)
 
 
 def test_a_rank_whose_weights_do_not_fit_a_device_is_na_there(monkeypatch):

@@ -316,3 +316,21 @@ def test_a_run_without_refits_in_a_row_says_so():
     rows = _rows("legacy", {f"{REFIT}.track_reload_safe": 0})
     df = pd.concat([frame(), pd.DataFrame(rows)], ignore_index=True)
     assert NO_REPLAY in to_markdown(refit_blocks(df, rankload.rank_load_table(df, COSTS)))
+
+
+def test_refit_block_shows_the_whole_ranks_refit_by_ep():
+    # qwen3-30b-a3b/ep8's figures, exact on meta (benchmarks/formats.py's _rank_refit)
+    ep8 = "qwen3-30b-a3b/ep8"
+    figures = {
+        "bench_refit.RefitByEP.track_direct_peak_transient_bytes": 6 * 2**20,
+        "bench_refit.RefitByEP.track_direct_rank_traffic_bytes": 43508563968,
+        "bench_refit.RefitByEP.track_direct_rank_launches": 3168,
+    }
+    rows = _rows("legacy", {f"{REFIT}.track_reload_safe": 0})
+    rows += [row | {"shape": ep8} for row in _rows("inplace", figures)]
+    df = pd.concat([frame(), pd.DataFrame(rows)], ignore_index=True)
+    text = to_markdown(refit_blocks(df, rankload.rank_load_table(df, COSTS)))
+    assert "A whole rank's refit by EP" in text
+    (line,) = [x for x in text.splitlines() if x.startswith(f"| {ep8}")]
+    cells = [c.strip() for c in line.split("|")]
+    assert cells[1:5] == [ep8, "inplace", "6.00 MiB peak, 40.5 GiB", "n/a"]
