@@ -145,13 +145,15 @@ REFIT_SHAPES = {
     "mxfp8": ("minimax-m3-mxfp8/tp4",),
     "mxint4": ("kimi-k2-thinking-mxint4/tp8",),
 }
-#: Refits replayed in a row after the load, per cell and way of ``RefitReplay``. 40: on the
-#: headline's shapes every form that strands memory runs out within it (``inplace``, whose
-#: one-expert scratch strands a 20 MiB segment a layer in the sleep pool: refits 15-31 on
-#: ``RefitReplay``'s device), and every form that does not has made no driver call since its
-#: first refit (its growth is 0, so more refits repeat the same figures). More costs seconds:
-#: ``preallocated``'s 514-1,026 events a layer are 0.1-0.2 s a refit of a whole rank.
-REFIT_REPLAYS = 40
+#: Refits replayed in a row after the load, per cell and way of ``RefitReplay``. 20: from its
+#: first refit on a form's growth and driver calls per refit are its steady state's, so the
+#: margin over that growth says how many more would fit; on the headline's shapes ``inplace``,
+#: whose one-expert scratch strands a 20 MiB segment a layer in the sleep pool, runs out at
+#: refits 15-31 on ``RefitReplay``'s device (the larger ones "none in 20" with their growth),
+#: every other form makes no driver call. The cost decides: at 40 the grid's 36 cells took
+#: 260 s (about 100 s of CPU) on the shared 2-core machine (load 6-7.5), ``preallocated``'s
+#: 514-1,026 events a layer 0.1-0.2 s a refit of a whole rank, most of it.
+REFIT_REPLAYS = 20
 #: The shapes ``RefitTime`` times in the cpu profile: the rank-load headline's first and, per
 #: quantized format, the one ``LayerTime`` times (``CPU_PROFILE_SHAPES``): a timed refit cell
 #: (two ways) took 2.3-9.8 s on the shared 2-core machine (load 4.5), so one shape a format.
@@ -453,20 +455,28 @@ def _no_refit(function: str) -> _NotHere | None:
     return None
 
 
-def _refit(label: str, kind: str) -> dict[str, object]:
+def _refit_ways(shape, strategy: str) -> dict[str, tuple[int, int, int]]:
     """``way -> (peak transient bytes, traffic bytes, launches)`` (``REFIT_FIGURES``) of one
-    refit of ``label``'s full-size layer converted by its format's ``kind``, on meta (one
+    refit of the full-size layer ``shape`` converted by ``strategy``, on meta (one
     ``refit_call`` per way: memory and traffic counted on the same call, each call the same
-    refit), then ``reload_safe`` and ``reversible_in_place``: the strategy's two classes."""
+    refit)."""
     refit = library.module("load.refit")
     measure_memory = library.module("measuring.memory").measure_memory
     measure_traffic = library.module("measuring.traffic").measure_traffic
-    shape, strategy = _shape_and_strategy(label, kind)
-    figures: dict[str, object] = {}
+    figures = {}
     for way in REFIT_WAYS:
         call = refit.refit_call(shape, strategy, way)
         counted = measure_traffic(call)
         figures[way] = (measure_memory(call).peak_bytes, counted.traffic_bytes, counted.launches)
+    return figures
+
+
+def _refit(label: str, kind: str) -> dict[str, object]:
+    """``_refit_ways`` of ``label``'s full-size layer converted by its format's ``kind``, then
+    ``reload_safe`` and ``reversible_in_place``: the strategy's two classes."""
+    refit = library.module("load.refit")
+    shape, strategy = _shape_and_strategy(label, kind)
+    figures: dict[str, object] = dict(_refit_ways(shape, strategy))
     figures["reload_safe"] = refit.reload_safety(strategy) == "reload-safe"
     figures["reversible_in_place"] = refit.reversibility(strategy) == "reversible in place"
     return figures
@@ -494,24 +504,15 @@ def _refit_time(label: str, kind: str) -> dict[str, object]:
 
 def _rank_refit(label: str, kind: str) -> dict[str, tuple[int, int, int]]:
     """``way -> (peak transient bytes, traffic bytes, launches)`` (``REFIT_EP_FIGURES``) of a
-    whole rank's refit in each of ``REFIT_WAYS``, every MoE layer in turn, exact on meta (as
-    ``python -m moe_convert refit --ep all``): one layer's peak (the layers refit one after
-    another), the rank's traffic and launches (one layer's x ``moe_layers``), from one
-    ``refit_call`` per way."""
-    refit = library.module("load.refit")
-    measure_memory = library.module("measuring.memory").measure_memory
-    measure_traffic = library.module("measuring.traffic").measure_traffic
+    whole rank's refit, every MoE layer in turn, exact on meta (as ``python -m moe_convert
+    refit --ep all``): one layer's peak (the layers refit one after another), the rank's
+    traffic and launches (``_refit_ways``' x ``moe_layers``)."""
     shape, strategy = _shape_and_strategy(label, kind)
-    figures = {}
-    for way in REFIT_WAYS:
-        call = refit.refit_call(shape, strategy, way)
-        counted = measure_traffic(call)
-        figures[way] = (
-            measure_memory(call).peak_bytes,
-            counted.traffic_bytes * shape.moe_layers,
-            counted.launches * shape.moe_layers,
-        )
-    return figures
+    layers = shape.moe_layers
+    return {
+        way: (peak, traffic * layers, launches * layers)
+        for way, (peak, traffic, launches) in _refit_ways(shape, strategy).items()
+    }
 
 
 def _refit_replay(label: str, kind: str) -> dict[str, tuple[int, int, int, int]]:
@@ -1008,7 +1009,7 @@ class _RefitReplay(_Grid):
             missing = None
         return _measure_grid(_refit_replay, REFIT_SHAPES["bf16"], axis=refit_kinds, missing=missing)
 
-    # BF16's 36 cells: 6 shapes x 6 strategies x 3 ways, every replay of REFIT_REPLAYS refits.
+    # BF16's 36 cells, 3 ways each: at 40 refits 260 s (load 6-7.5), hence REFIT_REPLAYS 20.
     setup_cache.timeout = 600.0
 
     def track_refits(self, results: dict, shape: str, kind: str) -> int:

@@ -290,22 +290,22 @@ def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):
 def test_the_refit_replay_says_which_refit_runs_out_and_what_a_refit_costs(monkeypatch):
     # Exact on meta: the rank load in the sleep pool at 20 MiB on RankLoadReplay's device, then
     # REFIT_REPLAYS refits. inplace's one-expert scratch strands a 20 MiB segment per layer and
-    # refit (48 layers: 48 cudaMalloc, 960 MiB) until it runs out; streaming allocates nothing
-    # (none of the 40 runs out: 41); legacy's sleep-mode load itself runs out (0).
-    monkeypatch.setattr(formats, "REFIT_SHAPES", {"bf16": ("qwen3-30b-a3b/tp1",)})
-    monkeypatch.setattr(formats, "REFIT_STRATEGIES", ("legacy", "inplace", "streaming"))
+    # refit (94 layers: 94 cudaMalloc, 1880 MiB) until the 16th direct refit runs out (the
+    # 15th layerwise one); its streamed refit and streaming allocate nothing: none of the 20
+    # runs out (21).
+    monkeypatch.setattr(formats, "REFIT_SHAPES", {"bf16": ("qwen3-235b-a22b/tp4",)})
+    monkeypatch.setattr(formats, "REFIT_STRATEGIES", ("inplace", "streaming"))
     bench = bench_refit.RefitReplay()
     results = bench.setup_cache()
-    label = "qwen3-30b-a3b/tp1"
+    label = "qwen3-235b-a22b/tp4"
     want = {
-        ("inplace", "direct"): (31, 48 * 20 * 2**20, 48, 7717519),
-        ("inplace", "layerwise"): (30, 48 * 20 * 2**20, 48, 16106127),
-        ("inplace", "streamed"): (41, 0, 0, 31087510159),
-        ("streaming", "direct"): (41, 0, 0, 30886183567),
-        ("streaming", "streamed"): (41, 0, 0, 30886183567),
-        ("legacy", "direct"): (0, 0, 0, 7717519),
+        ("inplace", "direct"): (16, 94 * 20 * 2**20, 94, 7717519),
+        ("inplace", "layerwise"): (15, 94 * 20 * 2**20, 94, 16106127),
+        ("inplace", "streamed"): (21, 0, 0, 30122820239),
+        ("streaming", "direct"): (21, 0, 0, 30886183567),
+        ("streaming", "streamed"): (21, 0, 0, 30886183567),
     }
-    assert formats.REFIT_REPLAYS == 40
+    assert formats.REFIT_REPLAYS == 20
     for (kind, way), figures in want.items():
         bench.setup(results, label, kind)
         got = tuple(

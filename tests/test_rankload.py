@@ -275,8 +275,8 @@ def test_refit_block_shows_every_formats_refit_cells_beside_its_first_load():
 
 
 #: qwen3-235b-a22b/tp4's refits in a row, exact on meta (benchmarks/formats.py's _refit_replay):
-#: inplace's direct refit runs out at refit 16, each refit 26 cudaMalloc and 520 MiB before it;
-#: streaming's none of 40; legacy's sleep-mode load itself runs out.
+#: inplace's direct refit runs out at refit 16, each refit 94 cudaMalloc and 1880 MiB before
+#: it; streaming's none of 20; legacy's sleep-mode load itself runs out.
 REPLAY = "bench_refit.RefitReplay"
 
 
@@ -290,14 +290,14 @@ def _replay(way: str, oom: int, growth: int, calls: int, margin: int) -> dict:
 
 
 def test_refit_block_says_which_refit_runs_out_per_way():
-    rows = _rows("legacy", {f"{REFIT}.track_reload_safe": 0, f"{REPLAY}.track_refits": 40})
+    rows = _rows("legacy", {f"{REFIT}.track_reload_safe": 0, f"{REPLAY}.track_refits": 20})
     rows += _rows("legacy", _replay("direct", 0, 0, 0, 7717519))
-    rows += _rows("inplace", _replay("direct", 16, 545259520, 26, 7717519))
-    rows += _rows("streaming", _replay("direct", 41, 0, 0, 30886183567))
-    rows += _rows("streaming", _replay("streamed", 41, 0, 0, 30886183567))
+    rows += _rows("inplace", _replay("direct", 16, 1971322880, 94, 7717519))
+    rows += _rows("streaming", _replay("direct", 21, 0, 0, 30886183567))
+    rows += _rows("streaming", _replay("streamed", 21, 0, 0, 30886183567))
     df = pd.concat([frame(), pd.DataFrame(rows)], ignore_index=True)
     text = to_markdown(refit_blocks(df, rankload.rank_load_table(df, COSTS)))
-    assert "then 40 refits of every layer" in text
+    assert "then 20 refits of every layer" in text
     lines = text.splitlines()
     cells = [[c.strip() for c in line.split("|")] for line in lines]
     start = next(i for i, c in enumerate(cells) if c[1:4] == ["shape", "strategy", "direct"])
@@ -307,8 +307,8 @@ def test_refit_block_says_which_refit_runs_out_per_way():
         row[2].strip(): dict(zip(header, (c.strip() for c in row), strict=True)) for row in rows
     }
     assert table["legacy"]["direct"] == "OOM at the load"
-    assert table["inplace"]["direct"] == "OOM at refit 16; +520 MiB, 26 calls a refit"
-    assert table["streaming"]["direct"] == "none in 40; margin 28.8 GiB"
+    assert table["inplace"]["direct"] == "OOM at refit 16; +1.84 GiB, 94 calls a refit"
+    assert table["streaming"]["direct"] == "none in 20; margin 28.8 GiB"
     assert table["preallocated"]["layerwise"] == "n/a"
 
 
