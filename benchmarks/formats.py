@@ -9,7 +9,8 @@ this module's: ``PeakMemory``, ``Traffic``, ``CudaMemory``, ``LayerTime``, ``Pro
 ``bench_<format>.py``, all of them (``bench_nvfp4.PeakMemory.track_peak_transient_bytes``);
 BF16's are the modules asv has recorded since before the formats, ``bench_convert`` (a layer's
 conversion: ``CONVERSION``) and ``bench_allocator`` (the rank's load: ``LOAD``), and since the
-refit ``bench_refit`` (``REFIT``), so their history reads on. Each figure of a
+refit ``bench_refit`` (``REFIT``, and BF16's alone, ``HEADLINE``'s ``RefitReplay``), so their
+history reads on. Each figure of a
 quantized format is judged and shown as its BF16 sibling (``moe_suite.metrics.quant_sibling``).
 This module itself holds no benchmark: its classes are private, which asv's discovery skips.
 
@@ -42,7 +43,13 @@ import operator
 
 import torch
 
-from moe_suite.metrics import REFIT_FIGURES, REFIT_TIME_WAYS, REFIT_WAYS
+from moe_suite.metrics import (
+    REFIT_EP_FIGURES,
+    REFIT_FIGURES,
+    REFIT_REPLAY_FIGURES,
+    REFIT_TIME_WAYS,
+    REFIT_WAYS,
+)
 
 from . import common, library
 
@@ -62,6 +69,16 @@ FORMAT_SHAPES = {
 }
 #: The format of every shape of the suite.
 FORMAT_OF = {label: fmt for fmt, labels in FORMAT_SHAPES.items() for label in labels}
+#: The shapes of the refit by EP (``RefitByEP``), BF16's: a rank's share (``model/epN``: E/N
+#: experts, each whole) of NeMo-RL's reports' model (Qwen3-30B-A3B) and of DeepSeek-V3, at each
+#: EP from 2 to 64 (EP 1 is ``qwen3-30b-a3b/tp1``'s ``Refit``). Written out: parameters must not
+#: depend on the installed library.
+REFIT_EP_SHAPES = tuple(
+    f"{model}/ep{ep}" for model in ("qwen3-30b-a3b", "deepseek-v3") for ep in (2, 4, 8, 16, 32, 64)
+)
+#: The refit by EP's strategies: vLLM's conversion since #45589 and its in-place form, and ours
+#: that streams. Its 36 cells took 33 s on the shared 2-core machine (load 6).
+REFIT_EP_STRATEGIES = ("preallocated", "inplace", "streaming")
 #: The strategies of each quantized format: the upstream path, this library's, then
 #: FlashInfer's own helper (``<format>-flashinfer``, a BF16 layer in: registered for FP8
 #: per-tensor where FlashInfer is installed, for NVFP4, MXFP8 and MXINT4 where CUDA is too, never
@@ -128,6 +145,15 @@ REFIT_SHAPES = {
     "mxfp8": ("minimax-m3-mxfp8/tp4",),
     "mxint4": ("kimi-k2-thinking-mxint4/tp8",),
 }
+#: Refits replayed in a row after the load, per cell and way of ``RefitReplay``. 20: from its
+#: first refit on a form's growth and driver calls per refit are its steady state's, so the
+#: margin over that growth says how many more would fit; on the headline's shapes ``inplace``,
+#: whose one-expert scratch strands a 20 MiB segment a layer in the sleep pool, runs out at
+#: refits 15-31 on ``RefitReplay``'s device (the larger ones "none in 20" with their growth),
+#: every other form makes no driver call. The cost decides: at 40 the grid's 36 cells took
+#: 260 s (about 100 s of CPU) on the shared 2-core machine (load 6-7.5), ``preallocated``'s
+#: 514-1,026 events a layer 0.1-0.2 s a refit of a whole rank, most of it.
+REFIT_REPLAYS = 20
 #: The shapes ``RefitTime`` times in the cpu profile: the rank-load headline's first and, per
 #: quantized format, the one ``LayerTime`` times (``CPU_PROFILE_SHAPES``): a timed refit cell
 #: (two ways) took 2.3-9.8 s on the shared 2-core machine (load 4.5), so one shape a format.
@@ -163,9 +189,17 @@ def strategy_name(fmt: str, kind: str) -> str:
     return kind if fmt == "bf16" else f"{fmt}-{kind}"
 
 
+def format_of(label: str) -> str:
+    """The format of the suite's shape ``label``: ``FORMAT_OF``'s, BF16 for ``REFIT_EP_SHAPES``."""
+    return "bf16" if label in REFIT_EP_SHAPES else FORMAT_OF[label]
+
+
 def full_shape(label: str):
-    """The full-size layer shape of ``label`` (``model/tpN``) from the measured commit's catalog
-    (``library.layer_shape``)."""
+    """The full-size layer shape of ``label`` from the measured commit's catalog: a ``model/tpN``
+    by ``library.layer_shape``, a ``model/epN`` (``REFIT_EP_SHAPES``) by its
+    ``shape_from_label``."""
+    if label in REFIT_EP_SHAPES:
+        return library.module("formats.catalog").shape_from_label(label)
     return library.layer_shape(label, FORMAT_OF[label])
 
 
@@ -189,7 +223,7 @@ def timed_shape(label: str):
 
 def _shape_and_strategy(label: str, kind: str):
     """The full-size shape of ``label`` and its format's strategy of ``kind``."""
-    return full_shape(label), strategy_name(FORMAT_OF[label], kind)
+    return full_shape(label), strategy_name(format_of(label), kind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,10 +251,10 @@ def _not_here(label: str, kind: str, *, on_meta: bool) -> _NotHere | None:
     ``None`` where it can."""
     import moe_convert
 
-    missing = _format_missing(FORMAT_OF[label])
+    missing = _format_missing(format_of(label))
     if missing:
         return missing
-    strategy = _shape_and_strategy(label, kind)[1]
+    strategy = strategy_name(format_of(label), kind)
     record = library.strategy_records(moe_convert).get(strategy)
     if record is None:
         unavailable = library.unavailable_records(moe_convert).get(strategy)
@@ -245,12 +279,12 @@ def _measure_grid(
     missing: _NotHere | None = None,
 ) -> dict[tuple[str, str], object]:
     """``measure(shape, kind)`` of every cell of ``labels`` (every format's shapes, by default)
-    x its format's ``axis`` (``kinds``, by default), each in a worker process
+    x its format's ``axis`` (``kinds``, by default; ``format_of``), each in a worker process
     (``common.measure_cells``: a cell that fails holds the reason's text); a cell not measured
     here holds a ``_NotHere`` (``on_meta``: ``measure`` runs on meta), every cell ``missing``
     where given (what the measured commit's library lacks)."""
     labels = tuple(FORMAT_OF) if labels is None else labels
-    cells = [(label, kind) for label in labels for kind in axis(FORMAT_OF[label])]
+    cells = [(label, kind) for label in labels for kind in axis(format_of(label))]
     not_here = {cell: missing or _not_here(*cell, on_meta=on_meta) for cell in cells}
     measured = common.measure_cells(measure, [cell for cell in cells if not_here[cell] is None])
     return {cell: measured.get(cell, not_here[cell]) for cell in cells}
@@ -421,20 +455,28 @@ def _no_refit(function: str) -> _NotHere | None:
     return None
 
 
-def _refit(label: str, kind: str) -> dict[str, object]:
+def _refit_ways(shape, strategy: str) -> dict[str, tuple[int, int, int]]:
     """``way -> (peak transient bytes, traffic bytes, launches)`` (``REFIT_FIGURES``) of one
-    refit of ``label``'s full-size layer converted by its format's ``kind``, on meta (one
+    refit of the full-size layer ``shape`` converted by ``strategy``, on meta (one
     ``refit_call`` per way: memory and traffic counted on the same call, each call the same
-    refit), then ``reload_safe`` and ``reversible_in_place``: the strategy's two classes."""
+    refit)."""
     refit = library.module("load.refit")
     measure_memory = library.module("measuring.memory").measure_memory
     measure_traffic = library.module("measuring.traffic").measure_traffic
-    shape, strategy = _shape_and_strategy(label, kind)
-    figures: dict[str, object] = {}
+    figures = {}
     for way in REFIT_WAYS:
         call = refit.refit_call(shape, strategy, way)
         counted = measure_traffic(call)
         figures[way] = (measure_memory(call).peak_bytes, counted.traffic_bytes, counted.launches)
+    return figures
+
+
+def _refit(label: str, kind: str) -> dict[str, object]:
+    """``_refit_ways`` of ``label``'s full-size layer converted by its format's ``kind``, then
+    ``reload_safe`` and ``reversible_in_place``: the strategy's two classes."""
+    refit = library.module("load.refit")
+    shape, strategy = _shape_and_strategy(label, kind)
+    figures: dict[str, object] = dict(_refit_ways(shape, strategy))
     figures["reload_safe"] = refit.reload_safety(strategy) == "reload-safe"
     figures["reversible_in_place"] = refit.reversibility(strategy) == "reversible in place"
     return figures
@@ -458,6 +500,48 @@ def _refit_time(label: str, kind: str) -> dict[str, object]:
         )
         for way in REFIT_TIME_WAYS
     }
+
+
+def _rank_refit(label: str, kind: str) -> dict[str, tuple[int, int, int]]:
+    """``way -> (peak transient bytes, traffic bytes, launches)`` (``REFIT_EP_FIGURES``) of a
+    whole rank's refit, every MoE layer in turn, exact on meta (as ``python -m moe_convert
+    refit --ep all``): one layer's peak (the layers refit one after another), the rank's
+    traffic and launches (``_refit_ways``' x ``moe_layers``)."""
+    shape, strategy = _shape_and_strategy(label, kind)
+    layers = shape.moe_layers
+    return {
+        way: (peak, traffic * layers, launches * layers)
+        for way, (peak, traffic, launches) in _refit_ways(shape, strategy).items()
+    }
+
+
+def _refit_replay(label: str, kind: str) -> dict[str, tuple[int, int, int, int]]:
+    """``way -> (oom_refit, reserved growth per refit, driver calls per refit, margin)``
+    (``REFIT_REPLAY_FIGURES``) of each of ``REFIT_WAYS``: the rank load of ``label`` converted
+    by ``kind``, then ``REFIT_REPLAYS`` refits of every layer (``refit_replay.replay_refits``:
+    the sleep-mode pool at ``max_split_size_mb`` 20) on ``RankLoadReplay``'s device (the rank's
+    MoE weights and vLLM #45589's headroom). ``oom_refit``: the refit that runs out of memory,
+    0 the first load, ``REFIT_REPLAYS + 1`` where none of them does; the growth and driver
+    calls (``cudaMalloc``, ``cudaFree``, refused ``cudaMalloc``) are the last refit's that
+    completed (its steady state), 0 where none did; the margin: the device's bytes less the
+    peak reserved bytes."""
+    replay_refits = library.module("load.refit_replay").replay_refits
+    shape, strategy = _shape_and_strategy(label, kind)
+    device = _loaded_bytes(label, kind) + wholemodel.PR45589_HEADROOM_BYTES
+    figures = {}
+    for way in REFIT_WAYS:
+        replay = replay_refits(shape, strategy, REFIT_REPLAYS, way=way, device_bytes=device)
+        done = [r for r in replay.rounds if r.oom_layer is None]
+        last = done[-1] if done else None
+        figures[way] = (
+            REFIT_REPLAYS + 1 if replay.oom_refit is None else replay.oom_refit,
+            last.reserved_growth_bytes if last else 0,
+            last.num_device_alloc + last.num_device_free + last.num_device_alloc_failed
+            if last
+            else 0,
+            replay.margin_bytes,
+        )
+    return figures
 
 
 class _Grid:
@@ -900,6 +984,85 @@ for _way in REFIT_TIME_WAYS:
     )
 
 
+class _RefitReplay(_Grid):
+    """A whole rank's refits in a row, replayed (``load.refit_replay.replay_refits``): the rank
+    load in vLLM's sleep-mode pool at ``max_split_size_mb`` 20, then ``REFIT_REPLAYS`` refits
+    of every layer in each way of ``REFIT_WAYS``, on ``RankLoadReplay``'s device (the rank's MoE
+    weights and vLLM #45589's 29.89 GiB of headroom), exact on meta at full size: per way the
+    refit that runs out of memory (``oom_refit``: 0 the first load, ``REFIT_REPLAYS + 1`` none
+    of them), the steady state's reserved growth and driver calls per refit, and the margin (the
+    device's bytes less the peak reserved); then ``refits``, ``REFIT_REPLAYS`` (for
+    ``moe_bench``, which reads results without the library). BF16's headline shapes x
+    ``refit_kinds`` only (``bench_refit``): a quantized format's replays took 348 s for its 18
+    cells on the shared 2-core machine (load 8.5). What 0.34 runs differs: docs/allocator.md."""
+
+    version = "1"
+    shape_axis = staticmethod(refit_shapes)
+    strategy_axis = staticmethod(refit_kinds)
+
+    def setup_cache(self) -> dict:
+        try:
+            library.module("load.refit_replay")
+        except ModuleNotFoundError:
+            missing = _NotHere("this commit's library has no refit replay (load.refit_replay)")
+        else:
+            missing = None
+        return _measure_grid(_refit_replay, REFIT_SHAPES["bf16"], axis=refit_kinds, missing=missing)
+
+    # BF16's 36 cells, 3 ways each: at 40 refits 260 s (load 6-7.5), hence REFIT_REPLAYS 20.
+    setup_cache.timeout = 600.0
+
+    def track_refits(self, results: dict, shape: str, kind: str) -> int:
+        return REFIT_REPLAYS
+
+    track_refits.unit = "refits"
+
+
+for _way in REFIT_WAYS:
+    for _index, (_figure, _unit, _) in enumerate(REFIT_REPLAY_FIGURES):
+        setattr(
+            _RefitReplay,
+            f"track_{_way}_{_figure}",
+            _way_figure(_way, operator.itemgetter(_index), _unit),
+        )
+
+
+def _ep_shapes(fmt: str) -> tuple[str, ...]:
+    return REFIT_EP_SHAPES
+
+
+def _ep_strategies(fmt: str) -> tuple[str, ...]:
+    return REFIT_EP_STRATEGIES
+
+
+class _RefitByEP(_Grid):
+    """A whole rank's refit by EP (``REFIT_EP_SHAPES``: a rank's share of E/EP experts, each
+    whole, x ``REFIT_EP_STRATEGIES``), per way of ``REFIT_WAYS``, exact on meta at full size:
+    one layer's peak transient bytes, the rank's traffic and launches (every MoE layer). BF16's
+    alone (``bench_refit``); a commit before the refit has every cell n/a."""
+
+    version = "1"
+    shape_axis = staticmethod(_ep_shapes)
+    strategy_axis = staticmethod(_ep_strategies)
+
+    def setup_cache(self) -> dict:
+        return _measure_grid(
+            _rank_refit, REFIT_EP_SHAPES, axis=_ep_strategies, missing=_no_refit("refit_call")
+        )
+
+    # 36 cells: 33 s on the shared 2-core machine (load 6).
+    setup_cache.timeout = 600.0
+
+
+for _way in REFIT_WAYS:
+    for _index, (_figure, _unit) in enumerate(REFIT_EP_FIGURES):
+        setattr(
+            _RefitByEP,
+            f"track_{_way}_{_figure}",
+            _way_figure(_way, operator.itemgetter(_index), _unit),
+        )
+
+
 #: The classes each format's modules have, named without the ``_``.
 _BENCHMARKS = (
     _PeakMemory,
@@ -917,16 +1080,19 @@ _BENCHMARKS = (
 )
 #: Every figure class a format has, by name.
 CLASSES = tuple(base.__name__.lstrip("_") for base in _BENCHMARKS)
+#: BF16's classes of its headline's models alone (``bench_refit``), no format's.
+HEADLINE = ("RefitReplay", "RefitByEP")
 
 
 def format_benchmarks(fmt: str, module: str, names: tuple[str, ...] = CLASSES) -> dict[str, type]:
-    """Format ``fmt``'s benchmark classes ``names`` (all of them, by default), for its module
+    """Format ``fmt``'s benchmark classes ``names`` (``CLASSES``, by default; BF16's
+    ``bench_refit`` adds ``HEADLINE``'s), for its module
     ``module`` (the ``__name__`` of the module that holds them, which asv and ``moe_bench`` name
     them by): each made over the format's shapes (``FORMAT_SHAPES``; a refit's
     ``refit_shapes``) x its strategies (``kinds``; a refit's ``refit_kinds``), inheriting every
     method, ``setup_cache`` included."""
     classes = {}
-    for base in _BENCHMARKS:
+    for base in (*_BENCHMARKS, _RefitReplay, _RefitByEP):
         name = base.__name__.lstrip("_")
         if name not in names:
             continue

@@ -121,17 +121,25 @@ def _values(m: Metric, row: pd.Series) -> list[float]:
 
 @dataclass(frozen=True)
 class _Model:
-    """What a record says of a shape label: the model's Hugging Face id and TP, the weights'
-    format (``benchmark.dtype``) and each tensor of one layer as converted (``inputs``)."""
+    """What a record says of a shape label: the model's Hugging Face id, its TP, and its EP
+    (a rank's share of E/EP experts: ``model/epN``; ``ep`` in the records where above 1), the
+    weights' format (``benchmark.dtype``) and each tensor of one layer as converted
+    (``inputs``)."""
 
     hf_id: str
     tp: int
     dtype: str
     inputs: dict[str, dict]
+    ep: int = 1
+
+    @property
+    def parallel(self) -> dict[str, int]:
+        """``tp``, and ``ep`` where above 1: the records' extra_info of the rank's share."""
+        return {"tp": self.tp} | ({"ep": self.ep} if self.ep > 1 else {})
 
 
 def _models(labels: set[str]) -> dict[str, _Model]:
-    """``model/tpN`` label -> its ``_Model``, from the catalog of every format.
+    """``model/tpN`` or ``model/epN`` label -> its ``_Model``, from the catalog of every format.
 
     The one import of ``moe_convert`` in ``moe_bench``: the catalog is the one place a model's
     Hugging Face id is written, and a result file holds only the label. A layer's tensors are
@@ -160,7 +168,7 @@ def _models(labels: set[str]) -> dict[str, _Model]:
             }
             for name, (tensor_dtype, dims) in tensors.items()
         }
-        found[label] = _Model(hf_id, shape.tp, dtype, inputs)
+        found[label] = _Model(hf_id, shape.tp, dtype, inputs, shape.ep)
     return found
 
 
@@ -245,7 +253,7 @@ def _record(
     benchmark = {
         "asv_benchmark": row["benchmark"],
         "strategy": _text(row["strategy"]),
-        "tp": model.tp,
+        **model.parallel,
         "shape": row["shape"],
         "profile": _text(row["profile"]),
         "machine": row["machine"],
@@ -264,7 +272,7 @@ def _record(
             "type": "moe weight conversion, one rank",
             "backend": BACKEND,
             "origins": ["huggingface"],
-            "extra_info": _strings({"tp": model.tp, "shape": row["shape"]}),
+            "extra_info": _strings({**model.parallel, "shape": row["shape"]}),
         },
         "inputs": model.inputs,
         "dependencies": _dependencies(machine, row, engine),

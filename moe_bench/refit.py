@@ -10,6 +10,13 @@ and our ``streaming``; a strategy the refit grid does not run reads n/a. Then ev
 format's refit cells the run recorded (``bench_<format>.Refit``, beside the format's own first
 load), so the block shows every format. Results from before the refit was recorded have no
 table, and the block says so in one line.
+
+Below each run's table, the whole rank's refits in a row (``bench_refit.RefitReplay``, BF16's
+headline shapes: the rank load in vLLM's sleep-mode pool at ``max_split_size_mb`` 20 on
+``RankLoadReplay``'s device, then its recorded number of refits): per way, the refit that runs
+out of memory with what each refit adds and its driver calls, or none and the margin left. Then
+the whole rank's refit by EP (``bench_refit.RefitByEP``: a rank's share of E/EP experts of the
+recorded models): per way one layer's peak transient bytes and the rank's traffic.
 """
 
 from __future__ import annotations
@@ -18,13 +25,22 @@ import math
 
 import pandas as pd
 
-from moe_suite.metrics import PEAK_BYTES, REFIT, REFIT_WAYS, format_figure, quant_sibling
+from moe_suite.metrics import (
+    PEAK_BYTES,
+    REFIT,
+    REFIT_EP,
+    REFIT_REPLAY,
+    REFIT_REPLAY_FIGURES,
+    REFIT_WAYS,
+    format_figure,
+    quant_sibling,
+)
 
 from .document import NA, Block, Cell, without_empty_columns
 from .rankload import BEST, FIRST, best_strategies
 from .units import human
 
-__all__ = ["NO_REFIT", "SHOWN", "refit_blocks"]
+__all__ = ["NO_REFIT", "NO_REPLAY", "SHOWN", "refit_blocks"]
 
 #: The strategies of each shape's rows, after ``FIRST`` and the shape's best: vLLM's in-place
 #: form and ours that streams.
@@ -47,6 +63,17 @@ _FIGURES = {
     "reload-safe": (_SAFE, "class"),
     "reversible in place": (_REVERSIBLE, "class"),
 }
+#: The refits in a row: per way its figures' benchmarks (``REFIT_REPLAY_FIGURES``' names), and
+#: the refits replayed.
+_REPLAYED = {
+    way: {figure: f"{REFIT_REPLAY}.track_{way}_{figure}" for figure, _, _ in REFIT_REPLAY_FIGURES}
+    for way in REFIT_WAYS
+}
+_REFITS = f"{REFIT_REPLAY}.track_refits"
+#: The line where a run has no refits in a row.
+NO_REPLAY = (
+    "Refits in a row: not in this run (`bench_refit.RefitReplay` records them since issue 38)."
+)
 _REFIT_NAMES = frozenset(name for name, _ in _FIGURES.values() if name.startswith(REFIT))
 
 
@@ -109,7 +136,110 @@ def refit_blocks(df: pd.DataFrame, loads: pd.DataFrame) -> list[Block]:
         rows += _format_rows(refits[(refits["machine"] == machine) & (refits["commit"] == commit)])
         cells, empty = without_empty_columns(_cells(run, machine, rows), {})
         blocks.append(Block(f"`{machine}` at `{commit[:8]}`", level=3, text=empty, table=cells))
+        blocks.append(_replay_block(run, machine, [r for r in rows if r[0] == "bf16"]))
+        blocks += _ep_blocks(run, machine)
     return blocks
+
+
+def _ep_blocks(run: pd.DataFrame, machine: str) -> list[Block]:
+    """The whole rank's refit by EP in ``run`` (one machine's commit): a row per EP shape and
+    strategy recorded, per way one layer's peak and the rank's traffic, each linked to the
+    peak's graph; none where the run has no such figure."""
+    figures = run[run["benchmark"].str.startswith(f"{REFIT_EP}.")].dropna(subset=["value"])
+    if figures.empty:
+        return []
+    values = figures.groupby(["benchmark", "shape", "strategy"])["value"].first()
+    cells = figures[["shape", "strategy"]].drop_duplicates()
+    table = cells.reset_index(drop=True)
+    for way in REFIT_WAYS:
+        peak, traffic = (
+            f"{REFIT_EP}.track_{way}_{f}" for f in ("peak_transient_bytes", "rank_traffic_bytes")
+        )
+        table[way] = [
+            Cell(
+                _ep_text(
+                    values.get((peak, shape, s), math.nan),
+                    values.get((traffic, shape, s), math.nan),
+                ),
+                benchmark=peak,
+                machine=machine,
+            )
+            for shape, s in cells.itertuples(index=False)
+        ]
+    return [
+        Block(
+            text=(
+                "A whole rank's refit by EP (`bench_refit.RefitByEP`, exact on meta): a rank "
+                "holds E/EP experts, each whole; per way one layer's peak transient bytes (the "
+                "layers refit one after another) and the rank's traffic, every MoE layer's. EP 1 "
+                "is a model's TP 1 (`qwen3-30b-a3b/tp1` above); `python -m moe_convert refit "
+                "--model M --ep all` "
+                "prints every EP with launches.",
+            ),
+            table=table,
+        )
+    ]
+
+
+def _replay_block(run: pd.DataFrame, machine: str, rows: list[tuple[str, str, str, bool]]) -> Block:
+    """The refits in a row of ``rows`` (BF16's) in ``run``: a ``Cell`` per way, linked to the
+    graph of the refit that runs out; ``NO_REPLAY`` where the run has none."""
+    values = run.groupby(["benchmark", "shape", "strategy"])["value"].first()
+    recorded = values[values.index.get_level_values("benchmark") == _REFITS].dropna()
+    if recorded.empty:
+        return Block(text=(NO_REPLAY,))
+    refits = int(recorded.iloc[0])
+    table = pd.DataFrame(
+        {
+            "shape": [shape for _, shape, _, _ in rows],
+            "strategy": [f"{s} ({BEST})" if is_best else s for _, _, s, is_best in rows],
+        }
+    )
+    for way, names in _REPLAYED.items():
+        table[way] = [
+            Cell(
+                _refits_text(
+                    *(values.get((names[f], shape, strategy), math.nan) for f in names), refits
+                ),
+                benchmark=names["oom_refit"],
+                machine=machine,
+            )
+            for _, shape, strategy, _ in rows
+        ]
+    return Block(
+        text=(
+            f"Refits in a row, per way: the rank load in vLLM's sleep-mode pool at "
+            f"max_split_size_mb:20 on the headline's device (the rank's MoE weights and 29.89 "
+            f"GiB to spare), then {refits} refits of every layer, exact on meta "
+            "(`bench_refit.RefitReplay`): the refit that runs out of memory, with the reserved "
+            "bytes and driver calls each refit adds before it; or none, and the margin left. "
+            'vLLM 0.34 reloads outside that pool (docs/allocator.md, "Refits, replayed").',
+        ),
+        table=table,
+    )
+
+
+def _ep_text(peak: float, traffic: float) -> str:
+    """A way's refit by EP: one layer's ``peak`` and the rank's ``traffic``; n/a without it."""
+    if math.isnan(peak):
+        return NA
+    return f"{human(peak, 'bytes')} peak, {human(traffic, 'bytes')}"
+
+
+def _refits_text(oom: float, growth: float, calls: float, margin: float, refits: int) -> str:
+    """A way's refits in a row: ``oom`` the refit that runs out (0 the load, above ``refits``
+    none), then the steady state's ``growth`` and driver ``calls`` per refit and the
+    ``margin``."""
+    if math.isnan(oom):
+        return NA
+    if oom == 0:
+        return "OOM at the load"
+    cost = f"+{human(growth, 'bytes')}, {calls:,.0f} calls a refit"
+    if oom > refits:
+        return f"none in {refits}; margin {human(margin, 'bytes')}" + (
+            f"; {cost}" if growth or calls else ""
+        )
+    return f"OOM at refit {oom:,.0f}; {cost}"
 
 
 def _format_rows(refits: pd.DataFrame) -> list[tuple[str, str, str, bool]]:

@@ -55,7 +55,11 @@ __all__ = [
     "RANK_LOAD_TIME",
     "REFIT",
     "REFIT_CLASSES",
+    "REFIT_EP",
+    "REFIT_EP_FIGURES",
     "REFIT_FIGURES",
+    "REFIT_REPLAY",
+    "REFIT_REPLAY_FIGURES",
     "REFIT_TIME",
     "REFIT_TIME_WAYS",
     "REFIT_WAYS",
@@ -235,6 +239,26 @@ REFIT_FIGURES = (
     ("launches", "launches"),
 )
 REFIT_CLASSES = ("reload_safe", "reversible_in_place")
+#: A whole rank's refits in a row, replayed (``benchmarks.bench_refit.RefitReplay``, BF16's
+#: headline shapes alone): per way of ``REFIT_WAYS`` its figures, units and whether a rise is
+#: worse (the refit that runs out of memory and the margin: a fall is), exact on meta; and
+#: ``refits``, the refits replayed (a fact: ``oom_refit`` above it means none ran out).
+REFIT_REPLAY = "bench_refit.RefitReplay"
+REFIT_REPLAY_FIGURES = (
+    ("oom_refit", "refits", False),
+    ("reserved_growth_per_refit_bytes", "bytes", True),
+    ("driver_calls_per_refit", "calls", True),
+    ("margin_bytes", "bytes", False),
+)
+#: A whole rank's refit by EP (``benchmarks.bench_refit.RefitByEP``, BF16's ``model/epN``
+#: shapes): per way of ``REFIT_WAYS`` one layer's peak transient bytes, the rank's traffic and
+#: launches (every MoE layer), exact on meta.
+REFIT_EP = "bench_refit.RefitByEP"
+REFIT_EP_FIGURES = (
+    ("peak_transient_bytes", "bytes"),
+    ("rank_traffic_bytes", "bytes"),
+    ("rank_launches", "launches"),
+)
 #: A refit's time (``benchmarks.bench_refit.RefitTime``): per way of these, its seconds and its
 #: copy ratio (refit / a same-size copy of the new weights), judged as ``LayerTime``'s.
 REFIT_TIME = "bench_refit.RefitTime"
@@ -316,6 +340,17 @@ _TABLE = [
         for figure, unit in REFIT_FIGURES
     ),
     *(Metric(f"{REFIT}.track_{name}", "class", False, EXACT, "class") for name in REFIT_CLASSES),
+    *(
+        Metric(f"{REFIT_REPLAY}.track_{way}_{figure}", unit, lower, EXACT, unit)
+        for way in REFIT_WAYS
+        for figure, unit, lower in REFIT_REPLAY_FIGURES
+    ),
+    Metric(f"{REFIT_REPLAY}.track_refits", "refits", None, EXACT, "refits"),
+    *(
+        Metric(f"{REFIT_EP}.track_{way}_{figure}", unit, True, EXACT, unit)
+        for way in REFIT_WAYS
+        for figure, unit in REFIT_EP_FIGURES
+    ),
     *(
         metric
         for way in REFIT_TIME_WAYS

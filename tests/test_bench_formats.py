@@ -16,7 +16,14 @@ from moe_convert import FORMATS, REGISTRY, UNAVAILABLE, layer_shape
 from moe_convert.formats.catalog import catalog_shapes
 from moe_convert.load.replay import rank_load, replay_load
 from moe_convert.load.wholemodel import LOAD_DEVICES, PR45589_HEADROOM_BYTES
-from moe_suite.metrics import FORMAT_CLASSES, METRICS, RANK_LOAD_CLASSES, metric
+from moe_suite.metrics import (
+    FORMAT_CLASSES,
+    METRICS,
+    RANK_LOAD_CLASSES,
+    REFIT_EP_FIGURES,
+    REFIT_REPLAY_FIGURES,
+    metric,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
@@ -107,15 +114,22 @@ def test_each_format_has_every_figure_class_judged_as_bf16s():
             for name, cls in inspect.getmembers(module, inspect.isclass)
             if cls.__module__ == module.__name__
         }
-        assert classes.keys() == set(FORMAT_CLASSES), fmt
+        headline = formats.HEADLINE if fmt == "bf16" else ()  # BF16's headline shapes alone
+        assert classes.keys() == {*FORMAT_CLASSES, *headline}, fmt
         for name, (module, cls) in classes.items():
-            refit = name in formats.REFIT
+            refit = name in (*formats.REFIT, *headline)
             shapes = formats.refit_shapes(fmt) if refit else formats.FORMAT_SHAPES[fmt]
+            axis = (formats.refit_kinds if refit else formats.kinds)(fmt)
+            if name == "RefitByEP":  # a rank's share under EP, of BF16's models
+                shapes, axis = formats.REFIT_EP_SHAPES, formats.REFIT_EP_STRATEGIES
+                assert {s.partition("/")[0] for s in shapes} <= {
+                    s.partition("/")[0] for s in formats.FORMAT_SHAPES[fmt]
+                }
+            else:
+                assert set(shapes) <= set(formats.FORMAT_SHAPES[fmt])
             assert cls.params[0] == list(shapes)
-            assert set(shapes) <= set(formats.FORMAT_SHAPES[fmt])
             if name != "Profile":
-                axis = formats.refit_kinds if refit else formats.kinds
-                assert cls.params[1] == list(axis(fmt))
+                assert cls.params[1] == list(axis)
                 assert cls.param_names == ["shape", "strategy"]  # what moe_bench keys results by
             for method in (m for m in dir(cls) if m.startswith("track_")):
                 got = metric(f"{module.__name__.rpartition('.')[2]}.{name}.{method}")
@@ -271,6 +285,61 @@ def test_the_rank_load_grids_replay_vllms_load_on_their_device(monkeypatch):
                 want.peak_reserved_bytes
             )
             assert bench.track_layers_lost_to_oom(loads, shape.label, kind) == 0
+
+
+def test_the_refit_replay_says_which_refit_runs_out_and_what_a_refit_costs(monkeypatch):
+    # Exact on meta: the rank load in the sleep pool at 20 MiB on RankLoadReplay's device, then
+    # REFIT_REPLAYS refits. inplace's one-expert scratch strands a 20 MiB segment per layer and
+    # refit (94 layers: 94 cudaMalloc, 1880 MiB) until the 16th direct refit runs out (the
+    # 15th layerwise one); its streamed refit and streaming allocate nothing: none of the 20
+    # runs out (21).
+    monkeypatch.setattr(formats, "REFIT_SHAPES", {"bf16": ("qwen3-235b-a22b/tp4",)})
+    monkeypatch.setattr(formats, "REFIT_STRATEGIES", ("inplace", "streaming"))
+    bench = bench_refit.RefitReplay()
+    results = bench.setup_cache()
+    label = "qwen3-235b-a22b/tp4"
+    want = {
+        ("inplace", "direct"): (16, 94 * 20 * 2**20, 94, 7717519),
+        ("inplace", "layerwise"): (15, 94 * 20 * 2**20, 94, 16106127),
+        ("inplace", "streamed"): (21, 0, 0, 30122820239),
+        ("streaming", "direct"): (21, 0, 0, 30886183567),
+        ("streaming", "streamed"): (21, 0, 0, 30886183567),
+    }
+    assert formats.REFIT_REPLAYS == 20
+    for (kind, way), figures in want.items():
+        bench.setup(results, label, kind)
+        got = tuple(
+            getattr(bench, f"track_{way}_{figure}")(results, label, kind)
+            for figure, _, _ in REFIT_REPLAY_FIGURES
+        )
+        assert got == figures, (kind, way)
+        assert bench.track_refits(results, label, kind) == formats.REFIT_REPLAYS
+
+
+def test_the_refit_by_ep_gives_the_whole_ranks_refit_of_each_ep_share(monkeypatch):
+    # Exact on meta, as `python -m moe_convert refit --model qwen3-30b-a3b --ep all` prints it:
+    # one layer's peak, the rank's traffic and launches (48 MoE layers). At EP 8 a rank holds
+    # 16 of the 128 experts: inplace's direct refit keeps its 6 MiB one-expert scratch at any
+    # EP; streaming's streamed refit allocates nothing.
+    monkeypatch.setattr(formats, "REFIT_EP_SHAPES", ("qwen3-30b-a3b/ep8",))
+    monkeypatch.setattr(formats, "REFIT_EP_STRATEGIES", ("inplace", "streaming"))
+    bench = bench_refit.RefitByEP()
+    results = bench.setup_cache()
+    label = "qwen3-30b-a3b/ep8"
+    want = {
+        ("inplace", "direct"): (6 * 2**20, 43508563968, 3168),
+        ("inplace", "layerwise"): (157286400, 58004078592, 3264),
+        ("streaming", "streamed"): (0, 31428968448, 2304),
+    }
+    for (kind, way), figures in want.items():
+        bench.setup(results, label, kind)
+        got = tuple(
+            getattr(bench, f"track_{way}_{figure}")(results, label, kind)
+            for figure, _ in REFIT_EP_FIGURES
+        )
+        assert got == figures, (kind, way)
+    shape = layer_shape("qwen3-30b-a3b", 1, 8)
+    assert (shape.experts, shape.moe_layers) == (16, 48)
 
 
 def test_a_rank_whose_weights_do_not_fit_a_device_is_na_there(monkeypatch):

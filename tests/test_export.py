@@ -13,7 +13,14 @@ import pytest
 
 from moe_bench import cli, engine_env
 from moe_bench.export import HUD_METRICS, metric_name
-from moe_suite.metrics import FORMAT_FIGURES, METRICS, PAIRED_TIME, PEAK_BYTES, RANK_LOAD_TIME
+from moe_suite.metrics import (
+    FORMAT_FIGURES,
+    METRICS,
+    PAIRED_TIME,
+    PEAK_BYTES,
+    RANK_LOAD_TIME,
+    REFIT_EP,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE, STRATEGIES = "qwen3-235b-a22b/tp4", ["legacy", "strided_copy"]
@@ -44,9 +51,16 @@ SAMPLES = [0.031, 0.029, 0.030]
 MACHINE = {"machine": "gb200", "gpu": "NVIDIA GB200", "torch": "2.13.0", "flashinfer": "0.7.4"}
 
 
+#: The refit by EP's shape, a rank's share under expert parallelism, and strategy.
+EP_SHAPE, EP_STRATEGIES = "qwen3-30b-a3b/ep8", ["inplace"]
+
+
 def _shape_and_strategies(name: str) -> tuple[str, list[str]]:
-    """The shape and strategies of ``name``'s results: BF16's, or a quantized format's."""
+    """The shape and strategies of ``name``'s results: BF16's, the refit by EP's, or a quantized
+    format's."""
     module = name.partition(".")[0]
+    if name.startswith(REFIT_EP):
+        return EP_SHAPE, EP_STRATEGIES
     return (QUANT_SHAPES[module], KINDS) if module in QUANT_SHAPES else (SHAPE, STRATEGIES)
 
 
@@ -234,6 +248,17 @@ def test_model_benchmark_and_dependencies_say_what_was_measured(results, capsys)
     assert deps["torch"]["version"] == "2.13.0" and deps["flashinfer"]["version"] == "0.7.4"
     assert deps["vllm"]["version"] == "not recorded"  # machine.json without it (older records)
     assert deps["moe-convert-bench"]["sha"] == COMMIT
+
+
+def test_a_ranks_share_under_expert_parallelism_says_its_ep(results, capsys):
+    _, records, _ = export(results, capsys)
+    ep = [r for r in records if r["model"]["extra_info"]["shape"] == EP_SHAPE]
+    assert {r["benchmark"]["extra_info"]["asv_benchmark"] for r in ep} == {
+        n for n in SUITE if n.startswith(REFIT_EP)
+    }
+    assert all(r["model"]["extra_info"] == {"tp": "1", "ep": "8", "shape": EP_SHAPE} for r in ep)
+    assert all(r["benchmark"]["extra_info"]["ep"] == "8" for r in ep)
+    assert ep[0]["model"]["name"] == "Qwen/Qwen3-30B-A3B"
 
 
 def test_an_engine_runs_dependencies_are_what_its_environment_installed(results, capsys):

@@ -12,7 +12,7 @@ import pytest
 from moe_bench import rankload
 from moe_bench.document import to_markdown
 from moe_bench.plots import write_rank_load_plot
-from moe_bench.refit import NO_REFIT, refit_blocks
+from moe_bench.refit import NO_REFIT, NO_REPLAY, refit_blocks
 from moe_bench.results import COLUMNS
 from moe_convert import layer_shape
 from moe_convert.load.replay import pr45589_replay
@@ -272,3 +272,65 @@ def test_refit_block_shows_every_formats_refit_cells_beside_its_first_load():
         "1.00 MiB",
     )
     assert (row["reload-safe"], row["reversible in place"]) == ("yes", "no")
+
+
+#: qwen3-235b-a22b/tp4's refits in a row, exact on meta (benchmarks/formats.py's _refit_replay):
+#: inplace's direct refit runs out at refit 16, each refit 94 cudaMalloc and 1880 MiB before
+#: it; streaming's none of 20; legacy's sleep-mode load itself runs out.
+REPLAY = "bench_refit.RefitReplay"
+
+
+def _replay(way: str, oom: int, growth: int, calls: int, margin: int) -> dict:
+    figures = zip(
+        ("oom_refit", "reserved_growth_per_refit_bytes", "driver_calls_per_refit", "margin_bytes"),
+        (oom, growth, calls, margin),
+        strict=True,
+    )
+    return {f"{REPLAY}.track_{way}_{name}": value for name, value in figures}
+
+
+def test_refit_block_says_which_refit_runs_out_per_way():
+    rows = _rows("legacy", {f"{REFIT}.track_reload_safe": 0, f"{REPLAY}.track_refits": 20})
+    rows += _rows("legacy", _replay("direct", 0, 0, 0, 7717519))
+    rows += _rows("inplace", _replay("direct", 16, 1971322880, 94, 7717519))
+    rows += _rows("streaming", _replay("direct", 21, 0, 0, 30886183567))
+    rows += _rows("streaming", _replay("streamed", 21, 0, 0, 30886183567))
+    df = pd.concat([frame(), pd.DataFrame(rows)], ignore_index=True)
+    text = to_markdown(refit_blocks(df, rankload.rank_load_table(df, COSTS)))
+    assert "then 20 refits of every layer" in text
+    lines = text.splitlines()
+    cells = [[c.strip() for c in line.split("|")] for line in lines]
+    start = next(i for i, c in enumerate(cells) if c[1:4] == ["shape", "strategy", "direct"])
+    header = cells[start]
+    rows = [line.split("|") for line in lines[start:] if line.startswith(f"| {SHAPE}")]
+    table = {
+        row[2].strip(): dict(zip(header, (c.strip() for c in row), strict=True)) for row in rows
+    }
+    assert table["legacy"]["direct"] == "OOM at the load"
+    assert table["inplace"]["direct"] == "OOM at refit 16; +1.84 GiB, 94 calls a refit"
+    assert table["streaming"]["direct"] == "none in 20; margin 28.8 GiB"
+    assert table["preallocated"]["layerwise"] == "n/a"
+
+
+def test_a_run_without_refits_in_a_row_says_so():
+    rows = _rows("legacy", {f"{REFIT}.track_reload_safe": 0})
+    df = pd.concat([frame(), pd.DataFrame(rows)], ignore_index=True)
+    assert NO_REPLAY in to_markdown(refit_blocks(df, rankload.rank_load_table(df, COSTS)))
+
+
+def test_refit_block_shows_the_whole_ranks_refit_by_ep():
+    # qwen3-30b-a3b/ep8's figures, exact on meta (benchmarks/formats.py's _rank_refit)
+    ep8 = "qwen3-30b-a3b/ep8"
+    figures = {
+        "bench_refit.RefitByEP.track_direct_peak_transient_bytes": 6 * 2**20,
+        "bench_refit.RefitByEP.track_direct_rank_traffic_bytes": 43508563968,
+        "bench_refit.RefitByEP.track_direct_rank_launches": 3168,
+    }
+    rows = _rows("legacy", {f"{REFIT}.track_reload_safe": 0})
+    rows += [row | {"shape": ep8} for row in _rows("inplace", figures)]
+    df = pd.concat([frame(), pd.DataFrame(rows)], ignore_index=True)
+    text = to_markdown(refit_blocks(df, rankload.rank_load_table(df, COSTS)))
+    assert "A whole rank's refit by EP" in text
+    (line,) = [x for x in text.splitlines() if x.startswith(f"| {ep8}")]
+    cells = [c.strip() for c in line.split("|")]
+    assert cells[1:5] == [ep8, "inplace", "6.00 MiB peak, 40.5 GiB", "n/a"]

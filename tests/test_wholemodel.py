@@ -8,7 +8,7 @@ from conftest import requires_cuda, requires_flashinfer
 
 from moe_convert import REGISTRY, LayerShape, layer_shape
 from moe_convert.formats.catalog import catalog_shapes
-from moe_convert.load.replay import _tensor_bytes
+from moe_convert.load.replay import tensor_bytes
 from moe_convert.load.wholemodel import RUN_POOLS, _loaded_layer, run_load
 from moe_convert.measuring.timing import whole_model_seconds
 
@@ -45,12 +45,12 @@ def test_run_load_without_cuda_says_why(shape, name):
 )
 def test_a_run_loads_each_layer_as_its_replay_does(shape):
     """What ``run_load`` allocates per layer: every tensor its replay loads, each its own
-    allocation, in the same order and sizes (``replay_load``'s ``_tensor_bytes``: BF16's w13,
+    allocation, in the same order and sizes (``replay.tensor_bytes``: BF16's w13,
     w2; a quantized format's weights, scales and biases), the layer's bytes in all."""
     upstream = shape.fmt.upstream
     layer = _loaded_layer(shape, upstream, torch.device("meta"))
     sizes = {name: t.nbytes for name, t in layer.items()}
-    want = _tensor_bytes(shape, upstream)
+    want = tensor_bytes(shape, upstream)
     assert sizes == want and list(sizes) == list(want)
     assert sizes["w13"] == shape.w13_bytes and sizes["w2"] == shape.w2_bytes
     assert sum(sizes.values()) == shape.layer_bytes
@@ -64,7 +64,7 @@ def test_a_flashinfer_helpers_load_is_of_the_bf16_layer_it_takes():
     sizes = {name: t.nbytes for name, t in layer.items()}
     assert (
         sizes
-        == _tensor_bytes(shape, "fp8-flashinfer")
+        == tensor_bytes(shape, "fp8-flashinfer")
         == {
             "w13": 2 * shape.w13_bytes,
             "w2": 2 * shape.w2_bytes,

@@ -28,16 +28,7 @@ from ..formats.layer import Layer
 from ..formats.shape import LayerShape
 from ..formats.table import strategy_input
 from .allocator import Allocator, Block, MiB, OutOfMemory, Pool
-from .replay import (
-    LayerTrace,
-    _tensor_bytes,
-    layer_trace,
-    load_rank_weights,
-    refit_trace,
-    replay_conversions,
-    replay_step,
-    trace_call,
-)
+from .replay import LayerTrace, refit_trace, replay_rank, replay_step, trace_call
 from .wholemodel import DEVICE_EVENTS, VLLM_LOAD_MAX_SPLIT_MB, RankLoad
 
 __all__ = [
@@ -157,25 +148,18 @@ def replay_refits(
     """
     if refits < 0:
         raise ValueError(f"refits ({refits}) must be >= 0")
-    traces: tuple[LayerTrace, ...] = (layer_trace(shape, strategy),)
-    loaded = shape
+    padding = None
     if loaded_intermediate is not None:
         loaded = dataclasses.replace(shape, intermediate=loaded_intermediate)
-        traces = (align_trace(loaded, shape.intermediate), *traces)
-    allocator, held = load_rank_weights(
-        _tensor_bytes(loaded, strategy),
-        shape.moe_layers,
+        padding = align_trace(loaded, shape.intermediate)
+    allocator, held, load = replay_rank(
+        shape,
+        strategy,
         max_split_size_mb=max_split_size_mb,
         pool=pool,
         device_bytes=device_bytes,
         other_weights_bytes=other_weights_bytes,
-    )
-    load = replay_conversions(
-        allocator,
-        traces,
-        held,
-        max_split_size_mb=max_split_size_mb,
-        other_weights_bytes=other_weights_bytes,
+        padding=padding,
     )
     rounds: list[RefitRound] = []
     if refits and not load.oom:

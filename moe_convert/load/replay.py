@@ -56,14 +56,14 @@ __all__ = [
     "LoadStep",
     "WeightsDoNotFit",
     "layer_trace",
-    "load_rank_weights",
     "load_steps",
     "pr45589_replay",
     "rank_load",
     "refit_trace",
-    "replay_conversions",
     "replay_load",
+    "replay_rank",
     "replay_step",
+    "tensor_bytes",
     "trace_call",
 ]
 
@@ -161,10 +161,11 @@ def layer_trace(shape: LayerShape, strategy: str) -> LayerTrace:
     return _meta_conversion(shape, strategy)[0]
 
 
-def _tensor_bytes(shape: LayerShape, strategy: str) -> dict[str, int]:
+def tensor_bytes(shape: LayerShape, strategy: str) -> dict[str, int]:
     """Bytes of each tensor of one loaded layer, in load order: the layer ``strategy`` takes
     (``formats.strategy_input``' on ``meta``: the checkpoint's, or a BF16 one for FlashInfer's
-    helpers), what ``wholemodel.run_load`` allocates when it runs the load on CUDA."""
+    helpers), what ``wholemodel.run_load`` allocates when it runs the load on CUDA (a test
+    checks that it does)."""
     return {name: t.nbytes for name, t in strategy_input(shape, strategy, "meta").items()}
 
 
@@ -227,7 +228,7 @@ def load_steps(shape: LayerShape, strategy: str) -> list[LoadStep]:
     allocator call for them: skip them when replaying).
     """
     trace, kept = _meta_conversion(shape, strategy)
-    sizes = _tensor_bytes(shape, strategy)
+    sizes = tensor_bytes(shape, strategy)
     steps: list[LoadStep] = []
     for layer in range(shape.moe_layers):
         steps += [("alloc", (name, layer), nbytes, False) for name, nbytes in sizes.items()]
@@ -249,7 +250,7 @@ def replay_load(
     other_weights_bytes: int = 0,
 ) -> RankLoad:
     """Replay the rank load in the model: all ``shape.moe_layers`` layers loaded, then each
-    converted with ``strategy``.
+    converted with ``strategy`` (``replay_rank``'s ``RankLoad``).
 
     Parameters
     ----------
@@ -274,21 +275,51 @@ def replay_load(
     device, before any conversion is replayed. ``reserved_after_layer`` are the raw samples the
     growth per layer is derived from; every field but the run's seconds is known here.
     """
-    allocator, params = load_rank_weights(
-        _tensor_bytes(shape, strategy),
+    return replay_rank(
+        shape,
+        strategy,
+        max_split_size_mb=max_split_size_mb,
+        pool=pool,
+        device_bytes=device_bytes,
+        other_weights_bytes=other_weights_bytes,
+    )[2]
+
+
+def replay_rank(
+    shape: LayerShape,
+    strategy: str,
+    *,
+    max_split_size_mb: int | None,
+    pool: Pool,
+    device_bytes: int | None,
+    other_weights_bytes: int = 0,
+    padding: LayerTrace | None = None,
+) -> tuple[Allocator, list[dict[str, Block]], RankLoad]:
+    """``replay_load``'s load (the arguments mean the same), with what a caller replays on
+    after it: the allocator and, per layer, the blocks the converted layer holds (name ->
+    block), as ``_replay_conversions`` leaves them; then the ``RankLoad``.
+
+    ``padding``: a trace replayed on each layer before its conversion, the layer loaded at its
+    shape (vLLM 0.25.1's padding after loading: ``refit_replay.align_trace``); ``None``: loaded
+    at ``shape``. ``WeightsDoNotFit`` when the weights alone do not fit.
+    """
+    loaded, before = (shape, ()) if padding is None else (padding.shape, (padding,))
+    allocator, held = _load_rank_weights(
+        tensor_bytes(loaded, strategy),
         shape.moe_layers,
         max_split_size_mb=max_split_size_mb,
         pool=pool,
         device_bytes=device_bytes,
         other_weights_bytes=other_weights_bytes,
     )
-    return replay_conversions(
+    load = _replay_conversions(
         allocator,
-        (layer_trace(shape, strategy),),
-        params,
+        (*before, layer_trace(shape, strategy)),
+        held,
         max_split_size_mb=max_split_size_mb,
         other_weights_bytes=other_weights_bytes,
     )
+    return allocator, held, load
 
 
 def rank_load(shape: LayerShape, strategy: str, device_bytes: int) -> RankLoad:
@@ -305,8 +336,8 @@ def rank_load(shape: LayerShape, strategy: str, device_bytes: int) -> RankLoad:
     )
 
 
-def load_rank_weights(
-    tensor_bytes: dict[str, int],
+def _load_rank_weights(
+    sizes: dict[str, int],
     layers: int,
     *,
     max_split_size_mb: int | None,
@@ -315,7 +346,7 @@ def load_rank_weights(
     other_weights_bytes: int,
 ) -> tuple[Allocator, list[dict[str, Block]]]:
     """A fresh allocator holding a rank's weights: the ballast of ``other_weights_bytes`` (one
-    allocation, first, when non-zero), then ``layers`` layers of ``tensor_bytes`` (name -> bytes,
+    allocation, first, when non-zero), then ``layers`` layers of ``sizes`` (name -> bytes,
     each tensor its own allocation, in the dict's order), as vLLM's parameters are.
 
     Returns the allocator and, per layer, ``{name: block}``. The arguments mean what they do for
@@ -333,19 +364,19 @@ def load_rank_weights(
         if other_weights_bytes:
             allocator.malloc(other_weights_bytes)
         params = [
-            {name: allocator.malloc(nbytes) for name, nbytes in tensor_bytes.items()}
+            {name: allocator.malloc(nbytes) for name, nbytes in sizes.items()}
             for _ in range(layers)
         ]
     except OutOfMemory as error:
         raise WeightsDoNotFit(
             f"device_bytes ({device_bytes}) cannot hold the weights: {layers} layers x "
-            f"{sum(tensor_bytes.values())} bytes + other_weights_bytes ({other_weights_bytes}) "
+            f"{sum(sizes.values())} bytes + other_weights_bytes ({other_weights_bytes}) "
             f"({error}); give a larger device or a larger TP"
         ) from None
     return allocator, params
 
 
-def replay_conversions(
+def _replay_conversions(
     allocator: Allocator,
     traces: tuple[LayerTrace, ...],
     held: list[dict[str, Block]],
