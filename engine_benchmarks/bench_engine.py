@@ -65,6 +65,7 @@ QUANT_SHAPES = {
     "fp8block": "deepseek-r1-fp8block/tp8",
     "mxfp8": "minimax-m3-mxfp8/tp4",
     "nvfp4": "qwen3-235b-a22b-nvfp4/tp4",
+    "mxfp4": "gpt-oss-120b-mxfp4/tp2",
     "mxint4": "kimi-k2-thinking-mxint4/tp8",
 }
 #: Timed calls per cell (``benchmarks.formats.REPEATS``' reasoning: 9, each paired with a copy).

@@ -21,7 +21,11 @@ Beside it, every commit has vLLM's FP8 per-tensor preparation,
 calls; its per-tensor branch only, transcribed from vLLM 0.33.0: the w1/w3 swap, then
 ``rotate_weights_for_fi_trtllm_fp8_per_tensor_moe``, rebinding ``.data``), in the rotation form
 ``FP8_FORMS`` names: ``fp8`` as released, or ``fp8_copy`` with the extra full copy of w13 a pull
-request could add (``gemm1_src = gemm1_weights.detach().clone()``, issue 37).
+request could add (``gemm1_src = gemm1_weights.detach().clone()``, issue 37); and gpt-oss's MXFP4
+preparation, ``fused_moe/oracle/mxfp4.py::convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``
+(its TRTLLM-gen branch, transcribed from vLLM 0.33.0, byte-identical to ``mxfp4-legacy``), in the
+form ``MXFP4_FORMS`` names: ``mxfp4``, or ``mxfp4_copy`` with an extra full copy of w13 kept to
+the end (``w13_weight.detach().clone()``).
 
 ``make_engine_repo`` writes the history the tests drive: it builds without CUDA as vLLM's
 ``empty`` target does (``VLLM_TARGET_DEVICE=empty pip wheel --no-deps --no-build-isolation``: the
@@ -87,6 +91,80 @@ def rotate_weights_for_fi_trtllm_fp8_per_tensor_moe(
 FP8_FORMS = {
     "fp8": _ROTATE.format(source="gemm1_src = gemm1_weights"),
     "fp8_copy": _ROTATE.format(source="gemm1_src = gemm1_weights.detach().clone()"),
+}
+
+MXFP4_MODULE = "vllm/model_executor/layers/fused_moe/oracle/mxfp4.py"
+_MXFP4 = '''"""A stand-in for vLLM's fused_moe/oracle/mxfp4.py (tests/engine_repo.py)."""
+
+from enum import Enum
+
+import torch
+
+
+class Mxfp4MoeBackend(Enum):
+    FLASHINFER_TRTLLM_MXFP4_BF16 = "FLASHINFER_TRTLLM_MXFP4_BF16"
+    FLASHINFER_TRTLLM_MXFP4_MXFP8 = "FLASHINFER_TRTLLM_MXFP4_MXFP8"
+
+
+TRTLLM_BACKENDS = tuple(Mxfp4MoeBackend)
+
+
+def swap_every_two_rows(x, axis):
+    shape = list(x.shape)
+    new_shape = shape[:axis] + [shape[axis] // 2, 2] + shape[axis + 1 :]
+    return x.reshape(*new_shape).flip(axis + 1).reshape(*shape)
+
+
+def convert_gpt_oss_weight_to_mxfp4_moe_kernel_format(
+    mxfp4_backend, layer, w13_weight, w2_weight, w13_weight_scale, w2_weight_scale,
+    w13_bias=None, w2_bias=None, w13_input_scale=None, w2_input_scale=None,
+    _cache_permute_indices=None,
+):
+    """vLLM 0.33.0's, its TRTLLM-gen branch only: per expert, rows gathered by FlashInfer's
+    cached index (scales interleaved, each bias cloned twice), six lists, six stacks."""
+    assert mxfp4_backend in TRTLLM_BACKENDS, "the stand-in engine has the TRTLLM-gen branch only"
+    from flashinfer.fp4_quantization import nvfp4_block_scale_interleave
+    from flashinfer.fused_moe.core import get_w2_permute_indices_with_cache
+
+    def index(rows, **sf):
+        found = get_w2_permute_indices_with_cache(_cache_permute_indices, rows, 128, **sf)
+        return found.to(rows.device)
+
+    num_experts = w13_weight.shape[0]
+    intermediate_size, hidden_size = w13_weight.shape[1] // 2, w13_weight.shape[2] * 2
+    {source}
+    w2_weight, w2_weight_scale = w2_weight.data, w2_weight_scale.data
+    w13_bias, w2_bias = w13_bias.data.to(torch.float32), w2_bias.data.to(torch.float32)
+    w13_weight_scale = swap_every_two_rows(w13_weight_scale.data, 1)
+    w13_weight = swap_every_two_rows(w13_src, 1)
+    w13_bias = swap_every_two_rows(w13_bias, 1)
+    g1w, g1s, g1b, g2w, g2s, g2b = [], [], [], [], [], []
+    for i in range(num_experts):
+        for weight, scale, bias, lists in (
+            (w13_weight, w13_weight_scale, w13_bias, (g1w, g1s, g1b)),
+            (w2_weight, w2_weight_scale, w2_bias, (g2w, g2s, g2b)),
+        ):
+            rows = weight[i].view(torch.uint8)
+            lists[0].append(rows[index(rows)].contiguous())
+            rows = scale[i].view(torch.uint8)
+            lists[1].append(
+                nvfp4_block_scale_interleave(rows[index(rows, num_elts_per_sf=16)].contiguous())
+            )
+            bias_index = index(bias[i].clone().reshape(-1, 1))  # keyed by a clone, as vLLM's
+            lists[2].append(bias[i].clone().reshape(-1, 1)[bias_index].contiguous())
+    fp8 = torch.float8_e4m3fn
+    w13_weight = torch.stack(g1w)
+    w13_weight_scale = torch.stack(g1s).reshape(num_experts, 2 * intermediate_size, -1).view(fp8)
+    w2_weight = torch.stack(g2w)
+    w2_weight_scale = torch.stack(g2s).reshape(num_experts, hidden_size, -1).view(fp8)
+    w13_bias = torch.stack(g1b).reshape(num_experts, -1)
+    w2_bias = torch.stack(g2b).reshape(num_experts, -1)
+    return w13_weight, w2_weight, w13_weight_scale, w2_weight_scale, w13_bias, w2_bias
+'''
+#: gpt-oss's MXFP4 preparation's forms: as vLLM 0.33.0 has it, and with an extra full copy of w13.
+MXFP4_FORMS = {
+    "mxfp4": _MXFP4.replace("{source}", "w13_src = w13_weight.data"),
+    "mxfp4_copy": _MXFP4.replace("{source}", "w13_src = w13_weight.detach().clone()"),
 }
 
 _LEGACY_LOOP = """
@@ -240,14 +318,16 @@ setup(name="vllm", version="{version}", packages=find_packages())
 @dataclass(frozen=True)
 class Commit:
     """One commit of the history: the BF16 converter's form, the package version, the subject,
-    the FP8 per-tensor rotation's form (``FP8_FORMS``) and the flashinfer-python release its
-    ``requirements/cuda.txt`` pins, as vLLM's does ("": no such file)."""
+    the FP8 per-tensor rotation's form (``FP8_FORMS``), the flashinfer-python release its
+    ``requirements/cuda.txt`` pins, as vLLM's does ("": no such file), and the MXFP4
+    preparation's form (``MXFP4_FORMS``)."""
 
     form: str
     version: str
     subject: str
     fp8: str = "fp8"
     flashinfer: str = ""
+    mxfp4: str = "mxfp4"
 
 
 def _git(repo: Path, *args: str, date: str = "") -> str:
@@ -272,6 +352,7 @@ def commit(repo: Path, change: Commit, *, date: int) -> str:
     ``date`` (seconds since the epoch) orders the commits for asv, which graphs by date.
     """
     (repo / MODULE).write_text(_HEAD + _FORMS[change.form] + FP8_FORMS[change.fp8])
+    (repo / MXFP4_MODULE).write_text(MXFP4_FORMS[change.mxfp4])
     (repo / "setup.py").write_text(_SETUP.format(version=change.version))
     (repo / "NOTES").write_text(f"{change.subject}\n")
     pins = repo / "requirements" / "cuda.txt"
@@ -294,6 +375,7 @@ def make_engine_repo(root: Path, history: list[Commit], *, start: int = 1_700_00
         "vllm/model_executor",
         "vllm/model_executor/layers",
         "vllm/model_executor/layers/fused_moe",
+        "vllm/model_executor/layers/fused_moe/oracle",
         "vllm/model_executor/layers/quantization",
         "vllm/model_executor/layers/quantization/utils",
     ):

@@ -65,7 +65,8 @@ def history(tmp_path_factory):
     copy of w13 before the in-place converter (its contract broken); ``slow``: a sleep per expert
     (time only); ``regress``: docs, the per-expert form back (``bad``), docs, docs; ``broken``: a
     commit that does not import, its fix, the per-expert form (``bad2``); ``fp8copy``: an extra
-    full copy of w13 in vLLM's FP8 per-tensor rotation (``fp8bad``).
+    full copy of w13 in vLLM's FP8 per-tensor rotation (``fp8bad``); ``mxfp4copy``: one in
+    gpt-oss's MXFP4 preparation (``mxfp4bad``).
     """
     if missing("flashinfer"):  # the tiny engine imports FlashInfer's helpers, as vLLM does
         pytest.skip(missing("flashinfer"))
@@ -114,6 +115,15 @@ def history(tmp_path_factory):
         (
             "fp8copy",
             [("fp8bad", Commit("inplace", "0.31.0", "fp8: clone w13 first", fp8="fp8_copy"))],
+        ),
+        (
+            "mxfp4copy",
+            [
+                (
+                    "mxfp4bad",
+                    Commit("inplace", "0.31.0", "mxfp4: clone w13 first", mxfp4="mxfp4_copy"),
+                )
+            ],
         ),
     ):
         checkout(repo, branch, hashes["u2"])
@@ -288,10 +298,13 @@ def test_nightly_measures_the_newest_commits_then_publishes(history):
     # the installed engine and the frozen transcriptions on one grid; SGLang not installed
     assert math.isnan(values["sglang-installed"])
     assert values["vllm"] < values["preallocated"] < values["legacy"]
-    # every format's vLLM cell on the same commit: FP8's measured, the others' n/a (the tiny
-    # engine has no such function), each beside its transcription
+    # every format's vLLM cell on the same commit: FP8's and MXFP4's measured (MXFP4's the
+    # transcription's figures), the others' n/a (the tiny engine has no such function), each
+    # beside its transcription
     fp8 = _values(config, hashes["u2"], FP8_PEAK)
     assert fp8["vllm"] > 0 and fp8["legacy"] > 0
+    mxfp4 = _values(config, hashes["u2"], "bench_mxfp4.PeakMemory.track_peak_transient_bytes")
+    assert mxfp4["vllm"] == mxfp4["legacy"] > 0
     nvfp4 = _values(config, hashes["u2"], "bench_nvfp4.PeakMemory.track_peak_transient_bytes")
     assert math.isnan(nvfp4["vllm"]) and nvfp4["legacy"] > 0
     # the next night: only what is left within the window, then nothing
@@ -329,7 +342,7 @@ def test_the_per_expert_form_back_fails_the_pr(history):
     verdicts = {row["format"]: row["verdict"] for row in paired["rows"]}
     assert {row["strategy"] for row in paired["rows"]} == {"vllm"}
     assert verdicts.pop("bf16") == "regressed"
-    assert verdicts.pop("fp8") != "failed"
+    assert verdicts.pop("fp8") != "failed" and verdicts.pop("mxfp4") != "failed"
     assert set(verdicts.values()) == {"n/a"}
 
 
@@ -398,21 +411,29 @@ def test_a_time_only_change_is_judged_by_the_paired_rows(history):
 
 
 @HISTORY
-def test_an_extra_copy_in_a_quantized_preparation_fails_the_pr(history):
-    """The FP8 per-tensor cell (``bench_fp8``, judged as the main suite's FP8 figures) names the
-    format's shape and the figures the copy raised; BF16's unchanged cells pass."""
+@pytest.mark.parametrize(
+    ("head", "title", "shape"),
+    [
+        ("fp8bad", "FP8 per-tensor", "llama-4-maverick-fp8/tp8"),
+        ("mxfp4bad", "MXFP4", "gpt-oss-120b-mxfp4/tp2"),
+    ],
+)
+def test_an_extra_copy_in_a_quantized_preparation_fails_the_pr(history, head, title, shape):
+    """The format's cell (``bench_fp8``, ``bench_mxfp4``, judged as the main suite's figures of
+    the format) names the format, its shape and the figures the copy raised; BF16's unchanged
+    cells pass."""
     home, config, hashes = history
-    out = home / "pr-fp8"
+    out = home / f"pr-{head}"
     done = _moe_bench(
-        home, "engine-pr", "--config", str(config), "main", hashes["fp8bad"], "--machine", MACHINE,
+        home, "engine-pr", "--config", str(config), "main", hashes[head], "--machine", MACHINE,
         "--out", str(out),
     )  # fmt: skip
     assert done.returncode == 1, done.stderr[-3000:]
     comment = (out / "pr-comment.md").read_text()
     assert comment.startswith("## PR gate: FAILED")
-    fp8 = r"llama-4-maverick-fp8/tp8 vllm: regressed"
-    assert re.search(r"FP8 per-tensor `PeakMemory.track_peak_transient_bytes` " + fp8, comment)
-    assert re.search(r"FP8 per-tensor `Traffic.track_traffic_bytes` " + fp8, comment), comment
+    cell = rf"{re.escape(shape)} vllm: regressed"
+    assert re.search(rf"{title} `PeakMemory.track_peak_transient_bytes` {cell}", comment), comment
+    assert re.search(rf"{title} `Traffic.track_traffic_bytes` {cell}", comment), comment
     assert "track_peak_transient_bytes` qwen3-235b-a22b/tp4" not in comment
 
 

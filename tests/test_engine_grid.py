@@ -151,7 +151,7 @@ def test_asv_judges_the_engines_own_cells_only():
     assert not skipped(fp8, "llama-4-maverick-fp8/tp8", "vllm")
 
 
-def test_find_reads_the_format_from_the_shape():
+def test_find_reads_the_format_from_the_shape(monkeypatch):
     assert (
         engine.figure_benchmark("launches", "llama-4-maverick-fp8/tp8")
         == "bench_fp8.Traffic.track_launches"
@@ -160,8 +160,15 @@ def test_find_reads_the_format_from_the_shape():
         engine.figure_benchmark("peak_transient_bytes", "qwen3-235b-a22b/tp4")
         == "bench_engine.PeakMemory.track_peak_transient_bytes"
     )
+    assert (
+        engine.figure_benchmark("launches", "gpt-oss-120b-mxfp4/tp2")
+        == "bench_mxfp4.Traffic.track_launches"
+    )
+    # every format has its module today: a format without one, as a new format would be
+    measured = {n: f for n, f in engine.engine_benchmarks().items() if f != "mxfp4"}
+    monkeypatch.setattr(engine, "engine_benchmarks", lambda: measured)
     with pytest.raises(engine.EngineError, match="mxfp4, is not measured by the engine suite"):
-        engine.figure_benchmark("launches", "gpt-oss-120b-mxfp4/tp1")
+        engine.figure_benchmark("launches", "gpt-oss-120b-mxfp4/tp2")
 
 
 def test_an_engine_history_keeps_its_environments_versions_out_of_the_machine(

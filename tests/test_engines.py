@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import requires_flashinfer
+from engine_repo import MXFP4_FORMS
 
 from moe_convert import (
     REGISTRY,
@@ -26,6 +27,7 @@ from moe_convert import (
     Layer,
     LayerShape,
     convert,
+    layer_shape,
     layer_tensors,
     register,
     strategies,
@@ -45,6 +47,7 @@ from moe_convert.formats.engines import (
 from moe_convert.formats.preparations import PREPARATIONS, register_preparations
 from moe_convert.load.refit import reload_safety
 from moe_convert.measuring.memory import strategy_memory
+from moe_convert.measuring.traffic import strategy_traffic
 
 
 def requires_engine(engine: Engine) -> pytest.MarkDecorator:
@@ -212,22 +215,26 @@ ABSENT = "\ndef some_other_helper():\n    pass\n"
 
 @pytest.fixture
 def fake_vllm(tmp_path):
-    """``install(version, source)``: a fake vLLM on ``sys.path``, the adapter registered again
-    for it; afterwards the real state (vLLM installed here or not) is registered again, with the
-    real vLLM's modules put back where it was imported (vLLM does not import twice in a process)."""
+    """``install(version, source[, mxfp4])``: a fake vLLM on ``sys.path`` (``source`` its
+    ``flashinfer_utils.py``, ``mxfp4`` its ``fused_moe/oracle/mxfp4.py``), the adapters
+    registered again for it; afterwards the real state (vLLM installed here or not) is registered
+    again, with the real vLLM's modules put back where it was imported (vLLM does not import
+    twice in a process)."""
     paths = []
     real = {name: module for name, module in sys.modules.items() if _is_vllm(name)}
 
-    def install(version: str, source: str):
+    def install(version: str, source: str, mxfp4: str = ""):
         root = tmp_path / version
         package = root / "vllm" / "model_executor" / "layers"
-        for folder in ("fused_moe", "quantization/utils"):
+        for folder in ("fused_moe/oracle", "quantization/utils"):
             (package / folder).mkdir(parents=True)
         for folder in (root / "vllm", package.parent, package, *package.rglob("*")):
             (folder / "__init__.py").touch()
         (package / "quantization/utils/flashinfer_utils.py").write_text(
             textwrap.dedent(_FAKE_HEADER) + textwrap.dedent(source)
         )
+        if mxfp4:
+            (package / "fused_moe/oracle/mxfp4.py").write_text(mxfp4)
         info = root / f"vllm-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
@@ -533,3 +540,41 @@ def test_reload_class_follows_the_installed_form(fake_vllm):
     assert reload_safety("fp8-vllm").startswith("not reload-safe: direct: w13, w2 in new storage")
     fake_vllm("0.34.0", PREPARE_FP8_COPIED_BACK)
     assert reload_safety("fp8-vllm").startswith("not reload-safe: direct: w13 in new storage")
+
+
+def test_mxfp4_form_is_told_by_its_signature_and_branch():
+    """Both signatures the gpt-oss preparation had (0.25.0 added input scales, which its caller
+    does not pass) and its TRTLLM-gen branch's index cache; another signature is no form."""
+    mxfp4 = next(engine for engine in PREPARATIONS if engine.format == "mxfp4")
+    head = ("mxfp4_backend", "layer", "w13_weight", "w2_weight", "w13_weight_scale",
+            "w2_weight_scale", "w13_bias", "w2_bias")  # fmt: skip
+    branch = {"get_w2_permute_indices_with_cache": 4, "nvfp4_block_scale_interleave": 1}
+    for parameters, matches in (
+        ((*head, "_cache_permute_indices"), True),  # 0.20.0 to 0.24.0
+        ((*head, "w13_input_scale", "w2_input_scale", "_cache_permute_indices"), True),
+        ((*head,), False),
+    ):
+        assert mxfp4.forms[0].matches(FunctionCode(parameters, branch)) == matches
+    assert not mxfp4.forms[0].matches(FunctionCode((*head, "_cache_permute_indices"), {}))
+
+
+@requires_flashinfer
+def test_mxfp4_adapter_calls_the_preparation_as_vllms_caller_does(fake_vllm):
+    """tests/engine_repo.py's transcription of vLLM 0.33.0's gpt-oss MXFP4 preparation, called
+    with the TRTLLM-gen backend and one permute cache a device kept across calls: the bytes of
+    ``mxfp4-legacy`` and, at full size on meta, its figures (the measured call finds the
+    indices, as a reload of the layer does in vLLM)."""
+    fake_vllm("0.33.0", IN_PLACE, mxfp4=MXFP4_FORMS["mxfp4"])
+    mxfp4 = next(engine for engine in PREPARATIONS if engine.format == "mxfp4")
+    assert registered_form(mxfp4).releases == "0.20.0 to 0.34.0"
+    check = check_engine(mxfp4)
+    assert check.identical, check.detail
+    assert "w13_bias ok, w2_bias ok" in check.detail and "mxfp4-legacy" in check.detail
+    shape = layer_shape("gpt-oss-20b-mxfp4", 1)
+    record = REGISTRY["mxfp4-vllm"]
+    assert not record.inplace and "Peak transient: ``mxfp4-legacy``'s" in record.function.__doc__
+    peak = strategy_memory(shape, "mxfp4-vllm", device="meta").peak_bytes
+    traffic = strategy_traffic(shape, "mxfp4-vllm")
+    assert (peak, traffic.traffic_bytes, traffic.launches) == tuple(
+        formula.evaluate(shape) for formula in (record.peak, record.traffic, record.launches)
+    )

@@ -74,7 +74,7 @@ def _w2_permute_indices(rows: torch.Tensor) -> torch.Tensor:
     launches=Formula("12 E + 11"),
 )
 def mxfp4_legacy(layer: Layer, gated: bool) -> Layer:
-    """vLLM 0.33.0 ``convert_to_mxfp4_moe_kernel_format``, the TRTLLM-gen branch.
+    """vLLM 0.33.0 ``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``, the TRTLLM-gen branch.
 
     Biases made float32; ``swap_every_two_rows`` copies of w13's scales, weights and bias;
     per expert six lists (weight rows, scale rows interleaved, bias rows: for w13 and w2; each

@@ -16,13 +16,16 @@ does (named on it), never a transcription; its result must be byte-identical to 
   (``nvfp4-vllm``).
 - ``prepare_static_weights_for_trtllm_mxint4_moe`` (``quantization/utils/flashinfer_mxint4_moe.py``,
   called by ``fused_moe/oracle/int_wna16.py``; ``mxint4-vllm``).
+- ``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`` (``fused_moe/oracle/mxfp4.py``), its
+  TRTLLM-gen branch, as ``quantization/mxfp4.py::GptOssMxfp4MoEMethod`` calls it on SM100
+  (``mxfp4-vllm``).
 
-MXFP8's, NVFP4's and MXINT4's paths call FlashInfer's CUDA scale interleave (MXINT4's sign step
-also asserts CUDA tensors): off CUDA, ``standins.cpu_steps`` puts upstream torch definitions in
-their place for the call, allocating on ``meta`` what the CUDA steps allocate. Their figures
-are not stated (``None``): vLLM builds FlashInfer's row indices per call, which the
-transcriptions cache; ``measure`` gives them. MXFP4's ``convert_to_mxfp4_moe_kernel_format``
-(``fused_moe/oracle/mxfp4.py``) takes vLLM's layer and backend objects: not adapted yet.
+MXFP8's, NVFP4's, MXFP4's and MXINT4's paths call FlashInfer's CUDA scale interleave (MXINT4's
+sign step also asserts CUDA tensors): off CUDA, ``standins.cpu_steps`` puts upstream torch
+definitions in their place for the call, allocating on ``meta`` what the CUDA steps allocate.
+Their figures are not stated (``None``): vLLM builds FlashInfer's row indices per call, which the
+transcriptions cache; ``measure`` gives them. MXFP4's caller keeps them (``_mxfp4``): its
+figures are ``mxfp4-legacy``'s, which transcribes its code.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from .engines import (
     FunctionCode,
     call_engine,
     check_form,
+    figures_of,
     register_engine,
     registered_form,
 )
@@ -123,6 +127,22 @@ def _vllm_engine(fmt: str, module: str, function: str, *forms: Form) -> Engine:
 
 
 _MXINT4_PARAMETERS = ("gemm1_weights", "gemm1_scales", "gemm2_weights", "gemm2_scales")
+#: What ``_mxfp4`` passes, by keyword; then vLLM 0.25.0 added ``w13_input_scale`` and
+#: ``w2_input_scale`` (gpt-oss's caller passes neither), last ``_cache_permute_indices``.
+_MXFP4_ARGUMENTS = (
+    "mxfp4_backend",
+    "layer",
+    "w13_weight",
+    "w2_weight",
+    "w13_weight_scale",
+    "w2_weight_scale",
+    "w13_bias",
+    "w2_bias",
+)
+_MXFP4_PARAMETERS = (
+    (*_MXFP4_ARGUMENTS, "_cache_permute_indices"),  # 0.20.0 to 0.24.0
+    (*_MXFP4_ARGUMENTS, "w13_input_scale", "w2_input_scale", "_cache_permute_indices"),
+)
 #: Every quantized engine function with an adapter, installed here or not.
 PREPARATIONS = (
     _vllm_engine(
@@ -177,6 +197,28 @@ PREPARATIONS = (
             contract=_CONTRACT,
         ),
     ),
+    _vllm_engine(
+        "mxfp4",
+        "vllm.model_executor.layers.fused_moe.oracle.mxfp4",
+        "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format",
+        Form(
+            "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format, TRTLLM-gen branch",
+            "0.20.0 to 0.34.0",
+            "mxfp4-legacy",
+            False,
+            # The branch's per-expert loop: the only caller of FlashInfer's row-index cache.
+            lambda code: (
+                code.parameters in _MXFP4_PARAMETERS
+                and "get_w2_permute_indices_with_cache" in code.calls
+            ),
+            figures=figures_of("mxfp4-legacy"),
+            contract=(
+                "Out of place: new tensors, the input left as it is, as ``mxfp4-legacy``. Peak "
+                "transient: ``mxfp4-legacy``'s, whose code it is (FlashInfer's row indices "
+                "cached as vLLM's caller caches them)."
+            ),
+        ),
+    ),
 )
 
 #: vLLM's ``weight_block_size`` per FP8 format: what tells its branches apart.
@@ -204,6 +246,21 @@ def _form(engine: Engine, gated: bool) -> Form:
     return form
 
 
+def _layer_stand_in(layer: Layer, gated: bool) -> SimpleNamespace:
+    """vLLM's layer as its preparations read it: ``moe_config.is_act_and_mul``,
+    ``intermediate_size_per_partition`` and ``hidden_dim`` (the weights' own, already padded:
+    w13's rows, w2's rows, whatever a byte packs), ``activation.is_gated``."""
+    rows13 = layer.w13.shape[1]
+    return SimpleNamespace(
+        moe_config=SimpleNamespace(
+            is_act_and_mul=gated,
+            intermediate_size_per_partition=rows13 // 2 if gated else rows13,
+            hidden_dim=layer.w2.shape[1],
+        ),
+        activation=SimpleNamespace(is_gated=gated),
+    )
+
+
 def _fp8_family(engine: Engine, layer: Layer, gated: bool) -> Layer:
     """``prepare_fp8_moe_layer_for_fi(layer=..., w13=..., ..., is_trtllm=True)`` as
     ``convert_to_fp8_moe_kernel_format`` calls it for FlashInfer TRTLLM-gen.
@@ -218,17 +275,9 @@ def _fp8_family(engine: Engine, layer: Layer, gated: bool) -> Layer:
     the scales it returns in place, as its transcription does).
     """
     fmt, form = engine.format, _form(engine, gated)
-    experts, rows13, hidden = layer.w13.shape
-    stand_in = SimpleNamespace(
-        moe_config=SimpleNamespace(
-            is_act_and_mul=gated,
-            intermediate_size_per_partition=rows13 // 2 if gated else rows13,
-            hidden_dim=hidden,
-        ),
-        activation=SimpleNamespace(is_gated=gated),
-        weight_block_size=_BLOCK_SIZE[fmt],
-    )
-    ones = torch.ones(experts, dtype=torch.float32, device=layer.w13.device)
+    stand_in = _layer_stand_in(layer, gated)
+    stand_in.weight_block_size = _BLOCK_SIZE[fmt]
+    ones = torch.ones(layer.w13.shape[0], dtype=torch.float32, device=layer.w13.device)
     scales = (ones, ones) if fmt == "fp8" else (layer.w13_scale, layer.w2_scale)
     # vLLM 0.16.0 to 0.18.1 return (w13, w2, w13_scale): per-tensor only, scales passed through.
     w13, w2, *converted_scales = _call(
@@ -291,7 +340,45 @@ def _mxint4(engine: Engine, layer: Layer, gated: bool) -> Layer:
     )
 
 
-_ADAPTERS = {"nvfp4": _nvfp4, "mxint4": _mxint4}  # the others: prepare_fp8_moe_layer_for_fi
+#: FlashInfer's row-index cache of ``_mxfp4``, per device: its key is a shape, not a device.
+_PERMUTE_CACHES: dict[torch.device, dict] = {}
+
+
+def _mxfp4(engine: Engine, layer: Layer, gated: bool) -> Layer:
+    """``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format(mxfp4_backend=..., layer=...,
+    w13_weight=..., ..., w2_bias=..., _cache_permute_indices=...)`` as
+    ``quantization/mxfp4.py::GptOssMxfp4MoEMethod.process_weights_after_loading`` calls it on
+    SM100: ``Mxfp4MoeBackend.FLASHINFER_TRTLLM_MXFP4_BF16``, the first of vLLM's gpt-oss
+    priority list (``_get_priority_backends_for_gpt_oss``; its MXFP8-activation twin takes the
+    same branch, ``TRTLLM_BACKENDS``). Its six tensors; gated only, as the format.
+
+    The TRTLLM-gen branch reads nothing of vLLM's layer (0.20.0 to 0.34.0): the stand-in is
+    the FP8 adapters' (``_layer_stand_in``). vLLM's quant method, one per layer, keeps its
+    ``_cache_permute_indices`` dict for the layer's life and never clears it: here one dict per
+    device (FlashInfer keys it by shape), kept across calls, so that a measured call finds the
+    indices, as a reload of the layer does and as ``mxfp4-legacy`` reads them.
+    """
+    form = _form(engine, gated)
+    module, _ = engine.resolve()
+    out = _call(
+        engine,
+        layer.w13.device,
+        mxfp4_backend=module.Mxfp4MoeBackend.FLASHINFER_TRTLLM_MXFP4_BF16,
+        layer=_layer_stand_in(layer, gated),
+        w13_weight=layer.w13,
+        w2_weight=layer.w2,
+        w13_weight_scale=layer.w13_scale,
+        w2_weight_scale=layer.w2_scale,
+        w13_bias=layer.w13_bias,
+        w2_bias=layer.w2_bias,
+        _cache_permute_indices=_PERMUTE_CACHES.setdefault(layer.w13.device, {}),
+    )
+    check_form(engine, form, _same_storage(out[0], layer.w13))
+    return Layer(*out)
+
+
+# The others: prepare_fp8_moe_layer_for_fi (``_fp8_family``).
+_ADAPTERS = {"nvfp4": _nvfp4, "mxint4": _mxint4, "mxfp4": _mxfp4}
 
 
 def register_preparations() -> None:
