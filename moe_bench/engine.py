@@ -54,6 +54,7 @@ __all__ = [
     "EngineSpec",
     "engine_benchmarks",
     "engine_config",
+    "failed_cells",
     "Finding",
     "figure_benchmark",
     "find",
@@ -522,8 +523,30 @@ def nightly(
         warning = substitution(measured.get(commit, {}))
         if warning:
             _say("nightly", f"warning: {commit[:8]}: {warning}")
+    for line in failed_cells(conf.results_dir, machine, commits):
+        _say("nightly", line + (f" (their errors: {log})" if log else ""))
     _say("nightly", f"results: {conf.results_dir}/{machine}/  dashboard: {html}  (exit {status})")
     return status
+
+
+def failed_cells(results_dir: str | Path, machine: str, commits: list[str]) -> list[str]:
+    """A line per commit of ``commits`` whose cells failed on ``machine`` in ``results_dir``,
+    naming them (``a07d54e4: 2 cell(s) failed: bench_fp8.LayerTime.track_copy_ratio
+    (llama-4-maverick-fp8/tp8 vllm), ...``): what a nightly's non-zero exit is about."""
+    from .results import ResultsError, load_results
+
+    try:
+        df = load_results(results_dir, machine=machine)
+    except ResultsError:  # nothing measured: asv's own output says why
+        return []
+    failed = df[df["failed"] & df["commit"].isin(commits)]
+    lines = []
+    for commit in commits:
+        cells = failed[failed["commit"] == commit]
+        if not cells.empty:
+            named = ", ".join(f"{c.benchmark} ({c.shape} {c.strategy})" for c in cells.itertuples())
+            lines.append(f"{commit[:8]}: {len(cells)} cell(s) failed: {named}")
+    return lines
 
 
 def figure_benchmark(figure: str, shape: str) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 from asv.config import Config
+from asv.graph import Graph
 from asv.repo import get_repo
 
 from moe_suite.formats import titled
@@ -49,6 +50,7 @@ __all__ = [
     "figure_steps",
     "history_table",
     "reference_table",
+    "write_environments",
     "write_subjects",
 ]
 
@@ -346,3 +348,53 @@ def write_subjects(explore_dir: Path, engine: EngineAxis) -> None:
     graphed = set(index["revision_to_hash"].values())
     subjects = {c.hash: c.title for c in engine.commits(graphed)}
     (Path(explore_dir) / "commits.json").write_text(json.dumps(subjects))
+
+
+def write_environments(explore_dir: Path, engine: EngineAxis) -> None:
+    """Make the explorer's selectors show what the graphed commits were measured with
+    (``engine.environments``, ``DISTRIBUTIONS``' keys recorded): each such key a selector whose
+    one value lists the versions in commit order (``0.7.2.post1, 0.7.4``; which commit held
+    which, its points' titles say: ``write_subjects``), over what asv put there (``torch``: the
+    environment's requirement, ``2.13.0``; FlashInfer, installed per commit, nothing). A
+    selector's value names its graphs' folder (``Graph.get_file_path``, as the UI builds it), so
+    every entry's graphs and samples move to the new one, and the regressions name them there.
+    Run before the front page's links are made from the index."""
+    explore_dir = Path(explore_dir)
+    path = explore_dir / "index.json"
+    published = json.loads(path.read_text())
+    commits = engine.commits(set(published["revision_to_hash"].values()))
+    recorded = [engine.environments.get(c.hash, {}) for c in commits]
+    held = {
+        key: ", ".join(dict.fromkeys(facts[key] for facts in recorded if facts.get(key)))
+        for key in DISTRIBUTIONS
+    }
+    held = {key: versions for key, versions in held.items() if versions}
+    entries = published["graph_param_list"]
+    if not held or len({json.dumps(e | held, sort_keys=True) for e in entries}) < len(entries):
+        # none recorded (a FlashInfer history's environments), or entries the records (one per
+        # commit) cannot tell apart (two torch environments): asv's selectors stay
+        return
+    moved = {}
+    for entry in entries:
+        for name in ("summary", *published["benchmarks"]):
+            old, new = (Graph.get_file_path(e, name) + ".json" for e in (entry, entry | held))
+            for top in ("graphs", "samples"):  # samples/ mirrors graphs/ (make_offline)
+                source = explore_dir / top / Path(old).relative_to("graphs")
+                if source.is_file():
+                    target = explore_dir / top / Path(new).relative_to("graphs")
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    source.rename(target)
+            moved[old] = new
+        entry.update(held)
+    for top in ("graphs", "samples"):  # the folders the moves emptied, deepest first
+        for folder in sorted((explore_dir / top).rglob("*"), reverse=True):
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+    published["params"] |= {key: [versions] for key, versions in held.items()}
+    path.write_text(json.dumps(published))
+    regressions = explore_dir / "regressions.json"
+    listed = json.loads(regressions.read_text())
+    for regression in listed["regressions"]:  # [name, graph path, graph params, ...]
+        regression[1] = moved.get(regression[1], regression[1])
+        regression[2] |= held
+    regressions.write_text(json.dumps(listed))

@@ -12,7 +12,8 @@ dashboard in ``.NAME.old-PID``). A kill before the swap leaves the previous dash
 hidden folder, which the next ``publish`` removes. Results of commits not on the configured
 branches, which asv's graphs leave out silently, are named first (``history.off_branch``).
 An engine config's (``engine_page.engine_axis``) front page is its engine's history instead, and
-its explorer names each engine commit by release, environment and subject (``write_subjects``).
+its explorer names each engine commit by release, environment and subject (``write_subjects``)
+and its selectors the versions the environments held (``write_environments``).
 
     moe-bench publish [--config asv.conf.json]   # scripts/bench and scripts/nightly
 """
@@ -28,7 +29,7 @@ import sys
 from pathlib import Path
 
 from .dashboard import configured_dir, explorer_link, make_offline
-from .engine_page import engine_axis, write_subjects
+from .engine_page import engine_axis, write_environments, write_subjects
 from .history import off_branch
 from .report import write_front_page
 
@@ -107,6 +108,8 @@ def publish(config: Path) -> Path:
             )
         make_offline(explore)
         engine = engine_axis(config)  # None: the suite's own history
+        if engine is not None:  # its selectors: the measured versions, before links are made
+            write_environments(explore, engine)
         write_front_page(
             configured_dir(config, "results_dir"),
             new,

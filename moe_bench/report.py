@@ -538,7 +538,7 @@ def comment_markdown(
             "head": [
                 human(v, u) for v, u in zip(table["value_head"], table["display"], strict=True)
             ],
-            "ratio": table["ratio"].map(lambda r: "" if math.isnan(r) else f"{r:#.3g}"),
+            "ratio": table["ratio"].map(lambda r: "" if math.isnan(r) else _ratio(r)),
             "verdict": [
                 f"⚠ {s}" if bad else s
                 for s, bad in zip(table["status"], table["failing"], strict=True)
@@ -579,9 +579,19 @@ def _title(fmt: str) -> str:
     return FORMAT_TITLES.get(fmt, fmt)
 
 
+def _ratio(ratio: float) -> str:
+    """``ratio`` to 3 significant digits, more where 3 would show a change as 1.00 (one launch
+    more in 2,823: ``1.0004``, not a "regressed" 1.00 beside "allowed 1")."""
+    for digits in range(3, 17):
+        text = f"{ratio:#.{digits}g}"
+        if ratio == 1 or float(text) != 1:
+            break
+    return text
+
+
 def _why(row) -> str:
     parts = (
-        [f"head / base = {row.ratio:#.3g}, allowed {row.threshold:g}"]
+        [f"head / base = {_ratio(row.ratio)}, allowed {row.threshold:g}"]
         if (math.isfinite(row.ratio) and math.isfinite(row.threshold))
         else []
     )

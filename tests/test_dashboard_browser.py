@@ -616,6 +616,24 @@ def test_engine_regressions_are_the_engines_own(engine_published):
     assert "bench_fp8.Traffic.track_traffic_bytes('llama-4-maverick-fp8/tp8', 'vllm')" in names
 
 
+def test_engine_explorer_selectors_show_the_measured_versions(engine_published):
+    """The explorer's selectors: the FlashInfer and torch the commits were measured with
+    (``measured-by.jsonl``), not the environment's torch requirement nor this suite's own; each
+    entry's graphs where the UI builds their path from them, and the regressions there too."""
+    explore = engine_published[0] / "explore"
+    published = json.loads((explore / "index.json").read_text())
+    assert published["params"]["flashinfer"] == ["0.7.2.post1, 0.7.4"]
+    assert published["params"]["torch"] == ["2.13.0+cpu"]
+    assert "vllm" not in published["params"]
+    for entry in published["graph_param_list"]:
+        assert entry["flashinfer"] == "0.7.2.post1, 0.7.4" and entry["torch"] == "2.13.0+cpu"
+        for name in published["benchmarks"]:
+            assert (explore / f"{Graph.get_file_path(entry, name)}.json").is_file(), name
+    listed = json.loads((explore / "regressions.json").read_text())["regressions"]
+    assert listed and all((explore / path).is_file() for _, path, *_ in listed)
+    assert all(params["flashinfer"] == "0.7.2.post1, 0.7.4" for _, _, params, *_ in listed)
+
+
 @requires_chromium
 def test_engine_figure_link_opens_its_graph_with_the_subjects(
     browser, engine_published, engine_url
@@ -649,10 +667,11 @@ def test_engine_figure_link_opens_its_graph_with_the_subjects(
         f"v0.34.0 ({held}): vLLM 0.34.0: the sdist vllm-0.34.0.tar.gz",
         f"v0.33.0-1-g{hashes[4][:7]} ({held}): README: a line",
     ]
-    # Its selectors: the machine's facts and the environment's torch; no version of this
-    # suite's own environment (engine-nightly records the machine without them).
+    # Its selectors: the machine's facts and the versions the commits were measured with; no
+    # version of this suite's own environment (engine-nightly records the machine without them).
     selectors = seen.page.locator("body").inner_text()
-    assert "TORCH\n2.13.0" in selectors and "VLLM" not in selectors
+    assert "FLASHINFER\n0.7.2.post1, 0.7.4" in selectors, selectors
+    assert "TORCH\n2.13.0+cpu" in selectors and "VLLM" not in selectors
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     seen.page.screenshot(path=SCREENSHOTS / "engine-explorer.png", full_page=True)
     assert seen.problems == []

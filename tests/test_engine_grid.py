@@ -232,3 +232,16 @@ def test_the_pr_times_the_engines_own_cell_of_every_grid(suite):
         "bench_fp8.LayerTime.track_layer_seconds",
         "bench_fp8.LayerTime.track_copy_ratio",
     )
+
+
+def test_a_nightly_names_the_cells_that_failed(tmp_path):
+    """What a nightly's non-zero exit is about, one line per commit (from its results)."""
+    from fixtures.engine_results import MXINT4_FAILS_AT, make_engine_results
+
+    config, hashes = make_engine_results(tmp_path)
+    results = json.loads(config.read_text())["results_dir"]
+    lines = engine.failed_cells(results, "engine-box", hashes)
+    failing = hashes[MXINT4_FAILS_AT]
+    assert len(lines) == 1 and lines[0].startswith(f"{failing[:8]}: ")
+    assert "bench_mxint4.Traffic.track_launches (kimi-k2-thinking-mxint4/tp8 vllm)" in lines[0]
+    assert engine.failed_cells(results, "engine-box", [hashes[0]]) == []

@@ -477,6 +477,10 @@ PREPARE_FP8_COPIED_BACK = (
     PREPARE_FP8.replace(
         "    given = Layer(w13, w2) if fmt",
         """    if fmt == "fp8":
+        if not layer.activation.is_gated and w2.shape[-1] % 128:  # align_moe_weights_for_fi
+            pad = 128 - w2.shape[-1] % 128  # new zeroed tensors, the rows and columns appended
+            w13 = torch.cat([w13, w13.new_zeros(w13.shape[0], pad, w13.shape[2])], 1)
+            w2 = torch.cat([w2, w2.new_zeros(*w2.shape[:2], pad)], 2)
         if layer.moe_config.is_act_and_mul:
             w13 = swap_w13_to_w31(w13)
         rotate_weights_for_fi_trtllm_fp8_per_tensor_moe(w13, w2, layer.activation.is_gated)
@@ -510,6 +514,19 @@ def test_fp8_adapter_of_vllm_0_34_reads_the_copy_back_as_in_place(fake_vllm):
         got = convert(layer, strategy="fp8-vllm", gated=gated)
         assert got.w2.data_ptr() == layer.w2.data_ptr()
         assert (got.w13.data_ptr() == layer.w13.data_ptr()) == (not gated)  # gated: the swap's
+
+
+@requires_flashinfer
+def test_fp8_adapter_of_vllm_0_34_pads_new_tensors_without_a_breach(fake_vllm):
+    """Not gated, vLLM pads I to a multiple of 128 before its rotation
+    (``align_moe_weights_for_fi``), into new tensors, whatever the form: no breach of the
+    copy-back one. (The real 0.34.0 at the reload check's E2 H64 I64 recorded one, and the engine
+    suite failed FP8's time figures at the 0.34.0 commit.)"""
+    fake_vllm("0.34.0", PREPARE_FP8_COPIED_BACK)
+    layer = layer_tensors(LayerShape("small", 1, 2, 64, 64, 1, False, "fp8"), "cpu")
+    with form_breaches() as breaches:
+        got = convert(layer, strategy="fp8-vllm", gated=False)
+    assert breaches == [] and got.w2.shape[-1] == 128
 
 
 def test_fp8_forms_are_told_apart_by_the_rotations_body():

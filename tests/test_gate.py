@@ -226,6 +226,17 @@ def test_compare_rule_per_metric(tmp_path, capsys, benchmark, factor, expected):
         )
 
 
+def test_a_regression_that_rounds_to_1_shows_its_ratio(tmp_path, capsys):
+    """One launch more in 2,823 (vLLM 0.34.0's FP8 rotation with a clone): not "1.00" beside
+    "allowed 1", in the verdict line and in the table."""
+    code, _ = run_compare(tmp_path, scaled(PEAK, 2824 / 2823), capsys)
+    text = comment(tmp_path)
+    assert code == 1 and "regressed (head / base = 1.0004, allowed 1)" in text
+    assert "| 1.0004 " in table_row(
+        text, PEAK.split(".", 1)[1], "qwen3-30b-a3b/tp2", "strided_copy"
+    )
+
+
 def test_compare_experts_change_fails_and_the_comment_says_so(tmp_path, capsys):
     code, _ = run_compare(tmp_path, {**GOOD, EXPERTS: [16.0, 8.0, 8.0, 8.0]}, capsys)
     assert code == 1
