@@ -380,7 +380,13 @@ def cmd_engine_pr(args: argparse.Namespace) -> int:
     return _engine_use(
         args,
         lambda: pr(
-            args.config, _engine_machine(args), args.base, args.head, args.out, bench=args.bench
+            args.config,
+            _engine_machine(args),
+            args.base,
+            args.head,
+            args.out,
+            bench=args.bench,
+            verbose=args.verbose,
         ),
     )
 
@@ -637,6 +643,11 @@ def build_parser() -> ArgumentParser:
         "--out", type=Path, default=Path("artifacts/engine-pr"), help="PR comment and paired.json"
     )
     pr.add_argument("--bench", "-b", default=None, help="asv's -b regex (the paired run too)")
+    pr.add_argument(
+        "--verbose",
+        action="store_true",
+        help="asv's output here (default: in OUT/asv.log, a few lines and the comment here)",
+    )
 
     find = engine_use(
         "engine-find",

@@ -793,12 +793,22 @@ def pr_config(config: Path) -> Path:
 
 
 def pr(
-    config: Path, machine: str, base: str, head: str, out: Path, *, bench: str | None = None
+    config: Path,
+    machine: str,
+    base: str,
+    head: str,
+    out: Path,
+    *,
+    bench: str | None = None,
+    verbose: bool = False,
 ) -> int:
     """The engine PR ``head`` against its merge base with ``base``: ``asv continuous`` (every
     figure of both, exact ones judged exactly), the paired A/B timing (``benchmarks.
     engine_paired``: the time verdict of every format's engine cell), the verdict and PR
     comment (``moe_bench.compare``, the engine's own cells judged, the reference cells shown).
+    asv's and the paired run's output (some 900 lines, with asv's own comparison of every cell,
+    the reference cells' times included, which is no verdict of this suite) go to
+    ``out/asv.log``, or here with ``verbose``; printed: a few progress lines and the comment.
     Exit 0 nothing regressed or failed, 1 a regression or failure (the comment's "passed" or
     "FAILED" and nothing else decides), 2 missing results."""
     from .compare import PairedError, compare_commits, gate_failed, load_paired
@@ -814,42 +824,50 @@ def pr(
     results = Path(conf.results_dir + "-pr")
     bench_args = ("--bench", bench) if bench else ()
     out.mkdir(parents=True, exist_ok=True)
-    _say("pr", f"{subject(repo, head)} against its merge base {subject(repo, base)}")
-    _asv(
-        pr_conf,
-        "continuous",
-        "--machine",
-        machine,
-        "--launch-method",
-        _launch_method(),
-        "--show-stderr",
-        *bench_args,
-        base,
-        head,
+    log = None if verbose else out / "asv.log"
+    _say(
+        "pr",
+        f"{subject(repo, head)} against its merge base {subject(repo, base)}"
+        + (f"; asv's output in {log}" if log else ""),
     )
-    record_suite_commit(results, [base, head], conf.suite_commit)
-    _say("pr", f"paired timing of {base[:8]} and {head[:8]}, alternated")
     paired = out / "paired.json"
     paired.unlink(missing_ok=True)  # an earlier run's is no verdict of this one
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.engine_paired",
-            str(pr_conf),
+    with _output_to(log):
+        _asv(
+            pr_conf,
+            "continuous",
+            "--machine",
+            machine,
+            "--launch-method",
+            _launch_method(),
+            "--show-stderr",
+            *bench_args,
             base,
             head,
-            "--out",
-            str(paired),
-            *bench_args,
-        ],
-        cwd=ROOT,
-    )
+        )
+        record_suite_commit(results, [base, head], conf.suite_commit)
+        _say("pr", f"paired timing of {base[:8]} and {head[:8]}, alternated")
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.engine_paired",
+                str(pr_conf),
+                base,
+                head,
+                "--out",
+                str(paired),
+                *bench_args,
+            ],
+            cwd=ROOT,
+        )
     try:
         frame = load_results(results, machine=machine)
         threshold, rows = load_paired(paired, base, head)
     except (ResultsError, PairedError) as err:
-        _say("pr", f"missing or corrupt results: {err}")
+        _say(
+            "pr", f"missing or corrupt results: {err}" + (f" (asv's output: {log})" if log else "")
+        )
         return 2
     # The verdict is the table's alone: asv's and the paired run's exit statuses judge cells the
     # table keeps out (asv's: the reference cells' times) or has as rows (the paired run's).

@@ -358,6 +358,11 @@ def test_a_docstring_edit_passes_the_pr(history):
     assert (out / "pr-comment.md").read_text().startswith("## PR gate: passed")
     verdict = done.stderr.strip().splitlines()[-1]  # nothing beside it to contradict it
     assert verdict.endswith("; passed") and "exit" not in verdict
+    # quiet: asv's comparison (the reference cells' times too, no verdict of this suite) is in
+    # the log, not above the verdict
+    assert len(done.stderr.splitlines()) <= 4, done.stderr[-3000:]
+    log = (out / "asv.log").read_text()
+    assert "total benchmarks" in log and "paired timing of" in log
 
 
 @PULLS
