@@ -26,9 +26,10 @@ def results():
     return load_results(RESULTS)
 
 
-@pytest.fixture
-def plotted(results, tmp_path, monkeypatch):
-    """``(paths, {file name: Figure})`` of one ``write_plots`` call."""
+@pytest.fixture(scope="module")
+def plotted(results, tmp_path_factory):
+    """``(paths, {file name: Figure}, folder)`` of one ``write_plots`` call, made once for the
+    module (seconds a call): each test reads its own figure, none changes one."""
     figures = {}
     savefig = Figure.savefig
 
@@ -36,8 +37,10 @@ def plotted(results, tmp_path, monkeypatch):
         figures[Path(path).name] = figure
         return savefig(figure, path, **kwargs)
 
-    monkeypatch.setattr(Figure, "savefig", keep)
-    return write_plots(results, tmp_path), figures
+    folder = tmp_path_factory.mktemp("plots")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Figure, "savefig", keep)
+        return write_plots(results, folder), figures, folder
 
 
 def texts(figure: Figure) -> list[str]:
@@ -46,11 +49,11 @@ def texts(figure: Figure) -> list[str]:
     return [t.get_text() for t in figure.findobj(lambda a: hasattr(a, "get_text")) if t.get_text()]
 
 
-def test_writes_one_png_per_shape_and_two_overviews(plotted, tmp_path):
-    paths, _ = plotted
+def test_writes_one_png_per_shape_and_two_overviews(plotted):
+    paths, _, folder = plotted
     assert [p.name for p in paths] == NAMES
     for path in paths:
-        assert path.parent == tmp_path and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert path.parent == folder and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     height, width, _ = imread(paths[0]).shape
     assert (width, height) == (1056, 396)  # 2 panels of 4.8 x 3.6 in at 110 dpi
 
