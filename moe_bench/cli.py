@@ -168,7 +168,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             threshold, paired = load_paired(args.paired, base, head)
         except PairedError as err:
             return _error(args, err)
-    table = compare_commits(frame, base, head, paired)
+    table = compare_commits(frame, base, head, paired, bench=args.bench)
     report = comment_markdown(table, base, head, paired_threshold=threshold)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -516,6 +516,9 @@ def build_parser() -> ArgumentParser:
     )
     compare.add_argument(
         "--out", type=Path, default=None, metavar="FILE", help="write the PR comment here too"
+    )
+    compare.add_argument(
+        "--bench", "-b", default=None, help="asv's -b regex the PR run was limited to"
     )
 
     gate = _add(

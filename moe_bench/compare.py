@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -151,6 +152,7 @@ def compare_commits(
     paired: pd.DataFrame | None = None,
     *,
     engine: str | None = None,
+    bench: str | None = None,
 ) -> pd.DataFrame:
     """The PR verdict: one row per benchmark and parameter set, then the paired rows.
 
@@ -165,6 +167,10 @@ def compare_commits(
         suite's transcriptions, another engine's adapter) runs the same code at both commits
         and is shown with status ``reference``, its figures not judged (one that failed, is
         missing or skipped keeps its status).
+    bench : the asv ``-b`` regex the PR run was limited to: only the benchmarks it selects
+        (``re.search`` on the name, as asv) are compared. Without it a commit measured in full
+        before (a base shared by several PRs, in the same results folder) has figures the
+        other lacks: ``missing`` where nothing is.
 
     Returns
     -------
@@ -179,6 +185,8 @@ def compare_commits(
     ResultsError
         If either commit has no results, or a prefix is ambiguous.
     """
+    if bench is not None:
+        frame = frame[[re.search(bench, name) is not None for name in frame["benchmark"]]]
     old = _commit_rows(frame, base)
     new = _commit_rows(frame, head)
     cols = _KEYS + ["value", "unit", "failed", "version"]

@@ -871,7 +871,7 @@ def pr(
         return 2
     # The verdict is the table's alone: asv's and the paired run's exit statuses judge cells the
     # table keeps out (asv's: the reference cells' times) or has as rows (the paired run's).
-    table = compare_commits(frame, base, head, rows, engine=conf.engine)
+    table = compare_commits(frame, base, head, rows, engine=conf.engine, bench=bench)
     report = comment_markdown(table, base, head, paired_threshold=threshold)
     (out / "pr-comment.md").write_text(report)
     print(report)

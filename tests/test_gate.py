@@ -264,6 +264,18 @@ def test_compare_missing_benchmark_fails(tmp_path, capsys):
     assert comment(tmp_path).startswith("## PR gate: FAILED: 4 missing")
 
 
+def test_a_run_limited_by_bench_compares_what_it_selected(tmp_path, capsys):
+    """A base measured in full before (a base several PRs share) against a head run with asv's
+    ``-b``: the figures ``-b`` left out are not missing (the engine PR tests' runs found 48)."""
+    values = {name: vals for name, vals in GOOD.items() if name != RATIO}
+    selected = r"^bench_convert\.(PeakMemory|Profile)\."
+    code, _ = run_compare(tmp_path, values, capsys, args=("--bench", selected))
+    assert code == 0 and comment(tmp_path).startswith("## PR gate: passed")
+    assert "track_copy_ratio" not in comment(tmp_path)
+    code, _ = run_compare(tmp_path, values, capsys, args=("-b", r"LayerTime"))
+    assert code == 1 and comment(tmp_path).startswith("## PR gate: FAILED: 4 missing")
+
+
 def test_compare_new_benchmark_that_failed_in_head_fails(tmp_path, capsys):
     base = {name: vals for name, vals in GOOD.items() if name != RATIO}
     code, _ = run_compare(
