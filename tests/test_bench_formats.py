@@ -320,16 +320,19 @@ def test_the_refit_by_ep_gives_the_whole_ranks_refit_of_each_ep_share(monkeypatc
     # Exact on meta, as `python -m moe_convert refit --model qwen3-30b-a3b --ep all` prints it:
     # one layer's peak, the rank's traffic and launches (48 MoE layers). At EP 8 a rank holds
     # 16 of the 128 experts: inplace's direct refit keeps its 6 MiB one-expert scratch at any
-    # EP; streaming's streamed refit allocates nothing.
+    # EP; streaming's streamed refit allocates nothing and moves each new byte once (its strided
+    # copies: read once, written once, the floor 2 L a layer).
     monkeypatch.setattr(formats, "REFIT_EP_SHAPES", ("qwen3-30b-a3b/ep8",))
     monkeypatch.setattr(formats, "REFIT_EP_STRATEGIES", ("inplace", "streaming"))
     bench = bench_refit.RefitByEP()
     results = bench.setup_cache()
     label = "qwen3-30b-a3b/ep8"
+    shape = layer_shape("qwen3-30b-a3b", 1, 8)
+    assert (shape.experts, shape.moe_layers) == (16, 48)
     want = {
         ("inplace", "direct"): (6 * 2**20, 43508563968, 3168),
         ("inplace", "layerwise"): (157286400, 58004078592, 3264),
-        ("streaming", "streamed"): (0, 31428968448, 2304),
+        ("streaming", "streamed"): (0, 2 * shape.layer_bytes * shape.moe_layers, 2304),
     }
     for (kind, way), figures in want.items():
         bench.setup(results, label, kind)
@@ -338,8 +341,6 @@ def test_the_refit_by_ep_gives_the_whole_ranks_refit_of_each_ep_share(monkeypatc
             for figure, _ in REFIT_EP_FIGURES
         )
         assert got == figures, (kind, way)
-    shape = layer_shape("qwen3-30b-a3b", 1, 8)
-    assert (shape.experts, shape.moe_layers) == (16, 48)
 
 
 def test_a_rank_whose_weights_do_not_fit_a_device_is_na_there(monkeypatch):

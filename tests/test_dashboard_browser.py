@@ -496,6 +496,7 @@ def test_figures_link_only_to_a_machine_with_data(committed):
 ENGINE_FORMATS = [
     "BF16 (qwen3-235b-a22b/tp4)",
     "NVFP4 (qwen3-235b-a22b-nvfp4/tp4)",
+    "MXFP4 (gpt-oss-120b-mxfp4/tp2)",
     "FP8 per-tensor (llama-4-maverick-fp8/tp8)",
     "DeepSeek block-FP8 (deepseek-r1-fp8block/tp8)",
     "MXFP8 (minimax-m3-mxfp8/tp4)",

@@ -118,9 +118,10 @@ def test_the_quantized_shapes_cover_every_format_once():
 
 def test_the_quantized_budgets_are_sized_from_the_records():
     """plan.py's sizing of steps 2 and 5 (a round of every quantized strategy on
-    quant_check_shapes() on a GPU with FlashInfer: 34 strategies, 42,788 launches, 532 GB
-    moved; 28, 32,804 and 488 GB before the streaming strategies): a strategy that changes
-    either changes this, and the budgets are to be sized again."""
+    quant_check_shapes() on a GPU with FlashInfer: 34 strategies, 43,172 launches, 509 GB
+    moved; 42,788 and 532 GB before the streaming placement's strided copies, 28, 32,804 and
+    488 GB before the streaming strategies): a strategy that changes either changes this, and
+    the budgets are to be sized again."""
     records = quantized({**REGISTRY, **UNAVAILABLE})
     cells = [
         (plan.shape(label), name)
@@ -129,9 +130,9 @@ def test_the_quantized_budgets_are_sized_from_the_records():
         if record.format == plan.shape(label).format and not name.endswith("-vllm")
     ]
     assert len(cells) == 34
-    assert sum(records[name].launches.evaluate(shape) for shape, name in cells) == 42_788
+    assert sum(records[name].launches.evaluate(shape) for shape, name in cells) == 43_172
     moved = sum(records[name].traffic.evaluate(shape) for shape, name in cells)
-    assert round(moved / 1e9) == 532
+    assert round(moved / 1e9) == 509
 
 
 @pytest.mark.slow

@@ -119,14 +119,16 @@ class Step:
 #: of launches and 1.3 s of bytes more per round set, within the margin below (the wall budget is
 #: spent: no step grew). The six ``<format>-streaming`` strategies (issue 38) make it 34 strategies,
 #: 42,788 launches and 532 GB: about 0.2 s of launches and 0.01 s of bytes more per round at the
-#: rates below, not yet run on a GPU (none lent since). Step 5 times 11 rounds (warm-up included)
-#: with their copies: 5.8 s of launches at about 20 us each and 1.4 s of bytes at 4 TB/s, beside the
-#: 19 s it took and the BF16 strategies added since (``cycle_inplace``, ``sglang``, ``trtllm``): 45
-#: s. Step 2 converts once each (0.3 s of launches) and replays each layer in the allocator model on
-#: the CPU (4.1 s on this project's 2-core CPU), paid for by taking every dispatch-level peak from
-#: its record's formula instead of measuring it on ``meta`` (the BF16 part: 18.0 s before, 12.2 s
-#: after, here); but its dry run here, imports included, took 24.3 s of its 25, so it gets 10 s
-#: more, 5 from step 5 and 5 from step 3 (13 s on the H200, 13.8 s in that dry run).
+#: rates below, not yet run on a GPU (none lent since); their strided placement (issue 38's refit
+#: time) makes it 43,172 launches and 509 GB: 384 launches more (8 ms at 20 us), 23 GB less. Step 5
+#: times 11 rounds (warm-up included) with their copies: 5.8 s of launches at about 20 us each and
+#: 1.4 s of bytes at 4 TB/s, beside the 19 s it took and the BF16 strategies added since
+#: (``cycle_inplace``, ``sglang``, ``trtllm``): 45 s. Step 2 converts once each (0.3 s of launches)
+#: and replays each layer in the allocator model on the CPU (4.1 s on this project's 2-core CPU),
+#: paid for by taking every dispatch-level peak from its record's formula instead of measuring it on
+#: ``meta`` (the BF16 part: 18.0 s before, 12.2 s after, here); but its dry run here, imports
+#: included, took 24.3 s of its 25, so it gets 10 s more, 5 from step 5 and 5 from step 3 (13 s on
+#: the H200, 13.8 s in that dry run).
 STEPS = (
     Step("exact", "byte-exactness on CUDA against the CPU result", 40),
     Step("memory", "CUDA memory against the dispatch-level formulas", 35),
