@@ -4,13 +4,13 @@ Parameter values are readable names: shapes ``model/tpN``, strategies by their r
 (``benchmarks.formats`` makes every format's grid). Nothing heavy happens at import: every input
 is made when a benchmark measures.
 
-The profile (``MOE_BENCH_PROFILE``: ``full`` or ``cpu``; default ``full`` where CUDA is
-available, ``cpu`` elsewhere: ``moe_suite.profiles`` decides, scripts/ export it) sets how many
-experts the *timed* benchmarks convert: ``full`` converts every expert of the layer, ``cpu``
-keeps each expert's geometry (I, H) but only ``CPU_PROFILE_EXPERTS`` of them, so a 2-core CI
-machine finishes. Memory benchmarks are always
-full size, on ``meta``. ``bench_convert.Profile.track_timed_experts`` records the expert count
-in the results, so a cpu-profile figure can never pass for a full one.
+The profile (``MOE_BENCH_PROFILE``: ``full``, ``cpu`` or ``smoke``; default ``full`` where CUDA
+is available, ``cpu`` elsewhere: ``moe_suite.profiles`` decides, scripts/ export it) sets how many
+experts the *timed* benchmarks convert (``moe_suite.profiles.TIMED_EXPERTS``): ``full`` every
+expert of the layer; ``cpu`` and ``smoke`` each expert's geometry (I, H) but 8 experts, so a
+2-core CI machine finishes, or one. Memory benchmarks are always full size, on ``meta``.
+``bench_convert.Profile.track_timed_experts`` records the expert count in the results, so a
+reduced profile's figure can never pass for a full one.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import moe_convert
-from moe_suite.profiles import detect_device, profile_from_env
+from moe_suite.profiles import TIMED_EXPERTS, detect_device, profile_from_env
 from moe_suite.shapes import SHAPES  # the BF16 axis (moe_bench.gpucheck times it too)
 
 from . import isolation, library
@@ -29,7 +29,6 @@ __all__ = [
     "SHAPES",
     "STRATEGY_AXIS",
     "OPTIONAL_STRATEGIES",
-    "CPU_PROFILE_EXPERTS",
     "CPU_THREADS",
     "CELL_TIMEOUT_S",
     "profile",
@@ -80,9 +79,6 @@ STRATEGY_AXIS = (
 #: keeps its time within noise; the figures then measure the code, not the neighbours.
 CPU_THREADS = 1
 
-#: Experts converted per timed layer in the cpu profile: per-expert geometry kept, E reduced.
-CPU_PROFILE_EXPERTS = 8
-
 #: Seconds one cell of a grid may take before it is stopped and recorded as failed
 #: (``measure_cells``). The slowest cell found, RankLoadReplay's legacy on qwen3-235b-a22b/tp4,
 #: took 10.6 s on the shared 2-core machine under load 4.2, its three devices' replays 3.1 s
@@ -107,6 +103,11 @@ def device() -> str:
 def profile() -> str:
     """The profile in use: ``MOE_BENCH_PROFILE``, else the device's (``moe_suite.profiles``)."""
     return profile_from_env(device())
+
+
+def timed_experts() -> int | None:
+    """Experts a timed layer converts under the profile in use (``None``: every expert)."""
+    return TIMED_EXPERTS[profile()]
 
 
 def require_cuda() -> None:

@@ -23,7 +23,7 @@ the grid reads as one row per model and one column per strategy. Every figure bu
 ``CudaMemory`` and ``RankLoadTime`` is full size on ``meta``: exact, deterministic, the same on
 every machine and in every profile. Time (``LayerTime``) converts the profile's expert count
 (``common.profile``) beside a same-size copy; the paired A/B of ``benchmarks.paired`` decides it
-in the PR gate; the cpu profile times ``CPU_PROFILE_SHAPES`` only.
+in the PR gate; the reduced profiles (cpu, smoke) time ``CPU_PROFILE_SHAPES`` only.
 
 Each figure's ``setup_cache`` is defined here once, so asv (which keys a cache by the function's
 file and line) runs it once per run for every format's classes: it measures every format's
@@ -204,21 +204,22 @@ def full_shape(label: str):
 
 
 def is_timed(label: str, cpu_profile_shapes: tuple[str, ...] | None = None) -> bool:
-    """Whether the profile in use times ``label``: every shape but in the cpu profile, which
-    times ``cpu_profile_shapes`` (``LayerTime``'s, ``CPU_PROFILE_SHAPES``, by default). From the
-    label alone: a commit without the formats answers it too (its cells are n/a, not failed)."""
+    """Whether the profile in use times ``label``: every shape in the full profile; in a reduced
+    one (``cpu``, ``smoke``) ``cpu_profile_shapes`` (``LayerTime``'s, ``CPU_PROFILE_SHAPES``, by
+    default). From the label alone: a commit without the formats answers it too (its cells are
+    n/a, not failed)."""
     shapes = CPU_PROFILE_SHAPES if cpu_profile_shapes is None else cpu_profile_shapes
-    return common.profile() != "cpu" or label in shapes
+    return common.timed_experts() is None or label in shapes
 
 
 def timed_shape(label: str):
-    """The shape ``LayerTime`` converts under the profile in use: the full shape, or in the cpu
-    profile each expert's geometry kept but ``common.CPU_PROFILE_EXPERTS`` experts; ``None`` for
-    a shape it does not time (``is_timed``)."""
+    """The shape ``LayerTime`` converts under the profile in use: the full shape, or in a reduced
+    profile each expert's geometry kept but ``common.timed_experts()`` experts; ``None`` for a
+    shape it does not time (``is_timed``)."""
     if not is_timed(label):
         return None
-    shape = full_shape(label)
-    return shape if common.profile() != "cpu" else shape.with_experts(common.CPU_PROFILE_EXPERTS)
+    shape, experts = full_shape(label), common.timed_experts()
+    return shape if experts is None else shape.with_experts(experts)
 
 
 def _shape_and_strategy(label: str, kind: str):
@@ -700,9 +701,9 @@ class _LayerTime(_Grid):
 
 class _Profile:
     """The number of experts ``LayerTime`` converts per layer under the profile in use (n/a for
-    a shape the cpu profile does not time). Full profile: the model's expert count; cpu
-    profile: ``common.CPU_PROFILE_EXPERTS``. Stored beside every run so that time figures of the
-    two profiles are never read as one series."""
+    a shape a reduced profile does not time): ``common.timed_experts()``, the model's expert count
+    in the full profile. Stored beside every run so that time figures of two profiles are never
+    read as one series."""
 
     version = "1"
     unit = "experts"

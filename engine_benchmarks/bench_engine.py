@@ -14,15 +14,16 @@ for every engine and commit.
 
 Legend: E experts, I intermediate size per rank, H hidden. Every figure of every grid comes from
 one measurement per shape x strategy, made once per asv run in ``setup_cache`` (one import of the
-engine, 10-13 s for vLLM, per commit, not per figure or format): peak transient bytes, traffic
-bytes and launches of the full-size layer on ``meta`` (exact), and on the local device one
-layer's seconds and its ratio to a same-size copy under the profile (``MOE_BENCH_PROFILE``; the
-cpu profile times 8 experts), and whether the preparation is reload-safe (``Refit``: vLLM 0.34's
-direct and layerwise reload run on the installed function through the adapter). The classes
-and methods are named as the main suite's (``benchmarks/bench_convert.py``, ``bench_<format>.py``,
-``bench_refit.py``), so the metrics table judges them by the same rules (``moe_suite.metrics``:
-``bench_engine`` is BF16's, listed; a quantized module's figures are its format's,
-``format_figure``).
+engine, 10-13 s for vLLM, per commit, not per figure or format), of the figures the run selects
+(``moe_suite.selection``: a PR run's or a bisection's ``--bench``; all in a nightly): peak
+transient bytes, traffic bytes and launches of the full-size layer on ``meta`` (exact), and on
+the local device one layer's seconds and its ratio to a same-size copy under the profile
+(``MOE_BENCH_PROFILE``; the cpu profile times 8 experts, smoke one), and whether the preparation
+is reload-safe (``Refit``: vLLM 0.34's direct and layerwise reload run on the installed function
+through the adapter). The classes and methods are named as the main suite's
+(``benchmarks/bench_convert.py``, ``bench_<format>.py``, ``bench_refit.py``), so the metrics
+table judges them by the same rules (``moe_suite.metrics``: ``bench_engine`` is BF16's, listed;
+a quantized module's figures are its format's, ``format_figure``).
 
 A commit whose function no longer honours the form its code reads as (an in-place converter that
 returns new tensors: ``engines.form_breaches``) is measured as it ran: its peak, traffic and
@@ -44,7 +45,8 @@ from moe_convert.load.refit import reload_safety
 from moe_convert.measuring import timing
 from moe_convert.measuring.memory import strategy_memory
 from moe_convert.measuring.traffic import strategy_traffic
-from moe_suite.profiles import detect_device, profile_from_env
+from moe_suite.profiles import TIMED_EXPERTS, detect_device, profile_from_env
+from moe_suite.selection import selects
 
 #: ``model/tpN``: the gated layer the engines' own BF16 figures are read on (docs/engines.md).
 #: One shape a format: a history has a commit a few hours, and every commit pays every grid.
@@ -70,8 +72,6 @@ QUANT_SHAPES = {
 }
 #: Timed calls per cell (``benchmarks.formats.REPEATS``' reasoning: 9, each paired with a copy).
 REPEATS = 9
-#: Experts a timed layer converts in the cpu profile (``benchmarks.common.CPU_PROFILE_EXPERTS``).
-CPU_PROFILE_EXPERTS = 8
 #: CPU threads of every timed call (``benchmarks.common.CPU_THREADS``).
 CPU_THREADS = 1
 
@@ -112,61 +112,80 @@ GRIDS = {
 
 @dataclasses.dataclass(frozen=True)
 class Figures:
-    """Every figure of one cell: exact on ``meta`` at full size, timed on the device; the
-    strategy's reload class (``load.refit.reload_safety``: ``reload-safe``, or ``not
-    reload-safe: `` and the reason); ``breach`` the line of the engine's breach of its code's
-    form, if its calls made one."""
+    """Every figure of one cell this run reads (``None``: a figure no benchmark of the run's
+    selection reads, not measured: ``moe_suite.selection``): exact on ``meta`` at full size,
+    timed on the device; the strategy's reload class (``load.refit.reload_safety``:
+    ``reload-safe``, or ``not reload-safe: `` and the reason); ``breach`` the line of the
+    engine's breach of its code's form, if its calls made one."""
 
-    peak_bytes: int
-    traffic_bytes: int
-    launches: int
-    timing: timing.LayerTiming
-    reload_safety: str
+    peak_bytes: int | None = None
+    traffic_bytes: int | None = None
+    launches: int | None = None
+    timing: timing.LayerTiming | None = None
+    reload_safety: str | None = None
     breach: str | None = None
 
 
 def _timed_shape(full: LayerShape, device: str) -> LayerShape:
-    cpu_profile = profile_from_env(device) == "cpu"
-    return full.with_experts(CPU_PROFILE_EXPERTS) if cpu_profile else full
+    """``full`` with the profile's timed experts (``moe_suite.profiles.TIMED_EXPERTS``)."""
+    experts = TIMED_EXPERTS[profile_from_env(device)]
+    return full if experts is None else full.with_experts(experts)
 
 
-def measure(shape: str, strategy: str) -> Figures:
-    """Every figure of one cell (``shape`` a ``model/tpN`` label, ``strategy`` a registry name),
-    the engine's breaches of its code's form recorded, not raised (``form_breaches``)."""
+def measure(shape: str, strategy: str, classes: frozenset[str] | None = None) -> Figures:
+    """The figures ``classes`` (``CLASSES``' names; ``None``: all) read of one cell (``shape`` a
+    ``model/tpN`` label, ``strategy`` a registry name), the engine's breaches of its code's form
+    recorded, not raised (``form_breaches``)."""
+    classes = frozenset(CLASSES) if classes is None else classes
     full = shape_from_label(shape)
     device = detect_device()
+    figures = {}
     with form_breaches() as breaches:
-        traffic = strategy_traffic(full, strategy)
-        figures = Figures(
-            peak_bytes=strategy_memory(full, strategy, device="meta").peak_bytes,
-            traffic_bytes=traffic.traffic_bytes,
-            launches=traffic.launches,
-            timing=timing.time_layer(
+        if "PeakMemory" in classes:
+            figures["peak_bytes"] = strategy_memory(full, strategy, device="meta").peak_bytes
+        if "Traffic" in classes:
+            traffic = strategy_traffic(full, strategy)
+            figures.update(traffic_bytes=traffic.traffic_bytes, launches=traffic.launches)
+        if "LayerTime" in classes:
+            figures["timing"] = timing.time_layer(
                 _timed_shape(full, device),
                 strategy,
                 device=device,
                 repeats=REPEATS,
                 threads=CPU_THREADS,
                 model_experts=full.experts,
-            ),
-            reload_safety=reload_safety(strategy),
-        )
-    return dataclasses.replace(figures, breach="; ".join(breaches) or None)
+            )
+        if "Refit" in classes:
+            figures["reload_safety"] = reload_safety(strategy)
+    return Figures(**figures, breach="; ".join(breaches) or None)
+
+
+def _selected(grid: Grid, shape: str, value: str) -> frozenset[str]:
+    """The classes of ``grid`` (``CLASSES``' names) with a benchmark the run selects at the cell
+    ``(shape, value)`` (``moe_suite.selection``: every class where the run selects all)."""
+    module = "bench_engine" if grid.format == "bf16" else f"bench_{grid.format}"
+    return frozenset(
+        name
+        for name, methods in CLASSES.items()
+        if any(selects(f"{module}.{name}.{method}", (shape, value)) for method in methods)
+    )
 
 
 def measure_grid() -> dict[tuple[str, str], Figures | str]:
-    """``measure`` of every cell of every grid whose strategy is registered here, keyed
-    ``(shape, axis value)`` (the shapes of two grids differ); a cell that raises gets
-    ``"failed: <error>"`` instead (it fails its own figures, not the grid's)."""
+    """``measure`` of every cell of every grid whose strategy is registered here and which the
+    run selects (``_selected``), keyed ``(shape, axis value)`` (the shapes of two grids differ);
+    a cell that raises gets ``"failed: <error>"`` instead (it fails its own figures, not the
+    grid's)."""
     results: dict[tuple[str, str], Figures | str] = {}
     for grid in GRIDS.values():
         for shape in grid.shapes:
             for value in grid.strategies:
                 strategy = grid.strategy(value)
-                if strategy not in moe_convert.REGISTRY:
+                classes = _selected(grid, shape, value)
+                if strategy not in moe_convert.REGISTRY or not classes:
                     continue
                 try:
-                    results[shape, value] = measure(shape, strategy)
+                    results[shape, value] = measure(shape, strategy, classes)
                 except Exception as error:  # the cell's finding: shown as its failure by asv
                     results[shape, value] = f"failed: {type(error).__name__}: {error}"
     return results
@@ -270,6 +289,12 @@ class Refit(_Grid):
     track_reload_safe.unit = "class"
 
 
+_BASES = (PeakMemory, Traffic, LayerTime, Refit)
+#: Each grid's classes by name, with their benchmarks: what ``_selected`` matches the run's
+#: selection against, and ``measure`` measures for.
+CLASSES = {base.__name__: tuple(n for n in vars(base) if n.startswith("track_")) for base in _BASES}
+
+
 def format_benchmarks(fmt: str, module: str) -> dict[str, type]:
     """Quantized format ``fmt``'s classes for its module ``module`` (its ``__name__``:
     ``bench_<fmt>``, which asv and the metrics table name them by): this module's, over its grid
@@ -287,5 +312,5 @@ def format_benchmarks(fmt: str, module: str) -> dict[str, type]:
                 "params": [list(grid.shapes), list(grid.strategies)],
             },
         )
-        for base in (PeakMemory, Traffic, LayerTime, Refit)
+        for base in _BASES
     }

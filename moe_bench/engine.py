@@ -19,9 +19,11 @@ run``, ``asv continuous``, ``asv find`` and ``asv publish`` work with it; the us
   named, and an answer that fails the check is none); where a commit of the range fails the
   cell, the answer is the first such commit, with its error.
 
-Each result is keyed to the engine's commit; the suite's commit that measured it and the
-FlashInfer installed beside it are recorded beside the results (``engine_env.MEASURED``), and
-the export carries them (``moe_bench.export``).
+``pr`` with ``--bench`` and ``find`` tell the benchmarks what asv runs of them
+(``moe_suite.selection``), so a bisection step measures its cell, not every grid. Each result
+is keyed to the engine's commit; the suite's commit that measured it and the FlashInfer
+installed beside it are recorded beside the results (``engine_env.MEASURED``), and the export
+carries them (``moe_bench.export``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from asv.config import Config
 from asv.repo import get_repo
 from asv.results import iter_results_for_machine
 
+from moe_suite import selection
 from moe_suite.metrics import ENGINE_FIGURES, EXACT, METRICS, NOISE_FACTOR, PAIRED
 
 from .engine_env import read_measured, record, substitution
@@ -393,18 +396,22 @@ def _say(use: str, message: str) -> None:
     print(f"[engine-{use}] {message}", file=sys.stderr, flush=True)
 
 
-def _asv(config: Path, *args: str) -> int:
-    """``asv --config config ARGS`` in this interpreter's environment, its output streamed."""
-    return subprocess.run([sys.executable, "-m", "asv", "--config", str(config), *args]).returncode
+def _asv(config: Path, *args: str, select: str | None = None) -> int:
+    """``asv --config config ARGS`` in this interpreter's environment, its output streamed;
+    ``select``: the run's ``--bench`` regex, told to the benchmarks (``moe_suite.selection``:
+    they measure only what it selects)."""
+    command = [sys.executable, "-m", "asv", "--config", str(config), *args]
+    return subprocess.run(command, env=selection.environ(select)).returncode
 
 
-def _asv_output(config: Path, *args: str) -> tuple[int, str]:
+def _asv_output(config: Path, *args: str, select: str | None = None) -> tuple[int, str]:
     """``_asv``, its output also returned (asv prints its answers there, not in a file)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "asv", "--config", str(config), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env=selection.environ(select),
     )
     lines = []
     for line in process.stdout:
@@ -622,7 +629,7 @@ def _run_cell(config: Path, machine: str, commit: str, regex: str) -> dict[str, 
     """``asv run`` of the cells ``regex`` selects at ``commit`` alone; its log (``_logs``)."""
     _, output = _asv_output(
         config, "run", "--machine", machine, "--launch-method", _launch_method(),
-        "--show-stderr", "--bench", regex, f"{commit}^!",
+        "--show-stderr", "--bench", regex, f"{commit}^!", select=regex,
     )  # fmt: skip
     return _logs(output)
 
@@ -717,6 +724,7 @@ def find(
         *asv_args,
         span,
         regex,
+        select=regex,
     )
     values = _cell_values(conf, machine, benchmark, shape, strategy)
     searched = [good, *commits]
@@ -844,6 +852,7 @@ def pr(
             *bench_args,
             base,
             head,
+            select=bench,
         )
         record_suite_commit(results, [base, head], conf.suite_commit)
         _say("pr", f"paired timing of {base[:8]} and {head[:8]}, alternated")

@@ -1,11 +1,11 @@
 """The benchmark profile and its default: the one place both are decided.
 
-The profile sets how many experts the *timed* benchmarks convert (docs/benchmarks.md):
-``full`` every expert of the layer, ``cpu`` ``benchmarks.common.CPU_PROFILE_EXPERTS`` of them.
-Its default is ``full`` where CUDA is available and ``cpu`` elsewhere; ``MOE_BENCH_PROFILE``
-overrides it. Read by ``moe_bench.machine`` (which records it, and names a machine running the
-non-default profile apart), by ``moe-bench machine --shell`` (scripts/ export what it prints) and
-by ``benchmarks/common.py`` (from the checkout, ``benchmarks/__init__.py``) inside asv's
+The profile sets how many experts the *timed* benchmarks convert (``TIMED_EXPERTS``,
+docs/benchmarks.md), in the main suite and the engine suite alike. Its default is ``full``
+where CUDA is available and ``cpu`` elsewhere; ``MOE_BENCH_PROFILE`` overrides it. Read by
+``moe_bench.machine`` (which records it, and names a machine running the non-default profile
+apart), by ``moe-bench machine --shell`` (scripts/ export what it prints) and by
+``benchmarks/common.py`` (from the checkout, ``benchmarks/__init__.py``) inside asv's
 per-commit environment, which has neither asv nor pandas, and by the engine suite: so this
 module imports nothing but the standard library (and torch, a dependency of the project, in
 ``detect_device`` only).
@@ -16,10 +16,23 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-__all__ = ["PROFILES", "ENV", "detect_device", "default_profile", "profile_from_env"]
+__all__ = [
+    "PROFILES",
+    "ENV",
+    "TIMED_EXPERTS",
+    "detect_device",
+    "default_profile",
+    "profile_from_env",
+]
 
 #: The valid profiles, the default of a CUDA machine first.
-PROFILES = ("full", "cpu")
+PROFILES = ("full", "cpu", "smoke")
+#: Experts a timed layer converts under each profile, each expert's geometry (I/TP, H) kept
+#: (``None``: every expert of the layer). ``cpu``: 8, so a 2-core CPU finishes and a layer's
+#: time is still its conversion's, not the call's overhead; ``smoke``: one, every step of a run
+#: in the least time (the suites' own tests, a new config's first try), its seconds no figure
+#: of the code. The reduced profiles time a few shapes only (``benchmarks.formats.is_timed``).
+TIMED_EXPERTS = {"full": None, "cpu": 8, "smoke": 1}
 #: The environment variable that chooses the profile.
 ENV = "MOE_BENCH_PROFILE"
 

@@ -23,6 +23,7 @@ from moe_convert.load.replay import _meta_conversion, replay_load  # the trace c
 from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES
 from moe_convert.measuring.traffic import strategy_traffic
 from moe_suite import metrics
+from moe_suite.profiles import TIMED_EXPERTS
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite is a folder of asv, not an installed package
@@ -127,7 +128,7 @@ def test_layer_time_derives_every_time_figure_from_one_measurement(monkeypatch):
         assert bench.track_copy_ratio(*cell) == measured.copy_ratio
         full = formats.full_shape("qwen3-30b-a3b/tp2")  # 8 of 128 experts timed, 48 layers
         assert bench.track_whole_model_seconds(*cell) == (
-            pytest.approx(measured.seconds * full.experts / common.CPU_PROFILE_EXPERTS * 48)
+            pytest.approx(measured.seconds * full.experts / TIMED_EXPERTS["cpu"] * 48)
         )
         with pytest.raises(NotImplementedError):  # n/a where the strategy is not registered
             bench.setup(timings, "qwen3-30b-a3b/tp2", "no-such-strategy")
@@ -264,7 +265,7 @@ def test_refit_time_reads_each_timed_ways_figures_from_one_timing(monkeypatch):
     bench.setup(cache, label, "inplace")
     for way in metrics.REFIT_TIME_WAYS:
         timing = cache[label, "inplace"][way]
-        assert timing.experts == common.CPU_PROFILE_EXPERTS
+        assert timing.experts == TIMED_EXPERTS["cpu"]
         assert len(timing.strategy_time.samples) == formats.REPEATS
         assert getattr(bench, f"track_{way}_seconds")(cache, label, "inplace") == timing.seconds
         ratio = getattr(bench, f"track_{way}_copy_ratio")(cache, label, "inplace")
@@ -297,12 +298,14 @@ def test_traffic_reads_its_three_figures_from_one_count_per_cell(monkeypatch):
         assert counts[label, strategy].ops == ()  # totals only: every cell's process loads them
 
 
-def test_cpu_profile_keeps_expert_geometry(monkeypatch):
-    monkeypatch.setenv("MOE_BENCH_PROFILE", "cpu")
+@pytest.mark.parametrize(("profile", "experts"), [("cpu", 8), ("smoke", 1)])
+def test_a_reduced_profile_keeps_expert_geometry(monkeypatch, profile, experts):
+    monkeypatch.setenv("MOE_BENCH_PROFILE", profile)
     common.profile.cache_clear()
     try:
         full, timed = formats.full_shape("deepseek-v3/tp4"), formats.timed_shape("deepseek-v3/tp4")
-        assert timed.experts == common.CPU_PROFILE_EXPERTS < full.experts == 256
+        assert timed.experts == experts < full.experts == 256
+        assert formats.timed_shape("minimax-m3-mxfp8/tp4") is None  # not in CPU_PROFILE_SHAPES
         assert (timed.hidden, timed.intermediate) == (full.hidden, full.intermediate) == (7168, 512)
         monkeypatch.setenv("MOE_BENCH_PROFILE", "fast")
         common.profile.cache_clear()
@@ -411,7 +414,7 @@ def test_quick_run_of_a_subset_is_read_back(scratch_config):
     assert got[("track_launches", "strided_copy")] == (3, "launches")
     assert got[("track_traffic_ratio", "strided_copy")] == (1.0, "ratio")
     assert len(frame) == 5  # Profile, PeakMemory and Traffic's three
-    assert got[("Profile", "")] == (common.CPU_PROFILE_EXPERTS, "experts")
+    assert got[("Profile", "")] == (TIMED_EXPERTS["cpu"], "experts")
     assert set(frame["commit"]) == {commit}
 
 

@@ -417,10 +417,9 @@ def test_gpu_check_compares_the_quantized_strategies_and_names_a_missing_interle
 
 
 def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cell(monkeypatch):
-    # The cpu profile times CPU_PROFILE_SHAPES with CPU_PROFILE_EXPERTS experts; every other
-    # shape is n/a, saying why; the three figures read one timing.time_layer each.
-    monkeypatch.setattr(common, "profile", lambda: "cpu")
-    monkeypatch.setattr(common, "CPU_PROFILE_EXPERTS", 1)
+    # A reduced profile (smoke: one expert) times CPU_PROFILE_SHAPES with its experts; every
+    # other shape is n/a, saying why; the three figures read one timing.time_layer each.
+    monkeypatch.setattr(common, "profile", lambda: "smoke")
     monkeypatch.setattr(formats, "REPEATS", 3)
     timed, untimed = "gpt-oss-20b-mxfp4/tp1", "kimi-k2-nvfp4/tp8"
     monkeypatch.setattr(formats, "CPU_PROFILE_SHAPES", (timed,))
@@ -440,7 +439,7 @@ def test_quant_layer_time_derives_its_figures_from_one_measurement_per_timed_cel
         assert bench.track_whole_model_seconds(timings, timed, kind) == pytest.approx(
             measured.seconds * full.experts * full.moe_layers
         )
-    with pytest.raises(NotImplementedError, match="cpu profile does not time kimi-k2"):
+    with pytest.raises(NotImplementedError, match="smoke profile does not time kimi-k2"):
         bench.setup(timings, untimed, "fast")
     profile = bench_nvfp4.Profile()
     profile.setup(timed)

@@ -52,7 +52,14 @@ BF16_ONLY = r"^bench_engine\."
 
 
 def _moe_bench(home: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HOME=str(home), PIP_CACHE_DIR=str(Path.home() / ".cache" / "pip"))
+    # the smoke profile: one expert a timed layer (moe_suite.profiles), every step of every use
+    # run, in the least time; the figures these tests read are exact, or a paired verdict
+    env = dict(
+        os.environ,
+        HOME=str(home),
+        PIP_CACHE_DIR=str(Path.home() / ".cache" / "pip"),
+        MOE_BENCH_PROFILE="smoke",
+    )
     return subprocess.run(
         [sys.executable, "-m", "moe_bench", *args],
         capture_output=True,
@@ -71,9 +78,9 @@ def history(tmp_path_factory):
     no pin (``u2``); on ``u2``, branch ``ok``: a docstring edit of the converter; ``clone``: a
     copy of w13 before the in-place converter (its contract broken); ``slow``: a sleep per expert
     (time only); ``regress``: docs, the per-expert form back (``bad``), docs, docs; ``broken``: a
-    commit that does not import, its fix, the per-expert form (``bad2``); ``fp8copy``: an extra
-    full copy of w13 in vLLM's FP8 per-tensor rotation (``fp8bad``); ``mxfp4copy``: one in
-    gpt-oss's MXFP4 preparation (``mxfp4bad``).
+    commit that does not import, its fix, the per-expert form (``bad2``); ``quantcopy``: an extra
+    full copy of w13 in vLLM's FP8 per-tensor rotation and one in gpt-oss's MXFP4 preparation
+    (``quantbad``).
     """
     if missing("flashinfer"):  # the tiny engine imports FlashInfer's helpers, as vLLM does
         pytest.skip(missing("flashinfer"))
@@ -120,15 +127,17 @@ def history(tmp_path_factory):
             ],
         ),
         (
-            "fp8copy",
-            [("fp8bad", Commit("inplace", "0.31.0", "fp8: clone w13 first", fp8="fp8_copy"))],
-        ),
-        (
-            "mxfp4copy",
+            "quantcopy",
             [
                 (
-                    "mxfp4bad",
-                    Commit("inplace", "0.31.0", "mxfp4: clone w13 first", mxfp4="mxfp4_copy"),
+                    "quantbad",
+                    Commit(
+                        "inplace",
+                        "0.31.0",
+                        "fp8, mxfp4: clone w13 first",
+                        fp8="fp8_copy",
+                        mxfp4="mxfp4_copy",
+                    ),
                 )
             ],
         ),
@@ -183,8 +192,9 @@ def test_the_engine_suite_measures_every_bf16_adapter():
 
 def test_the_engine_suite_times_as_the_suite_does():
     """The engine suite cannot import ``benchmarks`` (its environments hold this suite's wheel,
-    which ships ``moe_convert`` and ``moe_bench`` only), so it writes the timing rules again:
-    held here to the suite's, so an engine's seconds stay comparable with the nightly's."""
+    which ships ``moe_convert``, ``moe_suite`` and ``moe_bench`` only): the experts a profile
+    times both read from ``moe_suite.profiles``; the threads and repeats it writes again, held
+    here to the suite's, so an engine's seconds stay comparable with the nightly's."""
     sys.path.insert(0, str(ROOT / "engine_benchmarks"))
     try:
         import bench_engine
@@ -192,7 +202,6 @@ def test_the_engine_suite_times_as_the_suite_does():
         sys.path.pop(0)
     from benchmarks import common, formats
 
-    assert bench_engine.CPU_PROFILE_EXPERTS == common.CPU_PROFILE_EXPERTS
     assert bench_engine.CPU_THREADS == common.CPU_THREADS
     assert bench_engine.REPEATS == formats.REPEATS
 
@@ -411,7 +420,7 @@ def test_a_time_only_change_is_judged_by_the_paired_rows(history):
     out = home / "pr-slow"
     done = _moe_bench(
         home, "engine-pr", "--config", str(config), "main", hashes["slow"], "--machine", MACHINE,
-        "--out", str(out), "--bench", JUDGED_HERE,
+        "--out", str(out), "--bench", BF16_ONLY,  # the sleep is in BF16's converter
     )  # fmt: skip
     assert done.returncode == 1, done.stderr[-3000:]
     comment = (out / "pr-comment.md").read_text()
@@ -423,29 +432,26 @@ def test_a_time_only_change_is_judged_by_the_paired_rows(history):
 
 
 @HISTORY
-@pytest.mark.parametrize(
-    ("head", "title", "shape"),
-    [
-        ("fp8bad", "FP8 per-tensor", "llama-4-maverick-fp8/tp8"),
-        ("mxfp4bad", "MXFP4", "gpt-oss-120b-mxfp4/tp2"),
-    ],
-)
-def test_an_extra_copy_in_a_quantized_preparation_fails_the_pr(history, head, title, shape):
-    """The format's cell (``bench_fp8``, ``bench_mxfp4``, judged as the main suite's figures of
+def test_an_extra_copy_in_a_quantized_preparation_fails_the_pr(history):
+    """Each format's cell (``bench_fp8``, ``bench_mxfp4``, judged as the main suite's figures of
     the format) names the format, its shape and the figures the copy raised; BF16's unchanged
     cells pass."""
     home, config, hashes = history
-    out = home / f"pr-{head}"
+    out = home / "pr-quantbad"
     done = _moe_bench(
-        home, "engine-pr", "--config", str(config), "main", hashes[head], "--machine", MACHINE,
-        "--out", str(out), "--bench", JUDGED_HERE,
+        home, "engine-pr", "--config", str(config), "main", hashes["quantbad"],
+        "--machine", MACHINE, "--out", str(out), "--bench", JUDGED_HERE,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr[-3000:]
     comment = (out / "pr-comment.md").read_text()
     assert comment.startswith("## PR gate: FAILED")
-    cell = rf"{re.escape(shape)} vllm: regressed"
-    assert re.search(rf"{title} `PeakMemory.track_peak_transient_bytes` {cell}", comment), comment
-    assert re.search(rf"{title} `Traffic.track_traffic_bytes` {cell}", comment), comment
+    for title, shape in (
+        ("FP8 per-tensor", "llama-4-maverick-fp8/tp8"),
+        ("MXFP4", "gpt-oss-120b-mxfp4/tp2"),
+    ):
+        cell = rf"{re.escape(shape)} vllm: regressed"
+        assert re.search(rf"{title} `PeakMemory.track_peak_transient_bytes` {cell}", comment)
+        assert re.search(rf"{title} `Traffic.track_traffic_bytes` {cell}", comment), comment
     assert "track_peak_transient_bytes` qwen3-235b-a22b/tp4" not in comment
 
 

@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import itertools
 import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from asv.benchmarks import Benchmarks
+from asv.config import Config
 from asv_runner.benchmarks._base import get_setup_cache_key
 
 import moe_convert
 from moe_bench import engine, engine_env, machine
 from moe_convert.formats.catalog import shape_from_label
 from moe_convert.formats.preparations import PREPARATIONS
+from moe_suite import selection
 from moe_suite.metrics import ENGINE_FIGURES, METRICS, format_figure
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,8 +104,11 @@ def test_the_grid_measures_every_registered_cell_once(suite, monkeypatch):
     bench_engine = suite["bench_engine"]
     measured = []
     monkeypatch.setattr(
-        bench_engine, "measure", lambda shape, strategy: measured.append(strategy) or strategy
+        bench_engine,
+        "measure",
+        lambda shape, strategy, classes: measured.append(strategy) or strategy,
     )
+    monkeypatch.delenv(selection.ENV, raising=False)  # a nightly's run: every cell
     cells = bench_engine.measure_grid()
     expected = [
         grid.strategy(value)
@@ -115,6 +122,50 @@ def test_the_grid_measures_every_registered_cell_once(suite, monkeypatch):
         peak = suite["bench_fp8"].PeakMemory()
         with pytest.raises(NotImplementedError, match="'fp8-vllm' is not registered.*vllm"):
             peak.setup(cells, "llama-4-maverick-fp8/tp8", "vllm")
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [
+        engine.cell_regex("bench_fp8.Traffic.track_launches", "llama-4-maverick-fp8/tp8", "legacy"),
+        r"^bench_(engine|fp8)\.",
+        r"PeakMemory.*'inplace'",
+        r"bench_mxint4\.(Refit|LayerTime)",
+        r"no such benchmark",
+    ],
+)
+def test_a_runs_selection_is_what_it_measures(suite, monkeypatch, regex):
+    """A run's ``--bench`` (``moe_suite.selection``, set by a PR run and a bisection): the grid
+    measures the cells asv runs, matched as asv matches them, and of each cell the classes
+    whose benchmarks it runs; nothing where it selects none."""
+    bench_engine = suite["bench_engine"]
+    measured = {}
+    monkeypatch.setattr(
+        bench_engine,
+        "measure",
+        lambda shape, strategy, classes: measured.setdefault((shape, strategy), set(classes)),
+    )
+    monkeypatch.setenv(selection.ENV, regex)
+    bench_engine.measure_grid()
+    params = {
+        f"{module}.{name}": values
+        for module in suite
+        for name, values in _benchmarks(suite[module]).items()
+    }
+    conf = Config()
+    conf.benchmark_dir = str(ROOT / "engine_benchmarks")
+    listed = [{"name": n, "params": [[repr(v) for v in p] for p in ps]} for n, ps in params.items()]
+    runs = Benchmarks(conf, listed, regex=regex)  # asv's own selection
+    expected = {}
+    for name in runs:
+        module, cls, _ = name.split(".")
+        grid = suite[module].LayerTime.grid
+        cells = list(itertools.product(*params[name]))
+        for shape, value in (cells[i] for i in runs.benchmark_selection[name]):
+            if grid.strategy(value) in moe_convert.REGISTRY:
+                expected.setdefault((shape, grid.strategy(value)), set()).add(cls)
+    assert measured == expected
+    assert bool(expected) == (regex != "no such benchmark")
 
 
 def test_every_figure_is_judged_as_the_main_suites():

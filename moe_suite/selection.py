@@ -1,0 +1,43 @@
+"""The cells a run of asv reads, told to the ``setup_cache`` that measures them.
+
+asv runs the benchmarks its ``--bench`` regex selects, matched (``re.search``) against each
+benchmark's name and, for a parameterized one, against ``name('shape', 'strategy')``; but a
+``setup_cache`` serves every class that shares it and is not told the selection, so it measures
+every cell, read or not: a bisection step of one cell measured every grid. The commands of this
+suite that give asv a regex (``moe_bench.engine``'s ``pr``, ``find`` and its re-runs) put it in
+``ENV`` too, and the engine suite's ``setup_cache`` measures the selected cells only. Unset (asv
+run by hand, a nightly): every cell.
+
+Standard library only: read inside asv's environments, which hold this package but not asv.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+__all__ = ["ENV", "environ", "selects"]
+
+#: The environment variable holding the run's ``--bench`` regex.
+ENV = "MOE_BENCH_SELECT"
+
+
+def environ(regex: str | None, base: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """``base`` with ``ENV`` set to ``regex`` (removed for ``None``: the run selects all)."""
+    env = {key: value for key, value in base.items() if key != ENV}
+    if regex is not None:
+        env[ENV] = regex
+    return env
+
+
+def selects(
+    name: str, params: tuple[str, ...] = (), environ: Mapping[str, str] = os.environ
+) -> bool:
+    """Whether the run selects benchmark ``name`` at ``params`` (its parameter values, ``str``),
+    matched as asv matches ``--bench``: every benchmark where ``ENV`` is unset or empty."""
+    regex = environ.get(ENV)
+    if not regex:
+        return True
+    shown = f"{name}({', '.join(repr(p) for p in params)})" if params else name
+    return re.search(regex, shown) is not None
