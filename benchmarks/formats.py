@@ -39,6 +39,7 @@ the rest when measuring.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 
 import torch
@@ -50,6 +51,7 @@ from moe_suite.metrics import (
     REFIT_TIME_WAYS,
     REFIT_WAYS,
 )
+from moe_suite.selection import selects
 
 from . import common, library
 
@@ -272,6 +274,7 @@ def _not_here(label: str, kind: str, *, on_meta: bool) -> _NotHere | None:
 
 
 def _measure_grid(
+    reader,
     measure,
     labels: tuple[str, ...] | None = None,
     *,
@@ -280,15 +283,58 @@ def _measure_grid(
     missing: _NotHere | None = None,
 ) -> dict[tuple[str, str], object]:
     """``measure(shape, kind)`` of every cell of ``labels`` (every format's shapes, by default)
-    x its format's ``axis`` (``kinds``, by default; ``format_of``), each in a worker process
-    (``common.measure_cells``: a cell that fails holds the reason's text); a cell not measured
-    here holds a ``_NotHere`` (``on_meta``: ``measure`` runs on meta), every cell ``missing``
-    where given (what the measured commit's library lacks)."""
+    x its format's ``axis`` (``kinds``, by default; ``format_of``) that the run selects
+    (``_selected``: a benchmark of a class sharing ``reader``'s ``setup_cache`` reads it), each
+    in a worker process (``common.measure_cells``: a cell that fails holds the reason's text); a
+    cell not measured here holds a ``_NotHere`` (``on_meta``: ``measure`` runs on meta), every
+    cell ``missing`` where given (what the measured commit's library lacks)."""
     labels = tuple(FORMAT_OF) if labels is None else labels
-    cells = [(label, kind) for label in labels for kind in axis(format_of(label))]
+    readers = _readers(type(reader).setup_cache)
+    cells = [
+        (label, kind)
+        for label in labels
+        for kind in axis(format_of(label))
+        if _selected(readers, label, kind)
+    ]
     not_here = {cell: missing or _not_here(*cell, on_meta=on_meta) for cell in cells}
     measured = common.measure_cells(measure, [cell for cell in cells if not_here[cell] is None])
     return {cell: measured.get(cell, not_here[cell]) for cell in cells}
+
+
+def _readers(setup_cache) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The classes whose ``setup_cache`` is ``setup_cache`` (asv runs it once for all of them),
+    by name, each with its benchmarks (``track_`` methods)."""
+    return tuple(
+        (base.__name__.lstrip("_"), tuple(m for m in dir(base) if m.startswith("track_")))
+        for base in (*_BENCHMARKS, *_HEADLINE)
+        if getattr(base, "setup_cache", None) is setup_cache
+    )
+
+
+def _module_of(fmt: str, name: str) -> str:
+    """The module (asv's first name) of format ``fmt``'s class ``name``: a quantized format's
+    own; BF16's by what the class measures (``CONVERSION``, ``LOAD``, the refit's)."""
+    if fmt != "bf16":
+        return f"bench_{fmt}"
+    return (
+        "bench_convert"
+        if name in CONVERSION
+        else "bench_allocator"
+        if name in LOAD
+        else ("bench_refit")
+    )
+
+
+def _selected(readers, label: str, kind: str) -> bool:
+    """Whether the run selects a benchmark of ``readers`` (``_readers``) at the cell
+    ``(label, kind)`` (``moe_suite.selection``: asv's ``--bench`` of a run this suite's commands
+    start, matched as asv matches it; every cell where none is given)."""
+    module = functools.partial(_module_of, format_of(label))
+    return any(
+        selects(f"{module(name)}.{name}.{method}", (label, kind))
+        for name, methods in readers
+        for method in methods
+    )
 
 
 def _skip_untimed(label: str, shapes: str = "CPU_PROFILE_SHAPES") -> None:
@@ -568,7 +614,7 @@ class _PeakMemory(_Grid):
     unit = "bytes"
 
     def setup_cache(self) -> dict:
-        return _measure_grid(_peak)
+        return _measure_grid(self, _peak)
 
     # Every format's 139 cells: 21.1 s on the quiet 2-core EPYC host (``setup_cache()`` of
     # each figure timed in one process, load 0.0 -> 0.9: PeakMemory 21.1 s, Traffic 23.4 s,
@@ -591,7 +637,7 @@ class _Traffic(_Grid):
     version = "1"
 
     def setup_cache(self) -> dict:
-        return _measure_grid(_traffic)
+        return _measure_grid(self, _traffic)
 
     # Every format's cells: 23.4 s (``_PeakMemory``'s timing run).
     setup_cache.timeout = 600.0
@@ -664,8 +710,8 @@ class _LayerTime(_Grid):
       linear in experts; exact in the full profile), times the model's MoE layers, one rank.
 
     Every format's timed cells are measured once per asv run, in ``setup_cache``; the cpu
-    profile times ``CPU_PROFILE_SHAPES`` (the other shapes n/a, saying so). A run that selects
-    a few cells (``-b``) still measures them all. Judged by the paired A/B in the PR gate.
+    profile times ``CPU_PROFILE_SHAPES`` (the other shapes n/a, saying so). Judged by the
+    paired A/B in the PR gate.
     """
 
     # 1: one measurement for three figures (were TimeConvert, CopyRatio, WholeModel)
@@ -673,7 +719,7 @@ class _LayerTime(_Grid):
 
     def setup_cache(self) -> dict:
         return _measure_grid(
-            _time, tuple(label for label in FORMAT_OF if is_timed(label)), on_meta=False
+            self, _time, tuple(label for label in FORMAT_OF if is_timed(label)), on_meta=False
         )
 
     # The cpu profile: BF16's 54 cells 43 s on the shared 2-core machine (niced, beside other
@@ -738,7 +784,7 @@ class _SleepModeReplay(_Grid):
     unit = "bytes"
 
     def setup_cache(self) -> dict:
-        return _measure_grid(_replay)
+        return _measure_grid(self, _replay)
 
     # Every format's cells: 32.3 s (``_PeakMemory``'s timing run).
     setup_cache.timeout = 600.0
@@ -778,7 +824,7 @@ class _RankLoad(_Grid):
     device = ""  # a name of RANK_LOAD_DEVICES: set by each device's class
 
     def setup_cache(self) -> dict:
-        return _measure_grid(_rank_loads)
+        return _measure_grid(self, _rank_loads)
 
     # Every format's cells on three devices: 51.3 s (``_PeakMemory``'s timing run); legacy's
     # 94- and 58-layer replays most of it.
@@ -862,7 +908,7 @@ class _RankLoadTime(_Grid):
     def setup_cache(self) -> dict:
         if common.device() != "cuda":
             return {}
-        return _measure_grid(_rank_load_run, on_meta=False)
+        return _measure_grid(self, _rank_load_run, on_meta=False)
 
     # Every format's shapes x their strategies: legacy's loads take seconds each on a GB200.
     setup_cache.timeout = 1800.0
@@ -900,7 +946,9 @@ class _Refit(_Grid):
 
     def setup_cache(self) -> dict:
         labels = tuple(label for fmt in REFIT_SHAPES for label in refit_shapes(fmt))
-        return _measure_grid(_refit, labels, axis=refit_kinds, missing=_no_refit("refit_call"))
+        return _measure_grid(
+            self, _refit, labels, axis=refit_kinds, missing=_no_refit("refit_call")
+        )
 
     # BF16's 36 cells: 141 s on the shared 2-core machine (niced, load average 5.4-6.4); every
     # format's at all its catalog shapes, 69 cells: 614 s under a load of 3.2-9.2 (other
@@ -959,7 +1007,12 @@ class _RefitTime(_Grid):
             if is_timed(label, REFIT_CPU_PROFILE_SHAPES)
         )
         return _measure_grid(
-            _refit_time, labels, on_meta=False, axis=refit_kinds, missing=_no_refit("time_refit")
+            self,
+            _refit_time,
+            labels,
+            on_meta=False,
+            axis=refit_kinds,
+            missing=_no_refit("time_refit"),
         )
 
     # The cpu profile's 18 cells (two ways each) on the shared 2-core machine, other helpers'
@@ -1008,7 +1061,9 @@ class _RefitReplay(_Grid):
             missing = _NotHere("this commit's library has no refit replay (load.refit_replay)")
         else:
             missing = None
-        return _measure_grid(_refit_replay, REFIT_SHAPES["bf16"], axis=refit_kinds, missing=missing)
+        return _measure_grid(
+            self, _refit_replay, REFIT_SHAPES["bf16"], axis=refit_kinds, missing=missing
+        )
 
     # BF16's 36 cells, 3 ways each: at 40 refits 260 s (load 6-7.5), hence REFIT_REPLAYS 20.
     setup_cache.timeout = 600.0
@@ -1048,7 +1103,7 @@ class _RefitByEP(_Grid):
 
     def setup_cache(self) -> dict:
         return _measure_grid(
-            _rank_refit, REFIT_EP_SHAPES, axis=_ep_strategies, missing=_no_refit("refit_call")
+            self, _rank_refit, REFIT_EP_SHAPES, axis=_ep_strategies, missing=_no_refit("refit_call")
         )
 
     # 36 cells: 33 s on the shared 2-core machine (load 6).
@@ -1081,8 +1136,9 @@ _BENCHMARKS = (
 )
 #: Every figure class a format has, by name.
 CLASSES = tuple(base.__name__.lstrip("_") for base in _BENCHMARKS)
+_HEADLINE = (_RefitReplay, _RefitByEP)
 #: BF16's classes of its headline's models alone (``bench_refit``), no format's.
-HEADLINE = ("RefitReplay", "RefitByEP")
+HEADLINE = tuple(base.__name__.lstrip("_") for base in _HEADLINE)
 
 
 def format_benchmarks(fmt: str, module: str, names: tuple[str, ...] = CLASSES) -> dict[str, type]:
@@ -1093,7 +1149,7 @@ def format_benchmarks(fmt: str, module: str, names: tuple[str, ...] = CLASSES) -
     ``refit_shapes``) x its strategies (``kinds``; a refit's ``refit_kinds``), inheriting every
     method, ``setup_cache`` included."""
     classes = {}
-    for base in (*_BENCHMARKS, _RefitReplay, _RefitByEP):
+    for base in (*_BENCHMARKS, *_HEADLINE):
         name = base.__name__.lstrip("_")
         if name not in names:
             continue

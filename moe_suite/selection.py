@@ -4,9 +4,11 @@ asv runs the benchmarks its ``--bench`` regex selects, matched (``re.search``) a
 benchmark's name and, for a parameterized one, against ``name('shape', 'strategy')``; but a
 ``setup_cache`` serves every class that shares it and is not told the selection, so it measures
 every cell, read or not: a bisection step of one cell measured every grid. The commands of this
-suite that give asv a regex (``moe_bench.engine``'s ``pr``, ``find`` and its re-runs) put it in
-``ENV`` too, and the engine suite's ``setup_cache`` measures the selected cells only. Unset (asv
-run by hand, a nightly): every cell.
+suite that give asv a regex (scripts/compare, gpu-check's asv step, ``moe_bench.engine``'s
+``pr``, ``find`` and its re-runs) put it in ``ENV`` too, and both suites' ``setup_cache``
+measure the selected cells only (``benchmarks.formats._selected``,
+``engine_benchmarks/bench_engine._selected``). Unset (asv run by hand, a nightly): every
+cell.
 
 Standard library only: read inside asv's environments, which hold this package but not asv.
 """

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import itertools
 import json
 import os
 import subprocess
@@ -22,7 +23,7 @@ from moe_convert.load.refit import refit_memory, refit_traffic
 from moe_convert.load.replay import _meta_conversion, replay_load  # the trace cache, cleared below
 from moe_convert.load.wholemodel import PR45589_HEADROOM_BYTES
 from moe_convert.measuring.traffic import strategy_traffic
-from moe_suite import metrics
+from moe_suite import metrics, selection
 from moe_suite.profiles import TIMED_EXPERTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,6 +141,66 @@ def test_layer_time_derives_every_time_figure_from_one_measurement(monkeypatch):
             )
     finally:
         common.profile.cache_clear()
+
+
+#: Every module of the suite with a grid, as asv names them.
+GRID_MODULES = ("bench_convert", "bench_allocator", "bench_refit") + tuple(
+    f"bench_{fmt}" for fmt in formats.FORMAT_SHAPES if fmt != "bf16"
+)
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [
+        r"bench_fp8\.PeakMemory.*'legacy'",
+        r"bench_convert\.Traffic.*qwen3-30b-a3b/tp2",
+        r"RankLoadGB200\.track_peak_reserved_bytes\('deepseek-v3/tp8'",
+        r"^bench_refit\.RefitByEP",
+        r"LayerTime.*strided_copy|Profile",
+        r"no such benchmark",
+    ],
+)
+def test_a_runs_selection_is_what_its_grids_measure(monkeypatch, regex):
+    """A run's ``--bench`` (``moe_suite.selection``, set by scripts/compare and gpu-check): each
+    ``setup_cache`` measures the cells that asv runs a benchmark of, of the classes sharing it,
+    matched as asv matches them (asv's own ``Benchmarks`` selection here)."""
+    from asv.benchmarks import Benchmarks
+    from asv.config import Config
+
+    monkeypatch.setattr(common, "measure_cells", lambda measure, cells, **_: {})  # no measuring
+    modules = {name: importlib.import_module(f"benchmarks.{name}") for name in GRID_MODULES}
+    classes = {
+        f"{name}.{cls_name}": cls
+        for name, module in modules.items()
+        for cls_name, cls in vars(module).items()
+        if isinstance(cls, type) and cls.__module__ == module.__name__ and hasattr(cls, "params")
+    }
+    listed = [
+        {"name": f"{name}.{method}", "params": [[repr(v) for v in p] for p in cls.params]}
+        for name, cls in classes.items()
+        for method in dir(cls)
+        if method.startswith("track_")
+    ]
+    conf = Config()
+    conf.benchmark_dir = str(ROOT / "benchmarks")
+    runs = Benchmarks(conf, listed, regex=regex)  # asv's own selection
+    params = {b["name"]: b["params"] for b in listed}
+    caches = {}  # setup_cache function -> (every cell, the cells asv runs a benchmark at)
+    for name, cls in classes.items():
+        if not hasattr(cls, "setup_cache"):
+            continue
+        every, chosen = caches.setdefault(cls.setup_cache, (set(), set()))
+        monkeypatch.delenv(selection.ENV, raising=False)
+        every |= set(cls().setup_cache())
+        for method in (m for m in dir(cls) if m.startswith("track_")):
+            combos = list(itertools.product(*params[f"{name}.{method}"]))
+            for index in runs.benchmark_selection.get(f"{name}.{method}") or ():
+                chosen.add(tuple(eval(v) for v in combos[index]))  # asv's repr'd values
+    monkeypatch.setenv(selection.ENV, regex)
+    for setup_cache, (every, chosen) in caches.items():
+        reader = next(c for c in classes.values() if getattr(c, "setup_cache", None) is setup_cache)
+        assert set(reader().setup_cache()) == every & chosen, reader.__qualname__
+    assert any(chosen for _, chosen in caches.values()) == (regex != "no such benchmark")
 
 
 def _measured(cache: dict) -> set[tuple[str, str]]:
@@ -328,8 +389,7 @@ def _asv(tmp_path: Path, *args: str, config: Path) -> subprocess.CompletedProces
         env=env,
         capture_output=True,
         text=True,
-        # A guard against a hang, not a speed target: a quick run's setup_cache measures its
-        # whole grid whatever -b selects (about a minute alone; five under a load of 5).
+        # A guard against a hang, not a speed target.
         timeout=600,
     )
 
@@ -359,7 +419,7 @@ def test_asv_check_passes(scratch_config):
 
 
 @pytest.mark.slow
-def test_quick_run_of_a_subset_is_read_back(scratch_config):
+def test_quick_run_of_a_subset_is_read_back(scratch_config, monkeypatch):
     tmp, config = scratch_config
     recorded = subprocess.run(
         [sys.executable, "-m", "moe_bench", "machine", "--profile", "cpu", "--name", "ci-box"],
@@ -376,6 +436,7 @@ def test_quick_run_of_a_subset_is_read_back(scratch_config):
         r"Profile.*qwen3-30b-a3b/tp2"
         r"|(PeakMemory|Traffic).*qwen3-30b-a3b/tp2.*strided_copy"
     )
+    monkeypatch.setenv(selection.ENV, subset)  # as scripts/compare tells the grids
     done = _asv(
         tmp,
         "run",

@@ -11,6 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from moe_suite import selection
+
 from . import plan
 
 
@@ -63,6 +65,7 @@ def step_asv(dry_run: bool, out: Path) -> dict:
     )
     # asv drops PYTHONPATH from the benchmarks' environment unless given as ASV_PYTHONPATH
     env = dict(os.environ, ASV_PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    env = selection.environ(ASV_BENCHMARKS, env)  # the grids measure the cells run only
     bench = [
         sys.executable,
         "-m",
