@@ -39,7 +39,6 @@ the rest when measuring.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import operator
 
 import torch
@@ -316,22 +315,18 @@ def _module_of(fmt: str, name: str) -> str:
     own; BF16's by what the class measures (``CONVERSION``, ``LOAD``, the refit's)."""
     if fmt != "bf16":
         return f"bench_{fmt}"
-    return (
-        "bench_convert"
-        if name in CONVERSION
-        else "bench_allocator"
-        if name in LOAD
-        else ("bench_refit")
-    )
+    if name in CONVERSION:
+        return "bench_convert"
+    return "bench_allocator" if name in LOAD else "bench_refit"
 
 
 def _selected(readers, label: str, kind: str) -> bool:
     """Whether the run selects a benchmark of ``readers`` (``_readers``) at the cell
     ``(label, kind)`` (``moe_suite.selection``: asv's ``--bench`` of a run this suite's commands
     start, matched as asv matches it; every cell where none is given)."""
-    module = functools.partial(_module_of, format_of(label))
+    fmt = format_of(label)
     return any(
-        selects(f"{module(name)}.{name}.{method}", (label, kind))
+        selects(f"{_module_of(fmt, name)}.{name}.{method}", (label, kind))
         for name, methods in readers
         for method in methods
     )
