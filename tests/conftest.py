@@ -9,8 +9,10 @@ Checks are cheap (no kernel is built or loaded at collection time).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,22 +120,70 @@ def warm_grids() -> None:
         formats._peak("llama-4-maverick-fp8/tp8", "flashinfer")
 
 
-#: Modules whose tests take the longest, handed out first under pytest-xdist: the engine
-#: histories (asv over a git history, two groups of 5-6 minutes, one per worker).
-LONGEST_FIRST = ("test_engine_asv.py",)
+ROOT = Path(__file__).resolve().parents[1]
+#: The xdist group of the tests that read ``committed_results`` (built once per worker).
+COMMITTED_RESULTS = "committed-results"
+
+
+def committed_config(tmp: Path) -> Path:
+    """``tmp/asv.conf.json``: the project's asv config publishing the committed results into
+    ``tmp/html``, its branch the checked-out commit (CI checks out a commit, not ``main``)."""
+    from asv.util import load_json
+
+    conf = load_json(str(ROOT / "asv.conf.json"), js_comments=True)
+    conf.pop("plugins")  # it makes asv's writes atomic; publishing writes no result
+    conf |= {
+        "repo": str(ROOT),
+        "results_dir": str(ROOT / "results"),
+        "html_dir": str(tmp / "html"),
+        "branches": ["HEAD"],
+    }
+    (tmp / "asv.conf.json").write_text(json.dumps(conf))
+    return tmp / "asv.conf.json"
+
+
+@pytest.fixture(scope="session")
+def committed_results(tmp_path_factory) -> tuple[Path, Path]:
+    """``(html_dir, summary.md)`` of the committed results (``results/``), published and
+    summarised with the library in this process, as scripts/bench's ``moe-bench publish`` and
+    ``moe-bench summary`` do (``committed_config``). The browser's front page and the
+    without-torch comparison read the same one (their modules' tests are one xdist group,
+    ``COMMITTED_RESULTS``): ~35 s here, once."""
+    from moe_bench.publish import publish
+    from moe_bench.report import write_summary
+
+    tmp = tmp_path_factory.mktemp("committed")
+    return publish(committed_config(tmp)), write_summary(ROOT / "results", tmp / "summary")
+
+
+#: Under pytest-xdist, the order in which the work is handed out (scripts/test passes
+#: ``--no-loadscope-reorder``): first the tests of these xdist groups (the engine history, asv
+#: over a git history, 5-6 minutes on one worker), then the other ``slow`` tests, then these
+#: groups (the engine PRs: they start on the other worker once the history's first test has left
+#: its asv environment to copy, test_engine_asv.py), then the rest.
+FIRST = ("engine-history",)
+AFTER_SLOW = ("engine-pulls",)
+
+
+def _group(item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    return mark.args[0] if mark else None
 
 
 def pytest_collection_modifyitems(config, items):
-    """On pytest-xdist's workers (scripts/test): ``LONGEST_FIRST``'s tests, then the other
-    ``slow`` ones, then the rest, each in file order. The longest work is handed out first
-    (scripts/test passes ``--no-loadscope-reorder``, so the workers get the tests in this order)
-    and the short tests fill in behind it on both workers, instead of a long test starting last
-    on one of them. Every worker sorts the same collection alike, as xdist requires. Without
-    xdist the order is the files'."""
+    """On pytest-xdist's workers (scripts/test): ``FIRST``'s tests, then the other ``slow`` ones,
+    then ``AFTER_SLOW``'s, then the rest, each in file order. The longest work is handed out
+    early and the short tests fill in behind it on both workers, instead of a long test starting
+    last on one of them. Every worker sorts the same collection alike, as xdist requires.
+    Without xdist the order is the files'."""
     if hasattr(config, "workerinput"):
-        items.sort(
-            key=lambda item: (
-                item.path.name not in LONGEST_FIRST,
-                item.get_closest_marker("slow") is None,
-            )
-        )
+
+        def rank(item) -> int:
+            group = _group(item)
+            if group in FIRST:
+                return 0
+            if group in AFTER_SLOW:
+                return 2
+            return 1 if item.get_closest_marker("slow") else 3
+
+        items.sort(key=rank)

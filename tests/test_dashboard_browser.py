@@ -22,8 +22,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from asv.graph import Graph
-from asv.util import load_json
-from conftest import requires_chromium
+from conftest import COMMITTED_RESULTS, requires_chromium
 from fixtures.asv_fixture import publish
 from fixtures.engine_results import make_engine_results
 
@@ -37,12 +36,11 @@ from moe_bench.dashboard import (
     serve,
 )
 from moe_bench.publish import publish as publish_dashboard
-from moe_bench.report import write_summary
 from moe_bench.results import load_results
 
 # One pytest-xdist worker for the module (scripts/test: --dist loadgroup): one publish of each
-# dashboard and one Chromium, as without xdist.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+# dashboard and one Chromium, as without xdist; the committed results' with test_without_torch.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(COMMITTED_RESULTS)]
 
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_ARGS = [
@@ -305,10 +303,9 @@ CELLS = """() => [...document.querySelectorAll('table.figures')].flatMap((table,
 
 
 @pytest.fixture(scope="module")
-def committed(tmp_path_factory) -> tuple[Path, Path]:
-    """``(html_dir, summary.md)`` of the committed results: ``moe-bench publish`` and
-    ``moe-bench summary`` as scripts/bench runs them, with the project's asv config whose branch
-    is the checked-out commit (CI checks out a commit, not ``main``)."""
+def committed(committed_results) -> tuple[Path, Path]:
+    """``(html_dir, summary.md)`` of the committed results (conftest's ``committed_results``),
+    where the explorer can graph them."""
     df = load_results(ROOT / "results")
     newest = df.loc[df["date"].idxmax(), "commit"]
     history = subprocess.run(
@@ -321,19 +318,7 @@ def committed(tmp_path_factory) -> tuple[Path, Path]:
             f"commit {newest[:8]} of the newest committed results is not in this checkout's "
             "first-parent history (a shallow clone, or no git): the explorer would graph nothing"
         )
-    tmp = tmp_path_factory.mktemp("committed")
-    conf = load_json(str(ROOT / "asv.conf.json"), js_comments=True)
-    conf.pop("plugins")  # it makes asv's writes atomic; publishing writes no result
-    conf |= {
-        "repo": str(ROOT),
-        "results_dir": str(ROOT / "results"),
-        "html_dir": str(tmp / "html"),
-        "branches": ["HEAD"],
-    }
-    (tmp / "asv.conf.json").write_text(json.dumps(conf))
-    return publish_dashboard(tmp / "asv.conf.json"), write_summary(
-        ROOT / "results", tmp / "summary"
-    )
+    return committed_results
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,10 @@ the config, a nightly over commits, the PR command, the bisection and the export
 path and function, and asv builds it as vLLM's ``empty`` target is built.
 
 One asv environment per history (torch from the local index, flashinfer-python): the slow
-part, then about half a minute per measured commit. One history for the module, or one per
-pytest-xdist worker (the two groups below). Each use runs ``moe-bench`` as a
-subprocess with ``HOME`` in the test's folder (asv's machine file lives there).
+part, ~85 s, then 20-30 s per measured commit. One history for the module, or one per
+pytest-xdist worker (the two groups below; the second copies the first's environment where it
+can, ``SHARED_ENV``). Each use runs ``moe-bench`` as a subprocess with ``HOME`` in the test's
+folder (asv's machine file lives there).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MACHINE = "engine-test"
 PEAK = "bench_engine.PeakMemory.track_peak_transient_bytes"
 FP8_PEAK = "bench_fp8.PeakMemory.track_peak_transient_bytes"
+CONFIG = "asv.engine-vllm.conf.json"  # engine-config's, in the history's home
 
 pytestmark = pytest.mark.slow
 # Under pytest-xdist (scripts/test: ``--dist loadgroup``) the asv-driving tests run as two groups,
@@ -51,6 +54,50 @@ JUDGED_HERE = r"^bench_(engine|fp8|mxfp4)\."
 BF16_ONLY = r"^bench_engine\."
 
 
+#: Under pytest-xdist each group's history has an asv environment of its own, the same one
+#: (virtualenv, torch, the tiny engine's requirements and FlashInfer: ~85 s here; asv names its
+#: folder by its matrix, not its path). The first group to have one leaves a hard-linked copy in
+#: the workers' common folder; a group whose history starts after that copies it instead of
+#: building its own (tests/conftest.py hands the PR group out after the other slow tests).
+#: Left out: asv's checkout of the engine, its built wheels and its record of what it installed
+#: (a home's own; asv uninstalls and installs each commit anyway).
+SHARED_ENV = "engine-env"
+HOMES_OWN = ("project", "asv-build-cache", "asv-install-status.json")
+
+
+def _shared_env(home: Path) -> Path | None:
+    """The workers' common copy of the environment (None without xdist: one history)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return None
+    return home.parent.parent / SHARED_ENV  # home: <session's basetemp>/<worker's>/engineN
+
+
+def _env_dir(home: Path) -> Path:
+    """The asv environments' folder of ``home``'s history (its config's ``env_dir``)."""
+    return Path(json.loads((home / CONFIG).read_text())["env_dir"])
+
+
+def _leave_environment(home: Path) -> None:
+    """Leave ``home``'s asv environment, once it has one, for the other worker's history: a
+    hard-linked copy renamed into place (the other worker sees all of it or nothing)."""
+    shared = _shared_env(home)
+    if shared is None or shared.exists() or not (home / CONFIG).is_file():
+        return
+    env_dir = _env_dir(home)
+    if not env_dir.is_dir():
+        return
+
+    def homes_own(folder: str, names: list[str]) -> list[str]:
+        return [n for n in names if n in HOMES_OWN and Path(folder).parent == env_dir]
+
+    staging = shared.with_name(f"{SHARED_ENV}.{os.getpid()}")
+    shutil.copytree(env_dir, staging, symlinks=True, copy_function=os.link, ignore=homes_own)
+    try:
+        staging.rename(shared)
+    except OSError:  # the other worker's came first
+        shutil.rmtree(staging)
+
+
 def _moe_bench(home: Path, *args: str) -> subprocess.CompletedProcess:
     # the smoke profile: one expert a timed layer (moe_suite.profiles), every step of every use
     # run, in the least time; the figures these tests read are exact, or a paired verdict
@@ -60,7 +107,7 @@ def _moe_bench(home: Path, *args: str) -> subprocess.CompletedProcess:
         PIP_CACHE_DIR=str(Path.home() / ".cache" / "pip"),
         MOE_BENCH_PROFILE="smoke",
     )
-    return subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "moe_bench", *args],
         capture_output=True,
         text=True,
@@ -68,6 +115,8 @@ def _moe_bench(home: Path, *args: str) -> subprocess.CompletedProcess:
         cwd=home,
         timeout=1200,
     )
+    _leave_environment(home)
+    return done
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +208,10 @@ def history(tmp_path_factory):
         str(requirements),
     )
     assert done.returncode == 0, done.stderr
-    return home, home / "asv.engine-vllm.conf.json", hashes
+    shared = _shared_env(home)
+    if shared is not None and shared.is_dir():  # the other worker's history left one
+        shutil.copytree(shared, _env_dir(home), symlinks=True, copy_function=os.link)
+    return home, home / CONFIG, hashes
 
 
 def _values(config: Path, commit: str, benchmark: str = PEAK) -> dict[str, float]:

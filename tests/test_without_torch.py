@@ -4,11 +4,12 @@ process where ``import torch`` and ``import moe_convert`` fail (a ``sitecustomiz
 ``PYTHONPATH`` puts a meta-path finder in front that refuses both, as an environment without
 them would), and say what they say with the library: the same output, the same tables; only
 the per-layer rank-load plot, which replays the library's load, is missing, one line saying why.
+With the library: ``gate`` and ``compare`` as commands too; the summary and the dashboard as
+conftest's ``committed_results`` made them, in the test process, for the browser test too.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from asv.util import load_json
+from conftest import COMMITTED_RESULTS, committed_config
 
 from moe_bench.rankload import NO_CURVES
 
@@ -40,7 +41,8 @@ class _NotInstalled:
 sys.meta_path.insert(0, _NotInstalled())
 """
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("without-torch")]
+# one xdist group with the browser test: both read conftest's committed_results
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(COMMITTED_RESULTS)]
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +96,10 @@ def _summary(env: dict[str, str], out: Path) -> str:
 
 
 def test_summary_says_what_it_says_with_torch_but_the_replayed_plot(
-    blocked, with_library, tmp_path
+    blocked, committed_results, tmp_path
 ):
     without = _summary(blocked, tmp_path / "without")
-    with_torch = _summary(with_library, tmp_path / "with")
+    with_torch = committed_results[1].read_text()
     plot = "![rank-load-per-layer](rank-load-per-layer.png)"
     assert NO_CURVES not in with_torch and plot in with_torch
     assert without.replace(f"{NO_CURVES}\n\n", "") == with_torch.replace(f"{plot}\n\n", "")
@@ -106,20 +108,16 @@ def test_summary_says_what_it_says_with_torch_but_the_replayed_plot(
 
 def _front_page(env: dict[str, str], tmp: Path) -> str:
     """``moe-bench publish`` of the committed results into ``tmp/html``; its front page."""
-    conf = load_json(str(ROOT / "asv.conf.json"), js_comments=True)
-    conf.pop("plugins")  # asv's writes made atomic: publishing writes no result
-    conf |= {"repo": str(ROOT), "results_dir": str(RESULTS), "html_dir": str(tmp / "html")}
-    (tmp / "asv.conf.json").write_text(json.dumps(conf | {"branches": ["HEAD"]}))
-    done = _moe_bench(env, "publish", "--config", str(tmp / "asv.conf.json"))
+    done = _moe_bench(env, "publish", "--config", str(committed_config(tmp)))
     assert done.returncode == 0, done.stderr
     published = f"dashboard published: {tmp / 'html' / 'index.html'} (works offline)"
     assert done.stdout.splitlines()[-1] == published  # after asv publish's progress
     return (tmp / "html" / "index.html").read_text()
 
 
-def test_publish_shows_the_tables_it_shows_with_torch(blocked, with_library, tmp_path):
+def test_publish_shows_the_tables_it_shows_with_torch(blocked, committed_results, tmp_path):
     without = _front_page(blocked, tmp_path)
-    with_torch = _front_page(with_library, tmp_path)
+    with_torch = (committed_results[0] / "index.html").read_text()
     tables = re.compile(r"<table.*?</table>", re.DOTALL)
     assert tables.findall(without) == tables.findall(with_torch) != []
     assert NO_CURVES in without and NO_CURVES not in with_torch
