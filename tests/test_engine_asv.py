@@ -39,10 +39,11 @@ CONFIG = "asv.engine-vllm.conf.json"  # engine-config's, in the history's home
 
 pytestmark = pytest.mark.slow
 # Under pytest-xdist (scripts/test: ``--dist loadgroup``) the asv-driving tests run as two groups,
-# one per worker, each with its own history and environment (the module fixture is built once
-# per worker): the nightly, the export of its results and the bisection of ``regress`` on one;
-# the two PR runs and the bisection of ``broken`` on the other. In a group the tests run in file
-# order (the export reads the nightly's results). Without xdist the marks do nothing.
+# one per worker, each with its own history (the module fixture is built once per worker; the
+# environment copied where the other has one, ``SHARED_ENV``): the nightly, the export of its
+# results, two PR runs and the bisection of ``regress`` on one; three PR runs and the bisections
+# of ``clone`` and ``broken`` on the other. In a group the tests run in file order (the export
+# reads the nightly's results). Without xdist the marks do nothing.
 HISTORY = pytest.mark.xdist_group("engine-history")
 PULLS = pytest.mark.xdist_group("engine-pulls")
 # The PR runs measure what they judge (engine-pr's --bench, asv's -b and the paired run's): the
