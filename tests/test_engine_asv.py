@@ -334,35 +334,17 @@ def test_config_errors_are_one_line(history, tmp_path, args, words):
 @HISTORY
 def test_nightly_measures_the_newest_commits_then_publishes(history):
     home, config, hashes = history
+    # the first night: the newest commit (--limit 1); the next: what is left within the window
+    # (--window 2: u1, not inplace), then nothing. Two measured commits: u2 (no pin) and u1
+    # (a pin the index lacks)
     done = _moe_bench(
-        home, "engine-nightly", "--config", str(config), "--machine", MACHINE, "--limit", "2"
+        home, "engine-nightly", "--config", str(config), "--machine", MACHINE, "--limit", "1"
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"2 commit(s) of vllm main: {hashes['u2'][:8]} {hashes['u1'][:8]}" in done.stderr
+    assert f"1 commit(s) of vllm main: {hashes['u2'][:8]}" in done.stderr
     conf = Config.load(str(config))
-    # quiet, as a cron mail wants: asv's tables in the log; u1's FlashInfer said in one line
-    lines = done.stderr.splitlines()
-    assert len(lines) <= 4, done.stderr
-    assert re.search(
-        rf"warning: {hashes['u1'][:8]}: flashinfer-python==0\.7\.3 is not on the package index: "
-        r"\S+, the nearest release there, installed instead",
-        done.stderr,
-    )
     log = (Path(conf.results_dir) / MACHINE / "nightly.log").read_text()
     assert re.search(r"Running \d+ total benchmarks", log) and "Writing index" in log  # publish
-    suite = engine.read_suite_commits(conf.results_dir)
-    assert suite == dict.fromkeys([hashes["u1"], hashes["u2"]], conf.suite_commit)
-    measured = read_measured(conf.results_dir)
-    assert measured[hashes["u1"]]["flashinfer_pinned"] == "0.7.3"
-    assert measured[hashes["u2"]]["flashinfer_pinned"] == ""
-    # what the environment held beside the engine, recorded by its install step; none of it in
-    # the machine's entry (this suite's own versions would show in the explorer as measured)
-    assert measured[hashes["u2"]]["torch"].startswith(conf.matrix["req"]["torch"][0])
-    entry = json.loads((home / ".asv-machine.json").read_text())[MACHINE]
-    assert "vllm" not in entry and "flashinfer" not in entry
-    # the front page: the engine's history (docs/dashboard.md, "The engine dashboard")
-    page = (Path(conf.html_dir) / "index.html").read_text()
-    assert "<title>vLLM main: " in page and ", 2 commits</title>" in page
     values = _values(config, hashes["u2"])
     # the installed engine and the frozen transcriptions on one grid; SGLang not installed
     assert math.isnan(values["sglang-installed"])
@@ -376,11 +358,31 @@ def test_nightly_measures_the_newest_commits_then_publishes(history):
     assert mxfp4["vllm"] == mxfp4["legacy"] > 0
     nvfp4 = _values(config, hashes["u2"], "bench_nvfp4.PeakMemory.track_peak_transient_bytes")
     assert math.isnan(nvfp4["vllm"]) and nvfp4["legacy"] > 0
-    # the next night: only what is left within the window, then nothing
-    nightly = ("engine-nightly", "--config", str(config), "--machine", MACHINE, "--window", "3")
+    nightly = ("engine-nightly", "--config", str(config), "--machine", MACHINE, "--window", "2")
     done = _moe_bench(home, *nightly)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"1 commit(s) of vllm main: {hashes['inplace'][:8]}" in done.stderr
+    assert f"1 commit(s) of vllm main: {hashes['u1'][:8]}" in done.stderr
+    # quiet, as a cron mail wants: asv's tables in the log; u1's FlashInfer said in one line
+    lines = done.stderr.splitlines()
+    assert len(lines) <= 4, done.stderr
+    assert re.search(
+        rf"warning: {hashes['u1'][:8]}: flashinfer-python==0\.7\.3 is not on the package index: "
+        r"\S+, the nearest release there, installed instead",
+        done.stderr,
+    )
+    suite = engine.read_suite_commits(conf.results_dir)
+    assert suite == dict.fromkeys([hashes["u1"], hashes["u2"]], conf.suite_commit)
+    measured = read_measured(conf.results_dir)
+    assert measured[hashes["u1"]]["flashinfer_pinned"] == "0.7.3"
+    assert measured[hashes["u2"]]["flashinfer_pinned"] == ""
+    # what the environment held beside the engine, recorded by its install step; none of it in
+    # the machine's entry (this suite's own versions would show in the explorer as measured)
+    assert measured[hashes["u2"]]["torch"].startswith(conf.matrix["req"]["torch"][0])
+    entry = json.loads((home / ".asv-machine.json").read_text())[MACHINE]
+    assert "vllm" not in entry and "flashinfer" not in entry
+    # the front page: the engine's history (docs/dashboard.md, "The engine dashboard")
+    page = (Path(conf.html_dir) / "index.html").read_text()
+    assert "<title>vLLM main: " in page and ", 2 commits</title>" in page
     done = _moe_bench(home, *nightly)
     assert done.returncode == 0 and "nothing new" in done.stderr
 
