@@ -2,7 +2,7 @@
 # made once, then activated; its bin has moe-bench).
 #
 # The venv sees the system site-packages, so a GPU box's own CUDA build of torch is used where one
-# is installed; where no torch imports, the CPU build is pinned (a plain `torch` requirement would
+# is installed; where none is installed, the CPU build is pinned (a plain `torch` requirement would
 # pull a multi-GB CUDA wheel). Set MOE_VENV to use another folder.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -55,7 +55,8 @@ install_project() {  # install_project EXTRAS  (e.g. "test,bench"); skipped when
   fi
   # shellcheck disable=SC1091
   . "$VENV/bin/activate"
-  if ! python -c "import torch" 2>/dev/null; then
+  # find_spec, not an import: torch's import takes 2 s, paid by every script call otherwise
+  if ! python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)"; then
     echo "[setup] no torch here: installing the CPU build ($TORCH_CPU_PIN)" >&2
     python -m pip install -q "$TORCH_CPU_PIN"
   fi
