@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import pandas as pd
 
 from moe_suite.metrics import FAILING, METRICS, PAIRED_TIME, figure_format, judge
+from moe_suite.selection import matches
 
 from .hardware import copy_scale, copy_seconds, strategy_changes
 from .results import ResultsError
@@ -167,10 +167,10 @@ def compare_commits(
         suite's transcriptions, another engine's adapter) runs the same code at both commits
         and is shown with status ``reference``, its figures not judged (one that failed, is
         missing or skipped keeps its status).
-    bench : the asv ``-b`` regex the PR run was limited to: only the benchmarks it selects
-        (``re.search`` on the name, as asv) are compared. Without it a commit measured in full
-        before (a base shared by several PRs, in the same results folder) has figures the
-        other lacks: ``missing`` where nothing is.
+    bench : the asv ``-b`` regex the PR run was limited to: only the cells it selects
+        (``moe_suite.selection.matches``, asv's rule) are compared. Without it a commit
+        measured in full before (a base shared by several PRs, in the same results folder)
+        has figures the other lacks: ``missing`` where nothing is.
 
     Returns
     -------
@@ -186,7 +186,9 @@ def compare_commits(
         If either commit has no results, or a prefix is ambiguous.
     """
     if bench is not None:
-        frame = frame[[re.search(bench, name) is not None for name in frame["benchmark"]]]
+        cells = frame[["benchmark", "shape", "strategy"]].itertuples(index=False)
+        params = [(name, tuple(p for p in ps if isinstance(p, str))) for name, *ps in cells]
+        frame = frame[[matches(bench, name, values) for name, values in params]]
     old = _commit_rows(frame, base)
     new = _commit_rows(frame, head)
     cols = _KEYS + ["value", "unit", "failed", "version"]

@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Mapping
 
-__all__ = ["ENV", "environ", "selects"]
+__all__ = ["ENV", "environ", "matches", "selects"]
 
 #: The environment variable holding the run's ``--bench`` regex.
 ENV = "MOE_BENCH_SELECT"
@@ -33,13 +33,18 @@ def environ(regex: str | None, base: Mapping[str, str] = os.environ) -> dict[str
     return env
 
 
+def matches(regex: str, name: str, params: tuple[str, ...] = ()) -> bool:
+    """Whether asv's ``--bench`` ``regex`` selects benchmark ``name`` at ``params`` (its
+    parameter values, ``str``): searched in ``name``, or for a parameterized one in
+    ``name('shape', 'strategy')`` only, as asv 0.6.6's ``Benchmarks`` does."""
+    shown = f"{name}({', '.join(repr(p) for p in params)})" if params else name
+    return re.search(regex, shown) is not None
+
+
 def selects(
     name: str, params: tuple[str, ...] = (), environ: Mapping[str, str] = os.environ
 ) -> bool:
-    """Whether the run selects benchmark ``name`` at ``params`` (its parameter values, ``str``),
-    matched as asv matches ``--bench``: every benchmark where ``ENV`` is unset or empty."""
+    """Whether the run selects benchmark ``name`` at ``params`` (``matches``): every benchmark
+    where ``ENV`` is unset or empty."""
     regex = environ.get(ENV)
-    if not regex:
-        return True
-    shown = f"{name}({', '.join(repr(p) for p in params)})" if params else name
-    return re.search(regex, shown) is not None
+    return not regex or matches(regex, name, params)

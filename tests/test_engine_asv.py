@@ -47,12 +47,13 @@ pytestmark = pytest.mark.slow
 HISTORY = pytest.mark.xdist_group("engine-history")
 PULLS = pytest.mark.xdist_group("engine-pulls")
 # The PR runs measure what they judge (engine-pr's --bench, asv's -b and the paired run's): the
-# tiny engine's own cell is measured in BF16's, FP8 per-tensor's and MXFP4's grids only (n/a in
-# the other formats', where only the transcriptions, never judged, are measured), so those three
-# modules are every verdict a PR of it can get. One PR run (the per-expert form back) measures
-# every grid and holds the other formats' engine cells n/a.
-JUDGED_HERE = r"^bench_(engine|fp8|mxfp4)\."
-BF16_ONLY = r"^bench_engine\."
+# tiny engine's own cell (``vllm``) of BF16's, FP8 per-tensor's and MXFP4's grids (n/a in the
+# other formats', where only the transcriptions, never judged, are measured), so those three
+# cells are every verdict a PR of it can get. One PR run (the per-expert form back) measures
+# every cell of every grid, shows the reference cells and holds the other formats' engine
+# cells n/a.
+JUDGED_HERE = r"^bench_(engine|fp8|mxfp4)\.\w+\.\w+\('[^']+', 'vllm'\)"
+BF16_ONLY = r"^bench_engine\.\w+\.\w+\('[^']+', 'vllm'\)"
 
 
 #: Under pytest-xdist each group's history has an asv environment of its own, the same one
@@ -126,11 +127,11 @@ def history(tmp_path_factory):
 
     main: legacy -> preallocated -> inplace -> a FlashInfer pin the index lacks (``u1``) -> docs,
     no pin (``u2``); on ``u2``, branch ``ok``: a docstring edit of the converter; ``clone``: a
-    copy of w13 before the in-place converter (its contract broken); ``slow``: a sleep per expert
-    (time only); ``regress``: docs, the per-expert form back (``bad``), docs, docs; ``broken``: a
-    commit that does not import, its fix, the per-expert form (``bad2``); ``quantcopy``: an extra
-    full copy of w13 in vLLM's FP8 per-tensor rotation and one in gpt-oss's MXFP4 preparation
-    (``quantbad``).
+    copy of w13 before the in-place converter (its contract broken); ``regress``: docs, the
+    per-expert form back (``bad``), docs, docs; ``broken``: a commit that does not import, its
+    fix, the per-expert form (``bad2``); ``quantcopy``: an extra full copy of w13 in vLLM's FP8
+    per-tensor rotation and one in gpt-oss's MXFP4 preparation, and a sleep per expert in BF16's
+    converter (time only) (``quantbad``).
     """
     if missing("flashinfer"):  # the tiny engine imports FlashInfer's helpers, as vLLM does
         pytest.skip(missing("flashinfer"))
@@ -158,7 +159,6 @@ def history(tmp_path_factory):
     for branch, changes in (
         ("ok", [("ok", Commit("inplace_doc", "0.31.0", "docs: a docstring edit"))]),
         ("clone", [("clone", Commit("inplace_clone", "0.31.0", "copy w13 before converting"))]),
-        ("slow", [("slow", Commit("inplace_slow", "0.31.0", "a sleep per expert"))]),
         (
             "regress",
             [
@@ -182,9 +182,9 @@ def history(tmp_path_factory):
                 (
                     "quantbad",
                     Commit(
-                        "inplace",
+                        "inplace_slow",
                         "0.31.0",
-                        "fp8, mxfp4: clone w13 first",
+                        "bf16: a sleep per expert; fp8, mxfp4: clone w13 first",
                         fp8="fp8_copy",
                         mxfp4="mxfp4_copy",
                     ),
@@ -470,27 +470,11 @@ def test_find_names_the_first_commit_whose_cell_fails_and_why(history):
 
 
 @HISTORY
-def test_a_time_only_change_is_judged_by_the_paired_rows(history):
-    home, config, hashes = history
-    out = home / "pr-slow"
-    done = _moe_bench(
-        home, "engine-pr", "--config", str(config), "main", hashes["slow"], "--machine", MACHINE,
-        "--out", str(out), "--bench", BF16_ONLY,  # the sleep is in BF16's converter
-    )  # fmt: skip
-    assert done.returncode == 1, done.stderr[-3000:]
-    comment = (out / "pr-comment.md").read_text()
-    assert comment.startswith("## PR gate: FAILED"), comment
-    assert "- BF16 `paired.time_ratio` qwen3-235b-a22b/tp4 vllm: regressed" in comment
-    # no byte or launch moved: only time rows fail
-    failing = [line for line in comment.splitlines() if line.startswith("- ")]
-    assert all("`paired.time_ratio`" in line for line in failing), failing
-
-
-@HISTORY
-def test_an_extra_copy_in_a_quantized_preparation_fails_the_pr(history):
-    """Each format's cell (``bench_fp8``, ``bench_mxfp4``, judged as the main suite's figures of
-    the format) names the format, its shape and the figures the copy raised; BF16's unchanged
-    cells pass."""
+def test_each_format_fails_the_pr_by_its_own_figures(history):
+    """One head, a change per format: each format's cell (``bench_fp8``, ``bench_mxfp4``, judged
+    as the main suite's figures of the format) names the format, its shape and the figures an
+    extra copy raised; BF16's converter, slowed only (a sleep per expert), fails by its paired
+    time row alone, its bytes and launches unchanged."""
     home, config, hashes = history
     out = home / "pr-quantbad"
     done = _moe_bench(
@@ -499,7 +483,7 @@ def test_an_extra_copy_in_a_quantized_preparation_fails_the_pr(history):
     )  # fmt: skip
     assert done.returncode == 1, done.stderr[-3000:]
     comment = (out / "pr-comment.md").read_text()
-    assert comment.startswith("## PR gate: FAILED")
+    assert comment.startswith("## PR gate: FAILED"), comment
     for title, shape in (
         ("FP8 per-tensor", "llama-4-maverick-fp8/tp8"),
         ("MXFP4", "gpt-oss-120b-mxfp4/tp2"),
@@ -507,6 +491,10 @@ def test_an_extra_copy_in_a_quantized_preparation_fails_the_pr(history):
         cell = rf"{re.escape(shape)} vllm: regressed"
         assert re.search(rf"{title} `PeakMemory.track_peak_transient_bytes` {cell}", comment)
         assert re.search(rf"{title} `Traffic.track_traffic_bytes` {cell}", comment), comment
+    assert "- BF16 `paired.time_ratio` qwen3-235b-a22b/tp4 vllm: regressed" in comment
+    # no BF16 byte or launch moved: only its time row fails
+    failing = [line for line in comment.splitlines() if line.startswith("- BF16 ")]
+    assert all("`paired.time_ratio`" in line for line in failing), failing
     assert "track_peak_transient_bytes` qwen3-235b-a22b/tp4" not in comment
 
 

@@ -597,3 +597,28 @@ def test_an_engine_prs_reference_cells_are_shown_not_judged(tmp_path):
     assert text.startswith("## PR gate: FAILED: 1 regressed\n")
     assert "- BF16 `PeakMemory.track_peak_transient_bytes` qwen3-30b-a3b/tp2 strided_copy: " in text
     assert "are shown, not judged" in text
+
+
+@pytest.mark.parametrize(
+    ("bench", "cells"),
+    [
+        (r"PeakMemory", {("qwen3-30b-a3b/tp2", s) for s in ("strided_copy", "flashinfer")}
+         | {("deepseek-v3/tp4", s) for s in ("strided_copy", "flashinfer")}),
+        (r"PeakMemory\.\w+\('[^']+', 'strided_copy'\)",
+         {("qwen3-30b-a3b/tp2", "strided_copy"), ("deepseek-v3/tp4", "strided_copy")}),
+        (r"PeakMemory\.\w+\('deepseek-v3/tp4', 'flashinfer'\)$",
+         {("deepseek-v3/tp4", "flashinfer")}),
+    ],
+)  # fmt: skip
+def test_a_pr_limited_to_some_cells_compares_the_cells_asv_ran(tmp_path, bench, cells):
+    """``compare_commits(bench=...)`` keeps the cells asv's ``-b`` selects, a parameterized
+    benchmark's by ``name('shape', 'strategy')`` as asv's ``Benchmarks`` matches them
+    (``moe_suite.selection.matches``): a PR run limited to the engine's own cells compares
+    those."""
+    from moe_bench.compare import compare_commits
+
+    write_results(tmp_path, BASE, GOOD)
+    write_results(tmp_path, HEAD, GOOD, date=1_700_000_100_000)
+    table = compare_commits(load_results(tmp_path), BASE, HEAD, bench=bench)
+    assert set(zip(table["shape"], table["strategy"], strict=True)) == cells
+    assert set(table["benchmark"]) <= {PEAK}
