@@ -258,7 +258,7 @@ def engine_config(
     suite_wheel = _suite_wheel(folder / ".asv" / f"{stem}-suite")
     results_dir = folder / f"results-{stem}"
     # the FlashInfer the commit pins, or the nearest release the index has, recorded beside
-    # the results; run by this suite's wheel, installed first
+    # the results; run by this suite's wheel, installed the step before
     flashinfer_env = (
         f"in-dir={{env_dir}} python -m moe_bench.engine_env {{build_dir}} {{commit}} "
         f"--record {results_dir} --pins {spec.flashinfer_pins}"
@@ -266,10 +266,11 @@ def engine_config(
     )
     install_command = [
         f"in-dir={{env_dir}} python -m pip install -c {constraints} -r {requirements}",
-        # this suite (built from this checkout by engine-config): the benchmarks import it
-        f"in-dir={{env_dir}} python -m pip install --no-deps --force-reinstall {suite_wheel}",
+        # this suite (built from this checkout by engine-config: the benchmarks import it) and
+        # the commit, in one pip run (neither brings a dependency)
+        "in-dir={env_dir} python -m pip install --no-deps --force-reinstall "
+        f"{suite_wheel} {{wheel_file}}",
         *([flashinfer_env] if spec.flashinfer_pins else []),
-        "in-dir={env_dir} python -m pip install --no-deps --force-reinstall {wheel_file}",
     ]
     thresholds, never = _thresholds(engine)
     conf = {

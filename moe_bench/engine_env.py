@@ -1,19 +1,20 @@
 """What an engine commit's asv environment gets beside the engine, and the record of it.
 
 An engine config's ``install_command`` (``moe_bench.engine.engine_config``) runs this module in
-the asv environment once per engine commit, after this suite's wheel and before the engine's::
+the asv environment once per engine commit, after this suite's wheel and the engine's::
 
     python -m moe_bench.engine_env BUILD_DIR COMMIT --record RESULTS_DIR \
         [--pins requirements/cuda.txt] [--flashinfer VERSION]
 
 It installs flashinfer-python (``--no-deps``): the release ``--flashinfer`` names, else the one
 the commit pins (the ``flashinfer-python==X`` line of its ``--pins`` file, as vLLM's
-``requirements/cuda.txt`` has it), else the newest. A release the package index lacks (vLLM
-0.34.0 pins 0.7.3; the index has 0.7.2.post1, then 0.7.4) gives way to the nearest one it has
-(``nearest``), with one warning line: the engine still gets its environment. The version
-installed is recorded beside the results (``MEASURED``), which the nightly reads to repeat the
-warning (asv shows an install step's output only when it fails) and the export to fill in its
-``dependencies``.
+``requirements/cuda.txt`` has it), else the newest; nothing where the environment already has
+it (an earlier commit's install: no pip run, no index query; unpinned, any release). A release
+the package index lacks (vLLM 0.34.0 pins 0.7.3; the index has 0.7.2.post1, then 0.7.4) gives
+way to the nearest one it has (``nearest``), with one warning line: the engine still gets its
+environment. The version installed is recorded beside the results (``MEASURED``), which the
+nightly reads to repeat the warning (asv shows an install step's output only when it fails) and
+the export to fill in its ``dependencies``.
 
 Only the standard library and ``packaging`` (the engine's requirements have it): this runs in the
 engine's environment, where asv is not installed.
@@ -27,7 +28,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterable
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -146,6 +147,28 @@ def _available(distribution: str) -> list[str]:
     return [v.strip() for v in listed.group(1).split(",")] if listed else []
 
 
+def _installed(distribution: str) -> str | None:
+    """The version of ``distribution`` installed here; None where it is not."""
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
+def _requirement(pinned: str | None, installed: str | None) -> str | None:
+    """What pip installs for a commit that pins ``pinned`` (None or "": nothing) where
+    ``installed`` is there: None where it is what the commit asks for (an earlier commit's
+    install kept: no pip run, no index query, which took 19 s on PyPI for vLLM 0.34.0's tree,
+    docs/engines.md; unpinned, pip keeps any installed release too); else the pinned release or
+    the nearest the index has (``nearest``: ``ValueError`` where it lists none); else, with no
+    pin, the newest."""
+    if installed is not None and (not pinned or Version(pinned) == Version(installed)):
+        return None
+    if not pinned:
+        return FLASHINFER
+    return f"{FLASHINFER}=={nearest(pinned, _available(FLASHINFER))}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m moe_bench.engine_env",
@@ -159,17 +182,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flashinfer", default="", help="this release at every commit")
     args = parser.parse_args(argv)
     pinned = args.flashinfer or (args.pins and read_pin(args.build_dir / args.pins, FLASHINFER))
-    requirement = FLASHINFER
-    if pinned:
-        available = _available(FLASHINFER)
-        if not available:
-            print(f"engine_env: pip index versions {FLASHINFER} listed no release", file=sys.stderr)
-            return 1
-        requirement += f"=={nearest(pinned, available)}"
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", "-q", requirement]
-    done = subprocess.run(command)
-    if done.returncode != 0:
-        return done.returncode
+    try:
+        requirement = _requirement(pinned, _installed(FLASHINFER))
+    except ValueError as err:  # the index lists no release
+        print(f"engine_env: {err} (pip index versions {FLASHINFER})", file=sys.stderr)
+        return 1
+    if requirement is not None:
+        command = [sys.executable, "-m", "pip", "install", "--no-deps", "-q", requirement]
+        done = subprocess.run(command)
+        if done.returncode != 0:
+            return done.returncode
     # torch too: what the environment held beside the engine, shown on its dashboard
     facts = {KEY: version(FLASHINFER), f"{KEY}_pinned": pinned or "", "torch": version("torch")}
     record(args.record, args.commit, **facts)

@@ -96,31 +96,41 @@ def test_a_substitution_is_one_warning_line(facts, said):
     assert substitution(facts) == said
 
 
-def _run_install(monkeypatch, tmp_path: Path, pins: str | None, *args: str):
+def _run_install(
+    monkeypatch, tmp_path: Path, pins: str | None, *args: str, installed: str | None = None
+):
     """``engine_env.main`` on a tree whose requirements/cuda.txt holds ``pins``, with the index
-    offering ``INDEX`` and pip recording what it was asked to install (and installing 0.7.4), the
-    environment's torch 2.13.0+cpu."""
+    offering ``INDEX`` (its queries counted) and pip recording what it was asked to install (and
+    installing that release, or 0.7.4), the environment's torch 2.13.0+cpu and FlashInfer
+    ``installed`` (None: none). Returns the exit code, pip's requests, the index queries and the
+    record."""
     tree = tmp_path / "build"
     (tree / "requirements").mkdir(parents=True)
     if pins is not None:
         (tree / "requirements" / "cuda.txt").write_text(pins)
-    asked = []
+    held = {"torch": "2.13.0+cpu"} | ({"flashinfer-python": installed} if installed else {})
+    asked, queries = [], []
 
     def pip(command, **kwargs):
         asked.append(command[command.index("install") + 1 :])
+        held["flashinfer-python"] = command[-1].partition("==")[2] or "0.7.4"
         return subprocess.CompletedProcess(command, 0)
 
-    monkeypatch.setattr(engine_env, "_available", lambda distribution: INDEX)
+    def version(distribution):
+        if distribution not in held:
+            raise engine_env.PackageNotFoundError(distribution)
+        return held[distribution]
+
+    monkeypatch.setattr(engine_env, "_available", lambda distribution: queries.append(1) or INDEX)
     monkeypatch.setattr(engine_env.subprocess, "run", pip)
-    held = {"flashinfer-python": "0.7.4", "torch": "2.13.0+cpu"}
-    monkeypatch.setattr(engine_env, "version", held.__getitem__)
+    monkeypatch.setattr(engine_env, "version", version)
     argv = [str(tree), "c" * 40, "--record", str(tmp_path / "results")]
     code = engine_env.main([*argv, "--pins", "requirements/cuda.txt", *args])
-    return code, asked, read_measured(tmp_path / "results")["c" * 40]
+    return code, asked, len(queries), read_measured(tmp_path / "results")["c" * 40]
 
 
 def test_vllm_0_34_0s_pin_gets_the_nearest_release_and_a_warning(monkeypatch, tmp_path, capsys):
-    code, asked, facts = _run_install(monkeypatch, tmp_path, "flashinfer-python==0.7.3\n")
+    code, asked, _, facts = _run_install(monkeypatch, tmp_path, "flashinfer-python==0.7.3\n")
     assert code == 0
     assert asked == [["--no-deps", "-q", "flashinfer-python==0.7.4"]]
     assert facts == {"flashinfer": "0.7.4", "flashinfer_pinned": "0.7.3", "torch": "2.13.0+cpu"}
@@ -129,13 +139,48 @@ def test_vllm_0_34_0s_pin_gets_the_nearest_release_and_a_warning(monkeypatch, tm
 
 
 def test_without_a_pin_the_newest_and_with_flashinfer_that_release(monkeypatch, tmp_path):
-    _, asked, facts = _run_install(monkeypatch, tmp_path, None)
+    _, asked, _, facts = _run_install(monkeypatch, tmp_path, None)
     assert asked == [["--no-deps", "-q", "flashinfer-python"]]  # pip's newest, as before
     assert facts == {"flashinfer": "0.7.4", "flashinfer_pinned": "", "torch": "2.13.0+cpu"}
-    _, asked, _ = _run_install(
+    _, asked, _, _ = _run_install(
         monkeypatch, tmp_path / "2", "flashinfer-python==0.7.3\n", "--flashinfer", "0.7.2"
     )
     assert asked == [["--no-deps", "-q", "flashinfer-python==0.7.2"]]  # over the commit's pin
+
+
+@pytest.mark.parametrize(
+    ("pins", "installed", "wanted", "queries"),
+    [
+        (None, "0.7.2", None, 0),  # unpinned: any release kept, as pip keeps it
+        ("flashinfer-python==0.7.2\n", "0.7.2", None, 0),  # the pin itself: no pip, no index
+        ("flashinfer-python==0.7.2\n", "0.7.4", "0.7.2", 1),
+        # the nearest release: the index asked again (it may have the pinned one by now)
+        ("flashinfer-python==0.7.3\n", "0.7.4", "0.7.4", 1),
+    ],
+)
+def test_a_release_installed_as_asked_is_kept_without_pip(
+    monkeypatch, tmp_path, pins, installed, wanted, queries
+):
+    """A commit of a history is installed over the previous one's environment: where that
+    environment's FlashInfer is what the commit asks for, neither pip nor the index is run."""
+    code, asked, asked_index, facts = _run_install(monkeypatch, tmp_path, pins, installed=installed)
+    pip = [["--no-deps", "-q", f"flashinfer-python=={wanted}"]] if wanted else []
+    assert code == 0 and (asked, asked_index) == (pip, queries)
+    assert facts["flashinfer"] == (wanted or installed)
+
+
+def test_an_index_without_a_release_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(engine_env, "_available", lambda distribution: [])
+    tree = tmp_path / "build"
+    (tree / "requirements").mkdir(parents=True)
+    (tree / "requirements" / "cuda.txt").write_text("flashinfer-python==0.7.3\n")
+    argv = [str(tree), "c" * 40, "--record", str(tmp_path / "r"), "--pins", "requirements/cuda.txt"]
+    assert engine_env.main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "engine_env: no release on the package index to stand in for 0.7.3 (pip index versions "
+        "flashinfer-python)"
+    ]
 
 
 def test_a_config_asv_could_not_load_is_refused_in_one_line(tmp_path: Path, monkeypatch):
