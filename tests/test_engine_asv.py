@@ -39,11 +39,11 @@ CONFIG = "asv.engine-vllm.conf.json"  # engine-config's, in the history's home
 
 pytestmark = pytest.mark.slow
 # Under pytest-xdist (scripts/test: ``--dist loadgroup``) the asv-driving tests run as two groups,
-# one per worker, each with its own history (the module fixture is built once per worker; the
-# environment copied where the other has one, ``SHARED_ENV``): the nightly, the export of its
-# results, two PR runs and the bisection of ``regress`` on one; three PR runs and the bisections
-# of ``clone`` and ``broken`` on the other. In a group the tests run in file order (the export
-# reads the nightly's results). Without xdist the marks do nothing.
+# each on one worker with its own history (the module fixture is built once per worker that
+# runs a group; the environment copied where the other group left one, ``SHARED_ENV``): the
+# nightly, the export of its results, one PR run and the bisection of ``regress`` in one; three
+# PR runs and the bisections of ``clone`` and ``broken`` in the other. In a group the tests run
+# in file order (the export reads the nightly's results). Without xdist the marks do nothing.
 HISTORY = pytest.mark.xdist_group("engine-history")
 PULLS = pytest.mark.xdist_group("engine-pulls")
 # The PR runs measure what they judge (engine-pr's --bench, asv's -b and the paired run's): the
