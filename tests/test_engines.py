@@ -45,7 +45,7 @@ from moe_convert.formats.engines import (
     registered_form,
 )
 from moe_convert.formats.preparations import PREPARATIONS, register_preparations
-from moe_convert.load.refit import reload_safety
+from moe_convert.load.refit import reload_safety, reversibility
 from moe_convert.measuring.memory import strategy_memory
 from moe_convert.measuring.traffic import strategy_traffic
 
@@ -557,6 +557,20 @@ def test_reload_class_follows_the_installed_form(fake_vllm):
     assert reload_safety("fp8-vllm").startswith("not reload-safe: direct: w13, w2 in new storage")
     fake_vllm("0.34.0", PREPARE_FP8_COPIED_BACK)
     assert reload_safety("fp8-vllm").startswith("not reload-safe: direct: w13 in new storage")
+
+
+@requires_flashinfer
+def test_a_gated_only_form_is_classed_on_the_layers_it_converts(fake_vllm):
+    """vLLM's per-expert BF16 form (0.16.0 to 0.23.0) and FP8's 0.16.0 rotation convert gated
+    layers only: their reload and inverse classes are read on the gated check layer; the
+    not-gated one is no layer they load (a ``NotImplementedError`` from it failed every figure
+    of the engine suite's cell at those commits, and ``strategies``)."""
+    fake_vllm("0.23.0", PER_EXPERT)  # the code of `legacy`, its transcription: its classes
+    assert reload_safety("vllm") == reload_safety("legacy") != "reload-safe"
+    assert reversibility("vllm") == reversibility("legacy")
+    fake_vllm("0.16.0", PREPARE_FP8.replace("(w13, w2, True)", "(w13, w2)"))
+    assert reload_safety("fp8-vllm") == reload_safety("fp8-legacy") != "reload-safe"
+    assert reversibility("fp8-vllm") == reversibility("fp8-legacy")
 
 
 def test_mxfp4_form_is_told_by_its_signature_and_branch():

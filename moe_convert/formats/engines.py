@@ -65,6 +65,7 @@ __all__ = [
     "engine_form",
     "figures_of",
     "form_breaches",
+    "gated_only",
     "read_function",
     "register_engine",
     "registered_form",
@@ -225,6 +226,15 @@ def registered_form(engine: Engine) -> Form | None:
     return _FORMS.get(engine.strategy)
 
 
+def gated_only(strategy: str) -> str:
+    """Why ``strategy`` converts gated layers only, as its engine's installed form does (vLLM's
+    per-expert BF16 form, 0.16.0 to 0.23.0; FP8's 0.16.0 rotation): "" for a strategy that
+    converts both, or that no engine form registered (a format gated only says so itself,
+    ``Format.gated_only``)."""
+    form = _FORMS.get(strategy)
+    return form.gated_only if form else ""
+
+
 def register_engine(engine: Engine, adapter: Callable, *, needs: str) -> Form | None:
     """Register ``adapter`` (``(layer, gated) -> Layer``, or BF16's ``(w13, w2, gated)``) as
     ``engine.strategy`` with the form of the installed function.
@@ -379,12 +389,12 @@ def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> Engin
             "flashinfer-python is not installed, and the engine's converter imports it",
         )
     form = registered_form(engine)
-    gated_only = form.gated_only if form else ""
+    only = gated_only(engine.strategy)
     if format_record(engine.format).gated_only:
-        gated_only = gated_only or "the format is gated only"
+        only = only or "the format is gated only"
     results = []
     reference = ""
-    for gated in (True, False) if not gated_only else (True,):
+    for gated in (True, False) if not only else (True,):
         try:
             reference, pairs, aliased = _case(engine, gated, device)
         except Exception as error:  # reported, with the engine's own message, as a failed check
@@ -403,7 +413,7 @@ def check_engine(engine: Engine, *, device: torch.device | str = "cpu") -> Engin
         + ("" if contract else ", in place or not AGAINST its registration")
         for gated, same, contract in results
     )
-    if gated_only:
-        detail += f"; gated=False: n/a, {gated_only}"
+    if only:
+        detail += f"; gated=False: n/a, {only}"
     identical = all(all(ok for _, ok in same) and contract for _, same, contract in results)
     return EngineCheck(engine, engine.version, identical, f"{detail} (against {reference})")

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..formats.engines import gated_only
 from ..formats.layer import Layer
 from ..formats.placement import (
     checkpoint_views,
@@ -326,6 +327,14 @@ def check_shapes(fmt: str) -> tuple[LayerShape, ...]:
     return tuple(shapes)
 
 
+def _converted_check_shapes(record: Strategy) -> tuple[LayerShape, ...]:
+    """``check_shapes`` of ``record``'s format that the strategy converts: the gated one alone
+    where its engine's installed form converts gated layers only (``formats.engines.gated_only``):
+    a not-gated layer is none it loads, so none it reloads or reverses."""
+    shapes = check_shapes(record.format)
+    return tuple(s for s in shapes if s.gated) if gated_only(record.name) else shapes
+
+
 def reload_safety(strategy: str) -> str:
     """``strategy``'s reload class, checked (``check_refit``) on its format's ``check_shapes``
     in vLLM's two ways (``VLLM_WAYS``): ``reload-safe``, or ``not reload-safe`` and, per way
@@ -341,7 +350,7 @@ def _checked_safety(record: Strategy) -> str:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     reasons = {}
     for way in VLLM_WAYS:
-        for shape in check_shapes(record.format):
+        for shape in _converted_check_shapes(record):
             check = check_refit(shape, record.name, way, device=device)
             if not check.safe:
                 reasons.setdefault(way, f"{check.reason} ({check.shape})")
@@ -394,7 +403,7 @@ def reversibility(strategy: str) -> str:
 @functools.cache
 def _checked_reversibility(record: Strategy) -> str:
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    for shape in check_shapes(record.format):
+    for shape in _converted_check_shapes(record):
         problem = reverse_problem(shape, record.name, device=device)
         if problem is not None:
             return f"not reversible in place: {problem} ({_label(shape)})"
