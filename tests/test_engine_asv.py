@@ -102,13 +102,19 @@ def _leave_environment(home: Path) -> None:
 
 def _moe_bench(home: Path, *args: str) -> subprocess.CompletedProcess:
     # the smoke profile: one expert a timed layer (moe_suite.profiles), every step of every use
-    # run, in the least time; the figures these tests read are exact, or a paired verdict
+    # run, in the least time; the figures these tests read are exact, or a paired verdict.
+    # pip installs without byte-compiling (PIP_COMPILE=0) and the history's processes write the
+    # bytecode of what they import (this machine sets PYTHONDONTWRITEBYTECODE), as Python does
+    # by default: pip compiles every module, 31 s of flashinfer-python's 36 s install (3,559
+    # modules, a few hundred of which a measurement imports) and half of torch's
     env = dict(
         os.environ,
         HOME=str(home),
         PIP_CACHE_DIR=str(Path.home() / ".cache" / "pip"),
+        PIP_COMPILE="0",
         MOE_BENCH_PROFILE="smoke",
     )
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     done = subprocess.run(
         [sys.executable, "-m", "moe_bench", *args],
         capture_output=True,
