@@ -8,7 +8,7 @@
     moe-bench gate [--results DIR] [--budgets FILE] [--machine NAME] [--commit HASH]   budgets
     moe-bench export --out FILE [--results DIR] [--config FILE] [--schema pytorch-v3]
                      [--machine NAME] [--commit HASH]          records for the PyTorch HUD
-    moe-bench publish [--config FILE]                          the dashboard, whole or not at all
+    moe-bench publish [--config FILE] [--summary DIR]          the dashboard, whole or not at all
     moe-bench dashboard offline HTML_DIR | serve [HTML_DIR] [--port N] [--config FILE]
     moe-bench engine-config --engine vllm|flashinfer --repo PATH_OR_URL [--out FILE]   an engine
     moe-bench engine-nightly --config FILE [--limit N] [--verbose]   the engine's newest commits
@@ -261,10 +261,12 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from .results import ResultsError
 
     try:
-        html_dir = publish(args.config)
+        html_dir = publish(args.config, args.summary)
     except (PublishError, OfflineError, ResultsError) as error:
         return _error(args, error)
     print(f"dashboard published: {html_dir / 'index.html'} (works offline)")
+    if args.summary is not None:
+        print(args.summary / "summary.md")
     return 0
 
 
@@ -564,6 +566,14 @@ def build_parser() -> ArgumentParser:
         "is the previous dashboard or the new one, never half",
     )
     _add_config(publish)
+    publish.add_argument(
+        "--summary",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write `summary`'s page of the same results here (its plots the front page's, "
+        "drawn once); its path is printed last",
+    )
 
     dashboard = _add(sub, "dashboard", cmd_dashboard, "the asv dashboard, offline, on 127.0.0.1")
     actions = dashboard.add_subparsers(dest="action", required=True, metavar="ACTION")

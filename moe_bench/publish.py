@@ -75,14 +75,22 @@ def swap_in(new: Path, html_dir: Path) -> None:
     shutil.rmtree(old)
 
 
-def publish(config: Path) -> Path:
+def publish(config: Path, summary: Path | None = None) -> Path:
     """The dashboard of ``config``'s results into a fresh folder (``asv publish`` into its
     ``EXPLORE`` folder, made offline; the front page over it), swapped in as the config's
-    ``html_dir``; return ``html_dir``. Raises ``PublishError`` if asv fails,
-    ``dashboard.OfflineError`` as ``make_offline`` does and ``results.ResultsError`` as
+    ``html_dir``; return ``html_dir``. ``summary``: a folder for ``moe-bench summary``'s page of
+    the same results too, its plots the front page's (``write_front_page``; not for an engine's
+    history, whose front page is no summary: ``PublishError``). Raises ``PublishError`` if asv
+    fails, ``dashboard.OfflineError`` as ``make_offline`` does and ``results.ResultsError`` as
     ``write_front_page`` does; each time the previous dashboard stays and the fresh folder goes.
     """
     html_dir = configured_dir(config, "html_dir").absolute()
+    engine = engine_axis(config)  # None: the suite's own history
+    if engine is not None and summary is not None:
+        raise PublishError(
+            f"{config} is an engine's history: its front page is the engine's, not a summary "
+            "(publish it without --summary)"
+        )
     for line in off_branch(config):  # asv leaves them out of the graphs without a word
         print(f"moe-bench publish: {line}", file=sys.stderr)
     for left in html_dir.parent.glob(f".{html_dir.name}.*-*"):  # of a run killed before
@@ -107,7 +115,6 @@ def publish(config: Path) -> Path:
                 f"asv publish exited {done.returncode} (its output above); {html_dir} is unchanged"
             )
         make_offline(explore)
-        engine = engine_axis(config)  # None: the suite's own history
         if engine is not None:  # its selectors: the measured versions, before links are made
             write_environments(explore, engine)
         write_front_page(
@@ -116,6 +123,7 @@ def publish(config: Path) -> Path:
             link=explorer_link(explore, f"{EXPLORE}/", every_series=engine is not None),
             explore=f"{EXPLORE}/",
             engine=engine,
+            summary=summary,
         )
         if engine is not None:  # the explorer names the engine's commits by their subjects
             write_subjects(explore, engine)

@@ -145,15 +145,14 @@ def committed_config(tmp: Path) -> Path:
 @pytest.fixture(scope="session")
 def committed_results(tmp_path_factory) -> tuple[Path, Path]:
     """``(html_dir, summary.md)`` of the committed results (``results/``), published and
-    summarised with the library in this process, as scripts/bench's ``moe-bench publish`` and
-    ``moe-bench summary`` do (``committed_config``). The browser's front page and the
-    without-torch comparison read the same one (their modules' tests are one xdist group,
-    ``COMMITTED_RESULTS``): ~35 s here, once."""
+    summarised with the library in this process, as scripts/bench's ``moe-bench publish
+    --summary`` does (``committed_config``). The browser's front page and the without-torch
+    comparison read the same one (their modules' tests are one xdist group,
+    ``COMMITTED_RESULTS``): ~40 s here, once."""
     from moe_bench.publish import publish
-    from moe_bench.report import write_summary
 
     tmp = tmp_path_factory.mktemp("committed")
-    return publish(committed_config(tmp)), write_summary(ROOT / "results", tmp / "summary")
+    return publish(committed_config(tmp), tmp / "summary"), tmp / "summary" / "summary.md"
 
 
 #: Under pytest-xdist, the order in which the work is handed out (scripts/test passes

@@ -181,15 +181,14 @@ def published(published_once, tmp_path):
     return repo, _tree(repo / "html")
 
 
-def _publish(repo: Path, **kwargs):
+def _publish(repo: Path, *args: str, check: bool = True):
     return subprocess.run(
-        [sys.executable, "-m", "moe_bench", "publish"],
+        [sys.executable, "-m", "moe_bench", "publish", *args],
         cwd=repo,
         capture_output=True,
         text=True,
-        check=True,
+        check=check,
         timeout=300,
-        **kwargs,
     )
 
 
@@ -410,12 +409,34 @@ def test_a_host_of_the_same_kind_shares_the_history(tmp_path, capsys):
 def test_a_result_of_a_commit_not_on_main_is_named_and_the_rest_published(published):
     repo, previous = published
     stray = _foreign(repo / "results", "e" * 40)  # a PR commit's result among the nightly's
-    done = _publish(repo)
+    done = _publish(repo, "--summary", "summary")  # as scripts/bench and scripts/nightly do
     assert done.stderr.splitlines()[0] == (
         f"moe-bench publish: {stray.relative_to(repo)}: commit eeeeeeee is not on main: not on "
         "the dashboard (asv graphs branch commits only); the summary and the gate read it"
     )
     assert _tree(repo / "html").keys() == previous.keys()
+    # the summary of the same results beside it, its plots the front page's, copied
+    assert done.stdout.splitlines()[-1] == str(Path("summary", "summary.md"))
+    text = (repo / "summary" / "summary.md").read_text()
+    images = [line.split("](")[1].rstrip(")") for line in text.splitlines() if "](" in line]
+    plots = repo / "html" / "plots"
+    assert images and sorted(images) == sorted(p.name for p in plots.iterdir())
+    assert all((repo / "summary" / i).read_bytes() == (plots / i).read_bytes() for i in images)
+
+
+@PUBLISHED
+def test_an_engine_history_has_no_summary_to_publish(published):
+    """Its front page is the engine's: ``--summary`` is refused in one line, before asv runs."""
+    repo, previous = published
+    conf = json.loads((repo / "asv.conf.json").read_text())
+    (repo / "engine.conf.json").write_text(json.dumps({**conf, "engine": "vllm"}))
+    done = _publish(repo, "--config", "engine.conf.json", "--summary", "summary", check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "moe-bench publish: error: engine.conf.json is an engine's history: its front page is "
+        "the engine's, not a summary (publish it without --summary)"
+    ]
+    assert _tree(repo / "html") == previous and not (repo / "summary").exists()
 
 
 def test_a_python3_that_cannot_make_the_venv_is_one_line(checkout, tmp_path):
