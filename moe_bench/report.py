@@ -486,7 +486,7 @@ def write_front_page(
     the plots in ``html_dir/plots/``, every figure linked by ``link`` to its graph, ``explore``
     the explorer's URL relative to the page; return its path. ``summary``: a folder to write
     ``write_summary``'s page of the same results into too, its plots copied from the front
-    page's (drawn once: 16 PNGs, ~20 s of the CPU job's summary). For an engine's history
+    page's (drawn once: docs/dashboard.md, "Summary and plots"). For an engine's history
     (``engine``: ``engine_page.engine_axis`` of its config) the page is ``engine_blocks``
     instead, titled with the engine and the measured range (its graphs are the explorer's; no
     ``summary``). Raises as ``write_summary``."""

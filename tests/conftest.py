@@ -148,7 +148,7 @@ def committed_results(tmp_path_factory) -> tuple[Path, Path]:
     summarised with the library in this process, as scripts/bench's ``moe-bench publish
     --summary`` does (``committed_config``). The browser's front page and the without-torch
     comparison read the same one (their modules' tests are one xdist group,
-    ``COMMITTED_RESULTS``): ~40 s here, once."""
+    ``COMMITTED_RESULTS``): once: 20.4 s alone, 23-37 s in three scripts/test runs (2026-12-04)."""
     from moe_bench.publish import publish
 
     tmp = tmp_path_factory.mktemp("committed")
