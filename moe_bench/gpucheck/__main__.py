@@ -42,7 +42,7 @@ Steps (budgets in ``plan.STEPS``):
    suite, and every quantized strategy on ``quant_check_shapes()`` at full size: copy ratio,
    GB/s, per-layer and whole-model seconds; then ``TRITON_SWEEPS``.
 6. ``asv``: ``asv run -E existing:python3 --quick`` of ``LayerTime.track_layer_seconds`` on
-   ``CHECK_SHAPES``, published, zipped.
+   ``LOAD_SHAPE``, published, zipped.
 
 The report ends with the targets, judged on step 5's figures (``report.target_lines``; the
 quantized formats' in ``report.quant_target_lines``).

@@ -40,15 +40,18 @@ def predict_replayed(load: RankLoad, layer_seconds: float, events: EventCosts) -
 
 
 def measure_event_costs(*, segments: int = 64, refusals: int = 8) -> EventCosts:
-    """Time the three allocator events on the current CUDA device (needs about 1.3 GiB free).
+    """Time the three allocator events on the current CUDA device (it fills it: run it first).
 
     Under ``max_split_size_mb:20`` after ``empty_cache``: ``segments`` requests of exactly
     20 MiB each take a new segment (``cudaMalloc``; no kernel is launched, so host time is the
     call's), then ``empty_cache`` gives them back (``cudaFree`` each, the device idle). A refused
-    ``cudaMalloc``: a request larger than the free memory fails twice (once before and once after
-    releasing the empty cache) and raises ``torch.OutOfMemoryError``; half of that round, median
-    of ``refusals``. The counters of ``memory_stats`` are checked to have moved by exactly these
-    events, so a costlier path (a retry that released something) cannot pass for one.
+    ``cudaMalloc`` as a load meets one: the device filled with 20 MiB segments (a legacy load
+    holds thousands), one more fails twice (once before and once after releasing the empty cache)
+    and raises ``torch.OutOfMemoryError``; half of that round, median of ``refusals``. (A request
+    beyond an empty device's memory, refused in 7.5 ms on an H200, priced vLLM #45589's legacy
+    load at 5.4x its measured time: docs/gpu.md.) The counters of ``memory_stats`` are checked to
+    have moved by exactly these events, so a costlier path (a retry that released something)
+    cannot pass for one. Memory: the whole device, for the refusals.
     ``RuntimeError`` without CUDA.
     """
     device = require_cuda("measure_event_costs")
@@ -69,21 +72,29 @@ def measure_event_costs(*, segments: int = 64, refusals: int = 8) -> EventCosts:
             started = time.perf_counter()
             torch.cuda.empty_cache()
             frees.append((time.perf_counter() - started) / segments)
+        filling = []
+        try:  # ends with one refusal and OOM of its own
+            while True:
+                filling.append(torch.empty(K_LARGE_BUFFER, dtype=torch.uint8, device=device))
+        except torch.OutOfMemoryError:
+            pass
+        filled = len(filling)
         refused = []
         for _ in range(refusals):
-            too_much = torch.cuda.mem_get_info(device)[0] + 2**30
             started = time.perf_counter()
             try:
-                torch.empty(too_much, dtype=torch.uint8, device=device)
+                torch.empty(K_LARGE_BUFFER, dtype=torch.uint8, device=device)
             except torch.OutOfMemoryError:
                 refused.append((time.perf_counter() - started) / 2)
+        del filling
+        torch.cuda.empty_cache()
         after = torch.cuda.memory_stats(device)
     moved = {key: after[key] - before[key] for key in count}
     expected = {
-        "num_device_alloc": 3 * segments,
-        "num_device_free": 3 * segments,
-        "num_alloc_retries": refusals,
-        "num_ooms": refusals,
+        "num_device_alloc": 3 * segments + filled,
+        "num_device_free": 3 * segments + filled,
+        "num_alloc_retries": refusals + 1,
+        "num_ooms": refusals + 1,
     }
     if moved != expected:
         raise RuntimeError(f"allocator events moved by {moved}, not {expected}: costs not taken")
