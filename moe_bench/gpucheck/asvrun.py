@@ -5,6 +5,7 @@ shapes, published and zipped.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,14 +23,21 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 #: Step 6's benchmark: the time of one layer (memory is exact and checked by steps 1-2, the copy
-#: ratio by step 5), on ``plan.LOAD_SHAPE`` only (asv matches ``name(param, ...)`` with the
-#: parameters' reprs): the step shows that the suite runs, publishes and travels on the box;
-#: step 5 has the timings. Each benchmark runs in a fresh interpreter (``spawn``: a forked child
-#: cannot use CUDA once its parent has touched it, and importing the suite asks torch whether
-#: CUDA is there); ``LayerTime.setup_cache`` times the selected cells once first, about 4 s
-#: each at the full profile (the H200 run at 7f04b26: two shapes' 24 cells did not finish in the
-#: step's 80 s; at 4071513 two shapes' 16 cells took 83 s with publishing).
-ASV_BENCHMARKS = r"LayerTime\.track_layer_seconds\('" + plan.LOAD_SHAPE.replace(".", r"\.") + "'"
+#: ratio by step 5) of ``ASV_KINDS`` on ``plan.LOAD_SHAPE`` (asv matches ``name(param, ...)``
+#: with the parameters' reprs): the step shows that the suite runs, publishes and travels on the
+#: box; step 5 has the timings. Each benchmark runs in a fresh interpreter (``spawn``: a forked
+#: child cannot use CUDA once its parent has touched it, and importing the suite asks torch
+#: whether CUDA is there), some seconds each: at 4071513 two shapes x 8 strategies took 83 s with
+#: publishing; at 7f04b26 two shapes x 15 kinds, and at 5add180 one shape's 15, did not finish
+#: in the step's 80 s.
+ASV_KINDS = ("inplace", "cycle_inplace")  # what vLLM ships, and ours in place
+ASV_BENCHMARKS = (
+    r"LayerTime\.track_layer_seconds\('"
+    + re.escape(plan.LOAD_SHAPE)
+    + "', '("
+    + "|".join(ASV_KINDS)
+    + r")'\)"
+)
 
 
 def step_asv(dry_run: bool, out: Path) -> dict:
