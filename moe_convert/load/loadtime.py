@@ -47,11 +47,13 @@ def measure_event_costs(*, segments: int = 64, refusals: int = 8) -> EventCosts:
     call's), then ``empty_cache`` gives them back (``cudaFree`` each, the device idle). A refused
     ``cudaMalloc`` as a load meets one: the device filled with 20 MiB segments (a legacy load
     holds thousands), one more fails twice (once before and once after releasing the empty cache)
-    and raises ``torch.OutOfMemoryError``; half of that round, median of ``refusals``. (A request
-    beyond an empty device's memory, refused in 7.5 ms on an H200, priced vLLM #45589's legacy
-    load at 5.4x its measured time: docs/gpu.md.) The counters of ``memory_stats`` are checked to
-    have moved by exactly these events, so a costlier path (a retry that released something)
-    cannot pass for one. Memory: the whole device, for the refusals.
+    and raises ``torch.OutOfMemoryError``; half of that round, median of ``refusals``. On an H200
+    that is 3.0 ms (a request beyond an empty device: 7.5 ms), while a refused-and-released round
+    inside vLLM #45589's legacy load costs 0.8-1.0 ms by the run's own seconds, so the prediction
+    is 2.8x that run: the costs price a load without refusals, not yet one with them
+    (docs/allocator.md). The counters of ``memory_stats`` are checked to have moved by exactly
+    these events, so a costlier path (a retry that released something) cannot pass for one.
+    Memory: the whole device, for the refusals.
     ``RuntimeError`` without CUDA.
     """
     device = require_cuda("measure_event_costs")
