@@ -79,9 +79,9 @@ def step_load(dry_run: bool) -> dict:
         plan.record(rows, row)
         print(f"[load] {_load_line(row)}", flush=True)
     # One layer's steady-state conversion of each, to predict the loads from: timed after them,
-    # since timing warms the strategies' index caches in the default pool, where the blocks they
-    # keep would serve the loads' requests (the H200 run at 7f04b26: a default-pool load then
-    # made 94 fewer cudaMalloc calls than its replay, the same load in a fresh MemPool none).
+    # so that nothing the timing leaves in the allocator meets a load (the H200 run at 7f04b26:
+    # the index caches it warmed in the default pool served 94 of a load's cudaMalloc calls;
+    # warm_layer_strategy warms them in a pool of their own since).
     layer_seconds = {}
     for row, shape, name, replayed in replays:
         seconds = layer_seconds.setdefault(shape.label, {})

@@ -11,6 +11,7 @@ strategy's record (``registry.REGISTRY``) gives the format of the layer it takes
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 
@@ -179,19 +180,33 @@ def strategy_input(
     )
 
 
+# Each CUDA device's private pool, which the strategies' index caches are warmed in.
+_CACHES_POOL: dict[torch.device, torch.cuda.MemPool] = {}
+
+
 def warm_layer_strategy(shape: LayerShape, strategy: str, device: torch.device) -> None:
     """Fill the index caches ``strategy`` keeps per row count and device: one call on a
     1-expert layer of ``shape``'s per-expert geometry (``device``: the tensors'
-    ``tensor.device``, ``cuda:0`` not ``cuda``, part of the cache key)."""
+    ``tensor.device``, ``cuda:0`` not ``cuda``, part of the cache key).
+
+    On CUDA in a pool of the device's own (``torch.cuda.MemPool``): the caches' blocks then
+    serve no later request in the default pool, so a conversion or a load allocates as its
+    replay does, which is warmed on meta (the H200 run at 7f04b26: caches warmed in the default
+    pool served 94 of a load's ``cudaMalloc`` calls; at 5add180, one segment of 15 of 54
+    conversions' peak reserved)."""
+    device = torch.device(device)
     record = strategy_record(shape, strategy)
-    if record.not_on_meta and torch.device(device).type == "meta":
+    if record.not_on_meta and device.type == "meta":
         raise ValueError(
             f"{strategy} cannot run on meta tensors ({record.not_on_meta}): its figures are its "
             "record's formulas, checked on CPU (python -m moe_convert strategies)"
         )
     small = shape.with_experts(1)
-    layer = strategy_input(small, strategy, device)
-    convert(layer, strategy=strategy, gated=small.gated)
+    if device.type == "cuda" and device not in _CACHES_POOL:
+        _CACHES_POOL[device] = torch.cuda.MemPool()
+    pool = _CACHES_POOL.get(device)
+    with torch.cuda.use_mem_pool(pool, device=device) if pool else contextlib.nullcontext():
+        convert(strategy_input(small, strategy, device), strategy=strategy, gated=small.gated)
 
 
 def layer_call(shape: LayerShape, strategy: str, device: torch.device | str) -> Callable[[], Layer]:
@@ -199,10 +214,10 @@ def layer_call(shape: LayerShape, strategy: str, device: torch.device | str) -> 
     strategy's index caches warmed, and one conversion of it to a ``shape`` layer to call: what
     every measurement of a (shape, strategy) takes.
 
-    On CUDA the caches are warmed and the allocator's cache emptied before the layer is made, so
-    the layer takes segments of its own, as a load's tensors do: none that a warm-up or an
-    earlier measurement freed, whose free rest would serve the conversion (the H200 run at
-    7f04b26: a quantized conversion's peak reserved read 0 where its replay reserves 1,134 MiB).
+    On CUDA the allocator's cache is emptied before the layer is made, so the layer takes
+    segments of its own, as a load's tensors do: none that an earlier measurement freed, whose
+    free rest would serve the conversion (the H200 run at 7f04b26: a quantized conversion's peak
+    reserved read 0 where its replay reserves 1,134 MiB).
     """
     device = torch.empty(0, device=device).device  # "cuda" -> cuda:0, the caches' key
     warm_layer_strategy(shape, strategy, device)

@@ -89,9 +89,6 @@ LOAD_DEVICES = {"GB200": DEVICE_GB200_BYTES, "H200": DEVICE_141GB_BYTES}
 #: suite gives every rank it replays, so that every model meets a device as full as that one.
 PR45589_HEADROOM_BYTES = DEVICE_141GB_BYTES - PR45589_LOADED_BYTES
 
-# The private pool of each device that the strategies' index caches are warmed in (run_load).
-_CACHES_POOL: dict[torch.device, torch.cuda.MemPool] = {}
-
 #: The pools a load can be run in on a CUDA device (``sleep``, vLLM's CuMem pool, needs vLLM).
 RUN_POOLS: tuple[Pool, ...] = ("default", "mempool")
 
@@ -268,12 +265,8 @@ def run_load(
     if other_weights_bytes < 0:
         raise ValueError(f"other_weights_bytes ({other_weights_bytes}) must be >= 0")
     device = require_cuda("run_load")
-    # The index caches live in a pool of their own, so the load starts on an empty default pool,
-    # as its replay does (a trace is recorded after the same warm-up, on meta).
-    if device not in _CACHES_POOL:
-        _CACHES_POOL[device] = torch.cuda.MemPool()
-    with torch.cuda.use_mem_pool(_CACHES_POOL[device], device=device):
-        warm_layer_strategy(shape, strategy, device)
+    # in a pool of their own: the load starts on an empty default pool, as its replay does
+    warm_layer_strategy(shape, strategy, device)
     oom_layer, oom_message, reserved_after, ends = None, None, [], []
     with allocator_max_split_size(max_split_size_mb):
         torch.cuda.synchronize(device)
