@@ -112,9 +112,11 @@ def _load_line(row: dict) -> str:
     counts = "/".join(str(replayed[e]) for e in ("num_device_alloc", "num_device_free"))
     if ran is None:
         return head + f"replayed cudaMalloc/cudaFree {counts}, OOM layer {replayed['oom_layer']}"
+    predicted = row.get("predicted_seconds")  # the loads are predicted once all have run
     return head + (
-        f"{ran['seconds']:.3f} s (predicted {row.get('predicted_seconds', float('nan')):.3f}), "
-        f"cudaMalloc/cudaFree {ran['num_device_alloc']}/{ran['num_device_free']} "
+        f"{ran['seconds']:.3f} s"
+        + ("" if predicted is None else f" (predicted {predicted:.3f})")
+        + f", cudaMalloc/cudaFree {ran['num_device_alloc']}/{ran['num_device_free']} "
         f"(replayed {counts}), OOM layer {ran['oom_layer']}, "
         f"differences {sorted(row['differences'])}"
     )
