@@ -40,9 +40,20 @@ def step_load(dry_run: bool) -> dict:
     from moe_convert.load.wholemodel import DEVICE_141GB_BYTES, PR45589_BALLAST_BYTES, run_load
 
     loads = _loads([name for name in plan.LOAD_STRATEGIES if name in REGISTRY])
-    events = None if dry_run else measure_event_costs()
-    print(f"[load] event costs: {events}", flush=True)
-    rows, replays = [], []
+    events, layer_seconds = None, {}
+    if not dry_run:
+        device = plan.cuda_device()
+        events = measure_event_costs()
+        print(f"[load] event costs: {events}", flush=True)
+        # one layer's steady-state conversion of each, to predict from: its index caches are
+        # warmed in a pool of their own (table.warm_layer_strategy), so nothing of it serves a
+        # load (the H200 run at 7f04b26, where they were warmed in the default pool: 94 of a
+        # load's cudaMalloc calls), and run_load empties the allocator's cache first
+        for shape, name, *_ in loads:
+            seconds = layer_seconds.setdefault(shape.label, {})
+            if name not in seconds:
+                seconds[name] = time_strategy(shape, name, device)["seconds"]
+    rows = []
     for shape, name, max_split, pool, ballast in loads:
         row = {"shape": shape.label, "strategy": name, "max_split_mb": max_split, "pool": pool}
         try:
@@ -73,21 +84,13 @@ def step_load(dry_run: bool) -> dict:
                 row["differences"] = {
                     field: list(pair) for field, pair in replayed.differences(ran).items()
                 }
-                replays.append((row, shape, name, replayed))
+            if events is not None:
+                row["predicted_seconds"] = predict_replayed(
+                    replayed, layer_seconds[shape.label][name], events
+                )
         except Exception as error:
             row["error"] = f"{type(error).__name__}: {error}"
         plan.record(rows, row)
-        print(f"[load] {_load_line(row)}", flush=True)
-    # One layer's steady-state conversion of each, to predict the loads from: timed after them,
-    # so that nothing the timing leaves in the allocator meets a load (the H200 run at 7f04b26:
-    # the index caches it warmed in the default pool served 94 of a load's cudaMalloc calls;
-    # warm_layer_strategy warms them in a pool of their own since).
-    layer_seconds = {}
-    for row, shape, name, replayed in replays:
-        seconds = layer_seconds.setdefault(shape.label, {})
-        if name not in seconds:
-            seconds[name] = time_strategy(shape, name, plan.cuda_device())["seconds"]
-        row["predicted_seconds"] = predict_replayed(replayed, seconds[name], events)
         print(f"[load] {_load_line(row)}", flush=True)
     # The OOM message's wording differs between the allocator and its model: not a finding.
     ok = all(
@@ -112,11 +115,9 @@ def _load_line(row: dict) -> str:
     counts = "/".join(str(replayed[e]) for e in ("num_device_alloc", "num_device_free"))
     if ran is None:
         return head + f"replayed cudaMalloc/cudaFree {counts}, OOM layer {replayed['oom_layer']}"
-    predicted = row.get("predicted_seconds")  # the loads are predicted once all have run
     return head + (
-        f"{ran['seconds']:.3f} s"
-        + ("" if predicted is None else f" (predicted {predicted:.3f})")
-        + f", cudaMalloc/cudaFree {ran['num_device_alloc']}/{ran['num_device_free']} "
+        f"{ran['seconds']:.3f} s (predicted {row.get('predicted_seconds', float('nan')):.3f}), "
+        f"cudaMalloc/cudaFree {ran['num_device_alloc']}/{ran['num_device_free']} "
         f"(replayed {counts}), OOM layer {ran['oom_layer']}, "
         f"differences {sorted(row['differences'])}"
     )

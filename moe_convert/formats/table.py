@@ -192,8 +192,8 @@ def warm_layer_strategy(shape: LayerShape, strategy: str, device: torch.device) 
     On CUDA in a pool of the device's own (``torch.cuda.MemPool``): the caches' blocks then
     serve no later request in the default pool, so a conversion or a load allocates as its
     replay does, which is warmed on meta (the H200 run at 7f04b26: caches warmed in the default
-    pool served 94 of a load's ``cudaMalloc`` calls; at 5add180, one segment of 15 of 54
-    conversions' peak reserved)."""
+    pool served 94 of a load's ``cudaMalloc`` calls; at 5add180, 15 of 54 conversions reserved
+    one segment less than their replay, which we read as the same cause: not yet run since)."""
     device = torch.device(device)
     record = strategy_record(shape, strategy)
     if record.not_on_meta and device.type == "meta":
@@ -205,7 +205,8 @@ def warm_layer_strategy(shape: LayerShape, strategy: str, device: torch.device) 
     if device.type == "cuda" and device not in _CACHES_POOL:
         _CACHES_POOL[device] = torch.cuda.MemPool()
     pool = _CACHES_POOL.get(device)
-    with torch.cuda.use_mem_pool(pool, device=device) if pool else contextlib.nullcontext():
+    context = contextlib.nullcontext() if pool is None else torch.cuda.use_mem_pool(pool, device)
+    with context:
         convert(strategy_input(small, strategy, device), strategy=strategy, gated=small.gated)
 
 
