@@ -11,7 +11,7 @@ from conftest import requires_flashinfer
 from moe_convert import FORMATS, REGISTRY, Layer, LayerShape, convert
 from moe_convert.formats.layout import swap_w13_to_w31
 from moe_convert.formats.registry import result_in_input
-from moe_convert.formats.rows import row_index
+from moe_convert.formats.rows import as_words, row_index
 from moe_convert.formats.swizzle import block_scale_interleave
 from moe_convert.formats.table import random_layer
 
@@ -148,6 +148,26 @@ def test_every_strategy_gives_the_legacy_bytes(shape):
             assert_same_bytes(given, signed)
         else:
             assert_same_bytes(given, layer)
+
+
+@pytest.mark.parametrize(
+    ("cols", "offset", "word"),
+    [(64, 0, torch.int64), (12, 0, torch.int32), (64, 4, torch.int32), (6, 0, torch.int16),
+     (7, 0, torch.uint8), (64, 1, torch.uint8)],
+)  # fmt: skip
+def test_as_words_takes_the_widest_word_the_views_allow(cols, offset, word):
+    """The word is the widest dividing the last dim and the storage offset of every tensor; a
+    row gather and a copy through the views give the uint8 moves' bytes."""
+    storage = torch.randint(0, 256, (5 * cols + offset,), dtype=torch.uint8)
+    rows = storage[offset:].view(5, cols)
+    out = torch.empty(3, 2 * cols, dtype=torch.uint8)[:, :cols]  # strided, like an out[e] slot
+    source, target = as_words(rows, out)
+    assert source.dtype == target.dtype == word
+    index = torch.tensor([4, 0, 2])
+    torch.index_select(source, 0, index, out=target)
+    assert torch.equal(out, rows[index])
+    # One tensor that allows no word keeps every tensor in bytes.
+    assert as_words(rows, torch.empty(3, 1, dtype=torch.uint8))[0].dtype == torch.uint8
 
 
 # FlashInfer's pure-torch helpers, called as vLLM calls them: the row indices are theirs.

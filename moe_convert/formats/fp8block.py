@@ -25,6 +25,7 @@ from .layout import (
 from .registry import register
 from .rows import (
     MIN_BLOCK_SCALE,
+    as_words,
     block_major_k,
     gather_block_rows,
     relay_rows_in_place,
@@ -128,7 +129,8 @@ def block_preallocated(layer: Layer, gated: bool) -> Layer:
             (experts, cols // BLOCK_K, rows, BLOCK_K), dtype=torch.uint8, device=weight.device
         )
         for e in range(experts):
-            torch.index_select(block_major_k(weight[e].view(torch.uint8)), 1, index, out=out[e])
+            source, target = as_words(block_major_k(weight[e].view(torch.uint8)), out[e])
+            torch.index_select(source, 1, index, out=target)
         weights.append(out.view(weight.dtype))
     return Layer(*weights, *_block_scales(layer, gated))
 
@@ -148,8 +150,11 @@ def block_inplace(layer: Layer, gated: bool) -> Layer:
         blocks = (cols // BLOCK_K, rows, BLOCK_K)
         expert_scratch = scratch[: rows * cols].view(blocks)
         for expert in weight.view(torch.uint8):
-            torch.index_select(block_major_k(expert), 1, index, out=expert_scratch)
-            expert.view(blocks).copy_(expert_scratch)
+            source, target, words = as_words(
+                block_major_k(expert), expert_scratch, expert.view(blocks)
+            )
+            torch.index_select(source, 1, index, out=target)
+            words.copy_(target)
         weights.append(weight.view(experts, *blocks))
     s13, s2 = layer.w13_scale, layer.w2_scale
     if gated:

@@ -49,6 +49,7 @@ from .format import Format
 from .layer import Layer
 from .registry import register
 from .rows import (
+    as_words,
     gather_rows,
     gather_scales,
     relay_rows_in_place,
@@ -110,7 +111,8 @@ def preallocated(layer: Layer, gated: bool, fmt: Format) -> Layer:
             out_scale = torch.empty(scale.shape, dtype=torch.uint8, device=scale.device)
             scratch = torch.empty(scale.shape[1:], dtype=torch.uint8, device=scale.device)
         for e in range(weight.shape[0]):
-            torch.index_select(weight[e].view(torch.uint8), 0, index, out=out[e])
+            source, target = as_words(weight[e].view(torch.uint8), out[e])
+            torch.index_select(source, 0, index, out=target)
             if scale is not None:
                 torch.index_select(scale[e].view(torch.uint8), 0, index, out=scratch)
                 out_scale[e].view(-1).copy_(block_scale_interleave(scratch))

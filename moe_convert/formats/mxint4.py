@@ -33,6 +33,7 @@ from .kinds import REORDER_LAUNCHES, reorder_w1w3_to_w3w1, scratch_of
 from .layer import Layer, check_layer
 from .layout import BLOCK_K, shuffle_row_index, w13_row_index
 from .registry import register
+from .rows import as_words
 from .swizzle import COLS_PER_TILE, ROWS_PER_TILE, block_scale_interleave
 
 __all__ = ["MXINT4", "mxint4_fast", "mxint4_inplace", "mxint4_legacy", "mxint4_preallocated"]
@@ -202,13 +203,17 @@ def _source(
 
 def _relay(src: torch.Tensor, dst: torch.Tensor, scale: bool, gated: bool) -> None:
     """Write ``src``'s relaid bytes into ``dst`` (views of ``_destination``'s shape); weights
-    are sign-flipped on the way (one ``bitwise_xor`` per view), scales copied."""
+    are sign-flipped on the way (one ``bitwise_xor`` per view), scales copied. Both move in
+    the widest word the views allow (``rows.as_words``), the flip repeated over its bytes."""
     for a0, view in _source(src, scale, gated):
-        target = dst if a0 is None else dst[:, :, :, :, a0]
+        source, target = as_words(view, dst if a0 is None else dst[:, :, :, :, a0])
         if scale:
-            target.copy_(view)
+            target.copy_(source)
         else:
-            torch.bitwise_xor(view, SIGN_FLIP, out=target)
+            flip = int.from_bytes(
+                bytes([SIGN_FLIP]) * source.element_size(), "little", signed=source.is_signed()
+            )
+            torch.bitwise_xor(source, flip, out=target)
 
 
 def _tensors(layer: Layer, gated: bool):

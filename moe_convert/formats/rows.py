@@ -35,6 +35,7 @@ from .swizzle import swizzled_view
 __all__ = [
     "MIN_BLOCK_SCALE",
     "ROW_ORDERS",
+    "as_words",
     "block_major_k",
     "gather_block_rows",
     "gather_rows",
@@ -55,6 +56,34 @@ _CPU = torch.device("cpu")
 # clamped up to it on every FlashInfer path, TRTLLM-gen's included (near-zero scales of dead
 # experts give NaN in the CUTLASS kernel on Hopper).
 MIN_BLOCK_SCALE = 1e-10
+
+
+# Widest first: CUDA's index_select and element-wise copies move one element per thread, so a
+# byte move viewed in 8-byte words runs 8x fewer threads over the same bytes (every quantized
+# `-fast` moved bytes at ~675 GB/s on an H200 as uint8, docs/gpu.md).
+_WORDS = (torch.int64, torch.int32, torch.int16)
+
+
+def as_words(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The uint8 ``tensors`` viewed in the widest integer word all of them allow: views, no copy.
+
+    A word fits a tensor whose last dim is contiguous and a multiple of it, and whose other
+    strides and storage offset are too (``Tensor.view(dtype)``'s rule); where none fits every
+    tensor, they are returned as they are. Moves between the views (``index_select`` along any
+    dim but the last, ``copy_``, ``bitwise_xor``) give the bytes of the same moves on uint8.
+    """
+    for word in _WORDS:
+        size = word.itemsize
+        if all(
+            t.dim() > 0
+            and t.stride(-1) == 1
+            and t.shape[-1] % size == 0
+            and t.storage_offset() % size == 0
+            and all(stride % size == 0 for stride in t.stride()[:-1])
+            for t in tensors
+        ):
+            return tuple(t.view(word) for t in tensors)
+    return tensors
 
 
 @functools.cache
@@ -100,7 +129,8 @@ def gather_rows(weight: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     A new contiguous tensor of ``weight``'s shape and dtype (bytes moved as uint8).
     """
     out = torch.empty(weight.shape, dtype=torch.uint8, device=weight.device)
-    torch.index_select(weight.view(torch.uint8), 1, index, out=out)
+    source, target = as_words(weight.view(torch.uint8), out)
+    torch.index_select(source, 1, index, out=target)
     return out.view(weight.dtype)
 
 
@@ -133,7 +163,8 @@ def gather_block_rows(weight: torch.Tensor, index: torch.Tensor) -> torch.Tensor
     out = torch.empty(
         (experts, cols // BLOCK_K, rows, BLOCK_K), dtype=torch.uint8, device=weight.device
     )
-    torch.index_select(block_major_k(weight.view(torch.uint8)), 2, index, out=out)
+    source, target = as_words(block_major_k(weight.view(torch.uint8)), out)
+    torch.index_select(source, 2, index, out=target)
     return out.view(weight.dtype)
 
 
@@ -146,8 +177,9 @@ def relay_rows_in_place(weight: torch.Tensor, index: torch.Tensor, scratch: torc
     _, rows, cols = experts.shape
     expert_scratch = scratch[: rows * cols].view(rows, cols)
     for expert in experts:
-        torch.index_select(expert, 0, index, out=expert_scratch)
-        expert.copy_(expert_scratch)
+        words, scratch_words = as_words(expert, expert_scratch)
+        torch.index_select(words, 0, index, out=scratch_words)
+        words.copy_(scratch_words)
 
 
 def relay_scales_in_place(scale: torch.Tensor, index: torch.Tensor, scratch: torch.Tensor) -> None:
