@@ -47,7 +47,7 @@ class EventCosts:
 
     cuda_malloc_seconds: float  # a cudaMalloc of a 20 MiB segment (the 1-10 MiB requests' size)
     cuda_free_seconds: float  # a cudaFree of one, on an idle device
-    failed_cuda_malloc_seconds: float  # a cudaMalloc a full device refuses (half an OOM's round)
+    failed_cuda_malloc_seconds: float  # a refused round less its cudaFree and cudaMalloc
     samples: int
 
 

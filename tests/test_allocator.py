@@ -259,3 +259,35 @@ def test_errors_name_the_bad_value():
     alloc.free(block)
     with pytest.raises(ValueError, match="double free"):
         alloc.free(block)
+
+
+def test_measure_event_costs_rounds_are_one_refusal_each():
+    """``loadtime.measure_event_costs``' refused rounds, replayed: a device filled with 20 MiB
+    segments until one is refused, one of them back in the cache; then each
+    ``ROUND_REQUEST_BYTES`` request, freed before the next, is one refused ``cudaMalloc``, one
+    ``cudaFree`` and one ``cudaMalloc``, with no retry of the whole cache and no OOM (the round
+    a legacy load meets). Held instead, five requests would share one segment."""
+    from moe_convert.load.loadtime import ROUND_REQUEST_BYTES  # imports torch
+
+    alloc = allocator(20, capacity_mb=2 * 1024 + 7, pool="default")
+    filling = []
+    with pytest.raises(OutOfMemory):
+        while True:
+            filling.append(alloc.malloc(20 * MiB))
+    alloc.free(filling.pop())
+    before = alloc.stats()
+    for _ in range(8):
+        alloc.free(alloc.malloc(ROUND_REQUEST_BYTES))
+    after = alloc.stats()
+    moved = {
+        field: getattr(after, field) - getattr(before, field)
+        for field in ("num_device_alloc", "num_device_free", "num_device_alloc_failed",
+                      "num_alloc_retries", "num_ooms")
+    }  # fmt: skip
+    assert moved == {
+        "num_device_alloc": 8,
+        "num_device_free": 8,
+        "num_device_alloc_failed": 8,
+        "num_alloc_retries": 0,
+        "num_ooms": 0,
+    }

@@ -16,10 +16,11 @@ import torch
 from moe_suite.loadtime import EventCosts, predict_load_seconds
 
 from ..measuring.memory import require_cuda
+from ..units import MiB
 from .allocator import K_LARGE_BUFFER
 from .wholemodel import RankLoad, allocator_max_split_size
 
-__all__ = ["measure_event_costs", "predict_replayed"]
+__all__ = ["ROUND_REQUEST_BYTES", "measure_event_costs", "predict_replayed"]
 
 
 def predict_replayed(load: RankLoad, layer_seconds: float, events: EventCosts) -> float:
@@ -39,21 +40,28 @@ def predict_replayed(load: RankLoad, layer_seconds: float, events: EventCosts) -
     )
 
 
-def measure_event_costs(*, segments: int = 64, refusals: int = 8) -> EventCosts:
+#: The request of ``measure_event_costs``' refused rounds: 1-10 MiB, so it takes a 20 MiB segment
+#: (``get_allocation_size``), and under 20 MiB, so a free 20 MiB segment, oversize under
+#: ``max_split_size_mb:20``, cannot serve it (a legacy load's per-expert requests are such).
+ROUND_REQUEST_BYTES = 4 * MiB
+
+
+def measure_event_costs(*, segments: int = 64, refusals: int = 32) -> EventCosts:
     """Time the three allocator events on the current CUDA device (it fills it: run it first).
 
     Under ``max_split_size_mb:20`` after ``empty_cache``: ``segments`` requests of exactly
     20 MiB each take a new segment (``cudaMalloc``; no kernel is launched, so host time is the
-    call's), then ``empty_cache`` gives them back (``cudaFree`` each, the device idle). A refused
-    ``cudaMalloc`` as a load meets one: the device filled with 20 MiB segments (a legacy load
-    holds thousands), one more fails twice (once before and once after releasing the empty cache)
-    and raises ``torch.OutOfMemoryError``; half of that round, median of ``refusals``. On an H200
-    that is 3.0 ms (a request beyond an empty device: 7.5 ms), while a refused-and-released round
-    inside vLLM #45589's legacy load costs 0.8-1.0 ms by the run's own seconds, so the prediction
-    is 2.8x that run: the costs price a load without refusals, not yet one with them
-    (docs/allocator.md). The counters of ``memory_stats`` are checked to have moved by exactly
-    these events, so a costlier path (a retry that released something) cannot pass for one.
-    Memory: the whole device, for the refusals.
+    call's), then ``empty_cache`` gives them back (``cudaFree`` each, the device idle); medians
+    of three rounds' means. A refused ``cudaMalloc`` as a load meets one: the device filled
+    with 20 MiB segments until it refuses one (one retry and OOM of its own), one of them freed
+    back to the cache, then ``refusals`` requests of ``ROUND_REQUEST_BYTES``, each freed before
+    the next: each is refused a new segment, frees the cached one
+    (``release_available_cached_blocks``) and retries with success, the round vLLM #45589's
+    legacy load makes 4,695 times, with no OOM. The refusal's cost is the round's median less
+    one ``cudaMalloc`` and one ``cudaFree`` (half an OOM's round priced it 3x too high on an
+    H200: docs/allocator.md). The counters of ``memory_stats`` are checked to have moved by
+    exactly these events, so a costlier path (an OOM, a retry that released everything) cannot
+    pass for one. Memory: the whole device.
     ``RuntimeError`` without CUDA.
     """
     device = require_cuda("measure_event_costs")
@@ -63,7 +71,7 @@ def measure_event_costs(*, segments: int = 64, refusals: int = 8) -> EventCosts:
         torch.cuda.empty_cache()
         before = torch.cuda.memory_stats(device)
         allocs, frees = [], []
-        for _ in range(3):  # three rounds; medians of the per-event means
+        for _ in range(3):
             started = time.perf_counter()
             blocks = [
                 torch.empty(K_LARGE_BUFFER, dtype=torch.uint8, device=device)
@@ -75,34 +83,35 @@ def measure_event_costs(*, segments: int = 64, refusals: int = 8) -> EventCosts:
             torch.cuda.empty_cache()
             frees.append((time.perf_counter() - started) / segments)
         filling = []
-        try:  # ends with one refusal and OOM of its own
+        try:  # ends with one refusal, one retry and one OOM of its own
             while True:
                 filling.append(torch.empty(K_LARGE_BUFFER, dtype=torch.uint8, device=device))
         except torch.OutOfMemoryError:
             pass
         filled = len(filling)
-        refused = []
+        del filling[-1]  # one whole free 20 MiB segment in the cache
+        rounds = []
         for _ in range(refusals):
             started = time.perf_counter()
-            try:
-                torch.empty(K_LARGE_BUFFER, dtype=torch.uint8, device=device)
-            except torch.OutOfMemoryError:
-                refused.append((time.perf_counter() - started) / 2)
+            request = torch.empty(ROUND_REQUEST_BYTES, dtype=torch.uint8, device=device)
+            rounds.append(time.perf_counter() - started)
+            del request  # its segment whole and free again: the next request's round
         del filling
         torch.cuda.empty_cache()
         after = torch.cuda.memory_stats(device)
     moved = {key: after[key] - before[key] for key in count}
     expected = {
-        "num_device_alloc": 3 * segments + filled,
-        "num_device_free": 3 * segments + filled,
-        "num_alloc_retries": refusals + 1,
-        "num_ooms": refusals + 1,
+        "num_device_alloc": 3 * segments + filled + refusals,
+        "num_device_free": 3 * segments + filled + refusals,
+        "num_alloc_retries": 1,
+        "num_ooms": 1,
     }
     if moved != expected:
         raise RuntimeError(f"allocator events moved by {moved}, not {expected}: costs not taken")
+    cuda_malloc, cuda_free = statistics.median(allocs), statistics.median(frees)
     return EventCosts(
-        cuda_malloc_seconds=statistics.median(allocs),
-        cuda_free_seconds=statistics.median(frees),
-        failed_cuda_malloc_seconds=statistics.median(refused),
+        cuda_malloc_seconds=cuda_malloc,
+        cuda_free_seconds=cuda_free,
+        failed_cuda_malloc_seconds=statistics.median(rounds) - cuda_malloc - cuda_free,
         samples=3 * segments,
     )
