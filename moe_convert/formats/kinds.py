@@ -31,7 +31,8 @@ there are and the relaid scales' dtype (MXFP8's stay uint8). A format module reg
   and copied back,
   scales swizzled back by a strided copy: weights and scales come back in their own storage;
 - ``fast``: one ``index_select`` per weight over every expert, and one per scale tensor with
-  the row order and the swizzle folded into one flat index (``rows.scale_index``).
+  the row order and the swizzle folded into one flat index of 4-byte words
+  (``rows.scale_word_index``).
 
 Biases (MXFP4) are made float32 by every kind with one gather and a cast (their bytes are
 0.12 % of a gpt-oss-120b layer's): a float32 bias cannot live in a bf16 one's storage.
@@ -166,7 +167,7 @@ def fast(layer: Layer, gated: bool, fmt: Format) -> Layer:
     """One gather per weight over all experts; one per scale tensor, the swizzle folded in.
 
     Out of place: new tensors; the input is unchanged. Peak transient: the outputs, nothing
-    else (the flat scale index is cached: 8 bytes per scale factor of one expert).
+    else (the flat scale index is cached: 2 bytes per scale factor of one expert).
     """
     order13 = _w13_order(fmt, gated)
     converted = []
@@ -228,7 +229,7 @@ _KINDS = {
 # NVFP4 and MXFP8 move the same tensors the same way (1-D block scales, no biases): one figure
 # of (traffic, launches) per kind.
 SCALED_INPLACE = ("4 (T13 + T2 + F13 + F2) + 2 E (X13 + X2)", "8 E")
-SCALED_FAST = ("2 (T13 + T2 + F13 + F2) + 8 (F13 // E + F2 // E) + X13 + X2", "4")
+SCALED_FAST = ("2 (T13 + T2 + F13 + F2) + 2 (F13 // E + F2 // E) + X13 + X2", "4")
 
 
 def _bind(function, fmt: Format):

@@ -142,7 +142,7 @@ def mxfp4_legacy(layer: Layer, gated: bool) -> Layer:
 
 
 # A bias costs 5/2 B (the gather, then the cast) and its index, in four launches; a scale gather
-# reads 8 bytes of index per scale factor of one expert (rows.scale_index).
+# reads 2 bytes of index per scale factor of one expert (rows.scale_word_index).
 _BIAS_TRAFFIC = "5 (B13 + B2) // 2 + X13 + X2"
 register_kinds(
     MXFP4,
@@ -153,7 +153,7 @@ register_kinds(
         ),
         "inplace": (f"4 (T13 + T2 + F13 + F2) + 2 E (X13 + X2) + {_BIAS_TRAFFIC}", "8 E + 4"),
         "fast": (
-            "2 (T13 + T2 + F13 + F2) + 8 (F13 // E + F2 // E) + 2 (X13 + X2) + 5 (B13 + B2) // 2",
+            "2 (T13 + T2 + F13 + F2) + 2 (F13 // E + F2 // E) + 2 (X13 + X2) + 5 (B13 + B2) // 2",
             "8",
         ),
     },

@@ -44,6 +44,7 @@ __all__ = [
     "relay_scales_in_place",
     "row_index",
     "scale_index",
+    "scale_word_index",
 ]
 
 ROW_ORDERS = (
@@ -65,25 +66,32 @@ _WORDS = (torch.int64, torch.int32, torch.int16)
 
 
 def as_words(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The uint8 ``tensors`` viewed in the widest integer word all of them allow: views, no copy.
+    """``tensors`` viewed in the widest integer word all of them allow: views, no copy.
 
-    A word fits a tensor whose last dim is contiguous and a multiple of it, and whose other
-    strides and storage offset are too (``Tensor.view(dtype)``'s rule); where none fits every
-    tensor, they are returned as they are. Moves between the views (``index_select`` along any
-    dim but the last, ``copy_``, ``bitwise_xor``) give the bytes of the same moves on uint8.
+    A word fits a tensor whose last dim is contiguous and whose last dim, other strides and
+    storage offset are multiples of the word's elements (``Tensor.view(dtype)``'s rule); where
+    none fits every tensor, they are returned as they are. Moves between the views
+    (``index_select`` along any dim but the last, ``copy_``, ``bitwise_xor``) give the bytes
+    of the same moves on the tensors' own dtype (one element size for all).
     """
     for word in _WORDS:
-        size = word.itemsize
-        if all(
-            t.dim() > 0
-            and t.stride(-1) == 1
-            and t.shape[-1] % size == 0
-            and t.storage_offset() % size == 0
-            and all(stride % size == 0 for stride in t.stride()[:-1])
-            for t in tensors
-        ):
+        if all(_fits(t, word.itemsize) for t in tensors):
             return tuple(t.view(word) for t in tensors)
     return tensors
+
+
+def _fits(tensor: torch.Tensor, word_bytes: int) -> bool:
+    """Whether ``tensor.view(<word_bytes-byte dtype>)`` is a view of the same bytes."""
+    elements, rest = divmod(word_bytes, tensor.element_size())
+    return (
+        elements > 0
+        and rest == 0
+        and tensor.dim() > 0
+        and tensor.stride(-1) == 1
+        and tensor.shape[-1] % elements == 0
+        and tensor.storage_offset() % elements == 0
+        and all(stride % elements == 0 for stride in tensor.stride()[:-1])
+    )
 
 
 @functools.cache
@@ -123,6 +131,14 @@ def scale_index(order: str, rows: int, cols: int, device: torch.device = _CPU) -
     return swizzled_view(rows_first).reshape(-1).to(device)
 
 
+@functools.cache
+def scale_word_index(order: str, rows: int, cols: int, device: torch.device = _CPU) -> torch.Tensor:
+    """``scale_index`` over 4-byte words, int64 ``[rows cols / 4]``: the 128x4 swizzle moves
+    a row's 4 bytes of one 4-column tile together, so the gather moves whole words. Cached (2
+    bytes per scale factor of one expert); never write to it."""
+    return scale_index(order, rows, cols)[::4].div(4, rounding_mode="floor").to(device)
+
+
 def gather_rows(weight: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Every expert's rows of ``weight [E, M, K]`` by ``index``, in one ``index_select``.
 
@@ -135,16 +151,17 @@ def gather_rows(weight: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def gather_scales(scale: torch.Tensor, order: str) -> torch.Tensor:
-    """Every expert's scales ``[E, M, K]``, rows by ``order`` and swizzled, in one gather.
+    """Every expert's scales ``[E, M, K]``, rows by ``order`` and swizzled, in one gather of
+    4-byte words (``scale_word_index``).
 
     A new contiguous ``[E, M, K]`` uint8 tensor (the swizzled bytes of each expert, as vLLM
     reshapes them; the caller views it as its format returns scales).
     """
     experts, rows, cols = scale.shape
     out = torch.empty(scale.shape, dtype=torch.uint8, device=scale.device)
-    index = scale_index(order, rows, cols, scale.device)
-    flat = scale.view(torch.uint8).view(experts, rows * cols)
-    torch.index_select(flat, 1, index, out=out.view(experts, rows * cols))
+    index = scale_word_index(order, rows, cols, scale.device)
+    words = scale.view(torch.uint8).view(experts, rows * cols).view(torch.int32)
+    torch.index_select(words, 1, index, out=out.view(experts, rows * cols).view(torch.int32))
     return out
 
 
