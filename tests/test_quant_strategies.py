@@ -11,9 +11,10 @@ from conftest import requires_flashinfer
 from moe_convert import FORMATS, REGISTRY, Layer, LayerShape, convert
 from moe_convert.formats.layout import swap_w13_to_w31
 from moe_convert.formats.registry import result_in_input
-from moe_convert.formats.rows import as_words, row_index
+from moe_convert.formats.rows import row_index
 from moe_convert.formats.swizzle import block_scale_interleave
 from moe_convert.formats.table import random_layer
+from moe_convert.formats.words import as_words
 
 # (E, H, I, gated) per format: the smallest aligned shapes and odd ones (one expert, I not a
 # power of two, H much larger or smaller than I, non-gated where the format has it).

@@ -25,12 +25,12 @@ from .layout import (
 from .registry import register
 from .rows import (
     MIN_BLOCK_SCALE,
-    as_words,
     block_major_k,
     gather_block_rows,
     relay_rows_in_place,
     row_index,
 )
+from .words import as_words
 
 __all__ = ["FP8BLOCK", "block_fast", "block_inplace", "block_preallocated", "fp8block_legacy"]
 

@@ -50,7 +50,6 @@ from .format import Format
 from .layer import Layer
 from .registry import register
 from .rows import (
-    as_words,
     gather_rows,
     gather_scales,
     relay_rows_in_place,
@@ -58,6 +57,7 @@ from .rows import (
     row_index,
 )
 from .swizzle import block_scale_interleave
+from .words import as_words
 
 __all__ = [
     "REORDER_LAUNCHES",

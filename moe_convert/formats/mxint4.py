@@ -33,8 +33,8 @@ from .kinds import REORDER_LAUNCHES, reorder_w1w3_to_w3w1, scratch_of
 from .layer import Layer, check_layer
 from .layout import BLOCK_K, shuffle_row_index, w13_row_index
 from .registry import register
-from .rows import as_words
 from .swizzle import COLS_PER_TILE, ROWS_PER_TILE, block_scale_interleave
+from .words import as_words
 
 __all__ = ["MXINT4", "mxint4_fast", "mxint4_inplace", "mxint4_legacy", "mxint4_preallocated"]
 

@@ -31,11 +31,11 @@ import torch
 
 from .layout import BLOCK_K, SHUFFLE_BLOCK_TILE64, shuffle_row_index, w13_row_index
 from .swizzle import swizzled_view
+from .words import as_words
 
 __all__ = [
     "MIN_BLOCK_SCALE",
     "ROW_ORDERS",
-    "as_words",
     "block_major_k",
     "gather_block_rows",
     "gather_rows",
@@ -57,41 +57,6 @@ _CPU = torch.device("cpu")
 # clamped up to it on every FlashInfer path, TRTLLM-gen's included (near-zero scales of dead
 # experts give NaN in the CUTLASS kernel on Hopper).
 MIN_BLOCK_SCALE = 1e-10
-
-
-# Widest first: CUDA's index_select and element-wise copies move one element per thread, so a
-# byte move viewed in 8-byte words runs 8x fewer threads over the same bytes (every quantized
-# `-fast` moved bytes at ~675 GB/s on an H200 as uint8, docs/gpu.md).
-_WORDS = (torch.int64, torch.int32, torch.int16)
-
-
-def as_words(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """``tensors`` viewed in the widest integer word all of them allow: views, no copy.
-
-    A word fits a tensor whose last dim is contiguous and whose last dim, other strides and
-    storage offset are multiples of the word's elements (``Tensor.view(dtype)``'s rule); where
-    none fits every tensor, they are returned as they are. Moves between the views
-    (``index_select`` along any dim but the last, ``copy_``, ``bitwise_xor``) give the bytes
-    of the same moves on the tensors' own dtype (one element size for all).
-    """
-    for word in _WORDS:
-        if all(_fits(t, word.itemsize) for t in tensors):
-            return tuple(t.view(word) for t in tensors)
-    return tensors
-
-
-def _fits(tensor: torch.Tensor, word_bytes: int) -> bool:
-    """Whether ``tensor.view(<word_bytes-byte dtype>)`` is a view of the same bytes."""
-    elements, rest = divmod(word_bytes, tensor.element_size())
-    return (
-        elements > 0
-        and rest == 0
-        and tensor.dim() > 0
-        and tensor.stride(-1) == 1
-        and tensor.shape[-1] % elements == 0
-        and tensor.storage_offset() % elements == 0
-        and all(stride % elements == 0 for stride in tensor.stride()[:-1])
-    )
 
 
 @functools.cache

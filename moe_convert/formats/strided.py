@@ -28,10 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["StridedCopy", "copy_strided", "strided_copies"]
+from .words import widest
 
-#: A run of contiguous bytes is copied as the widest of these its length and offsets allow.
-_WIDTHS = {8: torch.int64, 4: torch.int32, 2: torch.int16}
+__all__ = ["StridedCopy", "copy_strided", "strided_copies"]
 
 
 @dataclass(frozen=True)
@@ -120,17 +119,19 @@ def _digits(geometry: Geometry, dim: int, copy: StridedCopy, target: bool) -> Ge
 
 def _widest(target: Geometry, source: Geometry) -> tuple[Geometry, Geometry, torch.dtype]:
     """Two uint8 views of one shape, their trailing dims merged where both are contiguous
-    there, and the widest integer (``_WIDTHS``) that divides the merged run, every other
+    there, and the widest integer (``words.widest``) that divides the merged run, every other
     stride and both offsets: the same bytes as fewer elements (a swizzled scale's 4-byte runs
     as one int32 each, not four bytes)."""
     pair = [target, source]
     while len(pair[0][0]) > 1 and all(st[-2] == st[-1] * sz[-1] for sz, st, _ in pair):
         pair = [((*sz[:-2], sz[-2] * sz[-1]), (*st[:-2], st[-1]), at) for sz, st, at in pair]
-    numbers = [pair[0][0][-1], *(x for _, st, at in pair for x in (at, *st[:-1]))]
-    for width, dtype in _WIDTHS.items():
-        if all(st[-1] == 1 for _, st, _ in pair) and all(x % width == 0 for x in numbers):
-            return pair[0], pair[1], dtype
-    return pair[0], pair[1], torch.uint8
+    if not all(st[-1] == 1 for _, st, _ in pair):
+        return pair[0], pair[1], torch.uint8
+    return (
+        pair[0],
+        pair[1],
+        widest([pair[0][0][-1], *(x for _, st, at in pair for x in (at, *st[:-1]))]),
+    )
 
 
 @functools.cache
