@@ -38,6 +38,7 @@ from ..layout import (
     w13_row_index,
 )
 from ..registry import register
+from ..words import as_words
 
 __all__ = [
     "legacy",
@@ -212,12 +213,9 @@ def batched(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
 
 def _strided_copy_into(rows: torch.Tensor, blocks_u8: torch.Tensor, interleave: bool) -> None:
     for dst, src in block_layout_copies(rows.view(torch.uint8), blocks_u8, interleave=interleave):
-        # Copy 8-byte words, not bytes: the same bytes move, but a strided CUDA copy handles
-        # one element per load, so wider elements mean 8x fewer of them (no change on CPU).
-        # A weight that starts off an 8-byte boundary (a view into a shared buffer) cannot be
-        # viewed as words: its bytes are copied as they are.
-        if dst.storage_offset() % 8 == 0 and src.storage_offset() % 8 == 0:
-            dst, src = dst.view(torch.int64), src.view(torch.int64)
+        # In words, not bytes (a weight off an 8-byte boundary, a view into a shared buffer,
+        # in narrower ones): the same bytes in up to 8x fewer CUDA elements.
+        dst, src = as_words(dst, src)
         dst.copy_(src)
 
 
