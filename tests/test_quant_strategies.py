@@ -11,7 +11,7 @@ from conftest import requires_flashinfer
 from moe_convert import FORMATS, REGISTRY, Layer, LayerShape, convert
 from moe_convert.formats.layout import swap_w13_to_w31
 from moe_convert.formats.registry import result_in_input
-from moe_convert.formats.rows import row_index
+from moe_convert.formats.rows import gather_scales, row_index
 from moe_convert.formats.swizzle import block_scale_interleave
 from moe_convert.formats.table import random_layer
 from moe_convert.formats.words import as_words
@@ -169,6 +169,16 @@ def test_as_words_takes_the_widest_word_the_views_allow(cols, offset, word):
     assert torch.equal(out, rows[index])
     # One tensor that allows no word keeps every tensor in bytes.
     assert as_words(rows, torch.empty(3, 1, dtype=torch.uint8))[0].dtype == torch.uint8
+
+
+@pytest.mark.parametrize("order", ["swap_halves", "shuffle"])
+def test_scales_off_a_word_boundary_gather_the_same_bytes(order):
+    """``gather_scales`` in 4-byte words, and in bytes for scales starting 1 byte into a shared
+    buffer (no word view there): the same bytes either way."""
+    experts, rows, cols = 3, 256, 12
+    buffer = torch.randint(0, 256, (experts * rows * cols + 1,), dtype=torch.uint8)
+    shifted = buffer[1:].view(experts, rows, cols)
+    assert torch.equal(gather_scales(shifted, order), gather_scales(shifted.clone(), order))
 
 
 # FlashInfer's pure-torch helpers, called as vLLM calls them: the row indices are theirs.

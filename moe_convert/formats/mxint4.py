@@ -204,7 +204,7 @@ def _source(
 def _relay(src: torch.Tensor, dst: torch.Tensor, scale: bool, gated: bool) -> None:
     """Write ``src``'s relaid bytes into ``dst`` (views of ``_destination``'s shape); weights
     are sign-flipped on the way (one ``bitwise_xor`` per view), scales copied. Both move in
-    the widest word the views allow (``rows.as_words``), the flip repeated over its bytes."""
+    the widest word the views allow (``words.as_words``), the flip repeated over its bytes."""
     for a0, view in _source(src, scale, gated):
         source, target = as_words(view, dst if a0 is None else dst[:, :, :, :, a0])
         if scale:

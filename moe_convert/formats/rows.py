@@ -107,7 +107,8 @@ def scale_word_index(order: str, rows: int, cols: int, device: torch.device = _C
 def gather_rows(weight: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Every expert's rows of ``weight [E, M, K]`` by ``index``, in one ``index_select``.
 
-    A new contiguous tensor of ``weight``'s shape and dtype (bytes moved as uint8).
+    A new contiguous tensor of ``weight``'s shape and dtype (bytes moved in the widest word
+    the rows allow, ``words.as_words``).
     """
     out = torch.empty(weight.shape, dtype=torch.uint8, device=weight.device)
     source, target = as_words(weight.view(torch.uint8), out)
@@ -117,16 +118,21 @@ def gather_rows(weight: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def gather_scales(scale: torch.Tensor, order: str) -> torch.Tensor:
     """Every expert's scales ``[E, M, K]``, rows by ``order`` and swizzled, in one gather of
-    4-byte words (``scale_word_index``).
+    4-byte words (``scale_word_index``; of bytes, ``scale_index``, for scales that start off a
+    4-byte boundary: a view into a shared buffer).
 
     A new contiguous ``[E, M, K]`` uint8 tensor (the swizzled bytes of each expert, as vLLM
     reshapes them; the caller views it as its format returns scales).
     """
     experts, rows, cols = scale.shape
     out = torch.empty(scale.shape, dtype=torch.uint8, device=scale.device)
-    index = scale_word_index(order, rows, cols, scale.device)
-    words = scale.view(torch.uint8).view(experts, rows * cols).view(torch.int32)
-    torch.index_select(words, 1, index, out=out.view(experts, rows * cols).view(torch.int32))
+    flat = scale.view(torch.uint8).view(experts, rows * cols)
+    out_flat = out.view(experts, rows * cols)
+    if flat.storage_offset() % 4:
+        torch.index_select(flat, 1, scale_index(order, rows, cols, scale.device), out=out_flat)
+    else:
+        index = scale_word_index(order, rows, cols, scale.device)
+        torch.index_select(flat.view(torch.int32), 1, index, out=out_flat.view(torch.int32))
     return out
 
 
