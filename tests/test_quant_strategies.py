@@ -152,21 +152,28 @@ def test_every_strategy_gives_the_legacy_bytes(shape):
 
 
 @pytest.mark.parametrize(
-    ("cols", "offset", "word"),
-    [(64, 0, torch.int64), (12, 0, torch.int32), (64, 4, torch.int32), (6, 0, torch.int16),
-     (7, 0, torch.uint8), (64, 1, torch.uint8)],
+    ("cols", "offset", "integer", "word"),
+    [(64, 0, False, torch.complex128), (64, 0, True, torch.int64), (24, 0, False, torch.int64),
+     (12, 0, False, torch.int32), (64, 4, False, torch.int32), (6, 0, False, torch.int16),
+     (7, 0, False, torch.uint8), (64, 1, False, torch.uint8)],
 )  # fmt: skip
-def test_as_words_takes_the_widest_word_the_views_allow(cols, offset, word):
-    """The word is the widest dividing the last dim and the storage offset of every tensor; a
-    row gather and a copy through the views give the uint8 moves' bytes."""
+def test_as_words_takes_the_widest_word_the_views_allow(cols, offset, integer, word):
+    """The word is the widest dividing the last dim and the storage offset of every tensor
+    (integers only where asked); a row gather and a copy through the views give the uint8
+    moves' bytes, NaN patterns of complex128 words included (the bytes are random)."""
     storage = torch.randint(0, 256, (5 * cols + offset,), dtype=torch.uint8)
+    storage[offset : offset + 8] = 0xFF  # a NaN double, as a complex128 word's real part
     rows = storage[offset:].view(5, cols)
     out = torch.empty(3, 2 * cols, dtype=torch.uint8)[:, :cols]  # strided, like an out[e] slot
-    source, target = as_words(rows, out)
+    source, target = as_words(rows, out, integer=integer)
     assert source.dtype == target.dtype == word
     index = torch.tensor([4, 0, 2])
     torch.index_select(source, 0, index, out=target)
     assert torch.equal(out, rows[index])
+    copied = torch.empty_like(rows)
+    into, out_of = as_words(copied, rows, integer=integer)
+    into.copy_(out_of)
+    assert torch.equal(copied, rows)
     # One tensor that allows no word keeps every tensor in bytes.
     assert as_words(rows, torch.empty(3, 1, dtype=torch.uint8))[0].dtype == torch.uint8
 

@@ -206,7 +206,8 @@ def _relay(src: torch.Tensor, dst: torch.Tensor, scale: bool, gated: bool) -> No
     are sign-flipped on the way (one ``bitwise_xor`` per view), scales copied. Both move in
     the widest word the views allow (``words.as_words``), the flip repeated over its bytes."""
     for a0, view in _source(src, scale, gated):
-        source, target = as_words(view, dst if a0 is None else dst[:, :, :, :, a0])
+        target = dst if a0 is None else dst[:, :, :, :, a0]
+        source, target = as_words(view, target, integer=not scale)  # integers to XOR
         if scale:
             target.copy_(source)
         else:
