@@ -1,11 +1,11 @@
-"""Bytes moved as words: the widest integer dtype that a move's runs and offsets allow.
+"""Bytes moved as words: the widest dtype that a move's runs and offsets allow.
 
 CUDA's element-wise and index kernels (``copy_``, ``index_select``, ``bitwise_xor``) move one
 element per thread, so the same bytes viewed as wide words take a fraction of the elements: every
 quantized ``-fast`` moved its bytes as uint8 at 574-677 GB/s on an H200 (5.95-6.91x a copy),
-and as words at 1.16-1.78x a copy (docs/gpu.md). Used by every row move of ours: the gathers
-and passes of the scaled formats, BF16's ``strided_copy`` (``as_words``), and the strided
-copies' plans (``strided._widest``).
+and as words at 1.08-1.43x a copy (docs/gpu.md, runs 3 to 5). Used by every row move of ours:
+the gathers and passes of the scaled formats, BF16's ``strided_copy`` (``as_words``), and the
+strided copies' plans (``strided._widest``).
 """
 
 from __future__ import annotations
