@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .words import widest
+from .words import WIDEST_WORD_BYTES, widest
 
 __all__ = ["StridedCopy", "copy_strided", "strided_copies"]
 
@@ -139,7 +139,8 @@ def _plan(
     copies: tuple[StridedCopy, ...], dim: int, target: Geometry, source: Geometry
 ) -> tuple[tuple[Geometry, Geometry, torch.dtype], ...]:
     """Each copy's target and source views (``_widest``'s), from the geometries of the two
-    uint8 tensors (their offsets taken modulo 8, as alignment is all that depends on them)."""
+    uint8 tensors (their offsets taken modulo ``WIDEST_WORD_BYTES``, as alignment is all that
+    depends on them)."""
     return tuple(
         _widest(_digits(target, dim, copy, True), _digits(source, dim, copy, False))
         for copy in copies
@@ -147,9 +148,10 @@ def _plan(
 
 
 def _layout(t: torch.Tensor) -> tuple[Geometry, int]:
-    """``t``'s geometry, its offset modulo 8, and what that leaves out of it."""
+    """``t``'s geometry, its offset modulo ``WIDEST_WORD_BYTES``, and what that leaves out."""
     offset = t.storage_offset()
-    return (tuple(t.shape), t.stride(), offset % 8), offset - offset % 8
+    aligned = offset - offset % WIDEST_WORD_BYTES
+    return (tuple(t.shape), t.stride(), offset - aligned), aligned
 
 
 def copy_strided(

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["as_words", "widest"]
+__all__ = ["WIDEST_WORD_BYTES", "as_words", "widest"]
 
 # torch has no 16-byte integer: complex128 is the 16-byte word. A move of one dtype (an
 # index_select, a copy_ into the same dtype) loads and stores its elements as they are, NaN
@@ -22,6 +22,8 @@ __all__ = ["as_words", "widest"]
 # gathered rows at 1.12-1.25x a copy where int64 took 1.23-1.36x (docs/gpu.md). Bitwise ops
 # need integer words (``integer=True``).
 _WORDS = (torch.complex128, torch.int64, torch.int32, torch.int16)
+#: The alignment a choice of word depends on: offsets matter only modulo it.
+WIDEST_WORD_BYTES = _WORDS[0].itemsize
 
 
 def widest(byte_counts: Iterable[int], *, integer: bool = False) -> torch.dtype:
