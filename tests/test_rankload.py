@@ -107,7 +107,9 @@ def test_without_costs_only_measured_seconds_remain():
         for line in text.splitlines()
         if line.startswith(f"| {SHAPE}")
     }
-    assert cells == {"legacy": "n/a", "preallocated": "2.50 s (measured)", "inplace": "n/a"}
+    # the one load with a time is the best (its seconds, not a layer's, rank the loads)
+    assert cells == {"legacy": "n/a", f"preallocated ({rankload.BEST})": "2.50 s (measured)",
+                     "inplace": "n/a"}  # fmt: skip
 
 
 def test_the_best_strategy_is_the_fastest_that_loses_no_layer():
@@ -120,10 +122,15 @@ def test_the_best_strategy_is_the_fastest_that_loses_no_layer():
     text = to_markdown(rankload.rank_load_blocks(table, None))
     shown = [line.split("|")[2].strip() for line in text.splitlines() if f"| {SHAPE}" in line]
     assert shown == ["legacy", "preallocated", f"inplace ({rankload.BEST})"]
-    # every load that fits timed: its seconds decide
-    rows += _rows("preallocated", {RANK_LOAD_TIME: 2.5}) + _rows("inplace", {RANK_LOAD_TIME: 9.0})
+    # one load timed: its seconds decide over a faster layer without a load time (the best row
+    # shows a load time beside the others' and must not show a longer one)
+    rows += _rows("preallocated", {RANK_LOAD_TIME: 2.5})
     table = rankload.rank_load_table(pd.DataFrame(rows), None)
     assert rankload.best_strategies(table) == {("box", SHAPE): "preallocated"}
+    # every load that fits timed: the shortest
+    rows += _rows("inplace", {RANK_LOAD_TIME: 1.0})
+    table = rankload.rank_load_table(pd.DataFrame(rows), None)
+    assert rankload.best_strategies(table) == {("box", SHAPE): "inplace"}
 
 
 def test_the_headline_names_the_device_and_the_ratio_against_vllm_45589():
@@ -138,7 +145,10 @@ def test_the_headline_names_the_device_and_the_ratio_against_vllm_45589():
         for line in text.splitlines()
         if line.startswith(f"| {SHAPE}")
     }
-    assert sleep == {"legacy": "OOM (peak 225 GiB)", "preallocated": "fits (peak 107 GiB)"}
+    assert sleep == {
+        "legacy": "OOM (peak 225 GiB)",
+        f"preallocated ({rankload.BEST})": "fits (peak 107 GiB)",
+    }
 
 
 def test_results_from_before_the_loads_facts_were_recorded_predict_nothing():
@@ -221,8 +231,9 @@ def test_refit_block_per_shape_first_load_against_each_way():
         row[2].strip(): dict(zip(header, (c.strip() for c in row), strict=True))
         for row in (line.split("|") for line in lines if line.startswith(f"| {SHAPE}"))
     }
-    # legacy and preallocated, then vLLM's inplace and our streaming (no best: nothing timed)
-    assert list(table) == ["legacy", "preallocated", "inplace", "streaming"]
+    # legacy and preallocated (the best: the shortest load time), then vLLM's inplace and our
+    # streaming
+    assert list(table) == ["legacy", f"preallocated ({rankload.BEST})", "inplace", "streaming"]
     legacy = table["legacy"]
     assert (legacy["peak, first load"], legacy["peak, direct"]) == ("3.00 GiB", "3.00 GiB")
     assert (legacy["peak, layerwise"], legacy["peak, streamed"]) == ("4.12 GiB", "0 B")
@@ -309,7 +320,7 @@ def test_refit_block_says_which_refit_runs_out_per_way():
     assert table["legacy"]["direct"] == "OOM at the load"
     assert table["inplace"]["direct"] == "OOM at refit 16; +1.84 GiB, 94 calls a refit"
     assert table["streaming"]["direct"] == "none in 20; margin 28.8 GiB"
-    assert table["preallocated"]["layerwise"] == "n/a"
+    assert table[f"preallocated ({rankload.BEST})"]["layerwise"] == "n/a"
 
 
 def test_a_run_without_refits_in_a_row_says_so():
