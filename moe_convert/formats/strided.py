@@ -125,13 +125,9 @@ def _widest(target: Geometry, source: Geometry) -> tuple[Geometry, Geometry, tor
     pair = [target, source]
     while len(pair[0][0]) > 1 and all(st[-2] == st[-1] * sz[-1] for sz, st, _ in pair):
         pair = [((*sz[:-2], sz[-2] * sz[-1]), (*st[:-2], st[-1]), at) for sz, st, at in pair]
-    if not all(st[-1] == 1 for _, st, _ in pair):
-        return pair[0], pair[1], torch.uint8
-    return (
-        pair[0],
-        pair[1],
-        widest([pair[0][0][-1], *(x for _, st, at in pair for x in (at, *st[:-1]))]),
-    )
+    runs = [pair[0][0][-1], *(x for _, st, at in pair for x in (at, *st[:-1]))]
+    contiguous = all(st[-1] == 1 for _, st, _ in pair)
+    return pair[0], pair[1], widest(runs) if contiguous else torch.uint8
 
 
 @functools.cache

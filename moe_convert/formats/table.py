@@ -193,7 +193,8 @@ def warm_layer_strategy(shape: LayerShape, strategy: str, device: torch.device) 
     serve no later request in the default pool, so a conversion or a load allocates as its
     replay does, which is warmed on meta (the H200 run at 7f04b26: caches warmed in the default
     pool served 94 of a load's ``cudaMalloc`` calls; at 5add180, 15 of 54 conversions reserved
-    one segment less than their replay, which we read as the same cause: not yet run since)."""
+    one segment less than their replay; in a pool of their own since, all 54 reserve as
+    replayed: docs/gpu.md, runs 3-5)."""
     device = torch.device(device)
     record = strategy_record(shape, strategy)
     if record.not_on_meta and device.type == "meta":

@@ -3,9 +3,11 @@
 CUDA's element-wise and index kernels (``copy_``, ``index_select``, ``bitwise_xor``) move one
 element per thread, so the same bytes viewed as wide words take a fraction of the elements: every
 quantized ``-fast`` moved its bytes as uint8 at 574-677 GB/s on an H200 (5.95-6.91x a copy),
-and as words at 1.08-1.43x a copy (docs/gpu.md, runs 3 to 5). Used by every row move of ours:
-the gathers and passes of the scaled formats, BF16's ``strided_copy`` (``as_words``), and the
-strided copies' plans (``strided._widest``).
+and as words at 1.08-1.43x a copy (docs/gpu.md, runs 3 to 5). Used by the weights' row moves of
+ours (the scaled formats' gathers and passes, BF16's ``strided_copy``) and MXINT4's scale pass
+(``as_words``), and by the strided copies' plans (``strided._widest``). ``-fast``'s scale
+gather takes int32 words by an index of its own (``rows.scale_word_index``); the per-expert
+scale gathers of ``-preallocated`` and ``-inplace``, launch-bound, stay in bytes.
 """
 
 from __future__ import annotations

@@ -214,7 +214,7 @@ def batched(w13: torch.Tensor, w2: torch.Tensor, gated: bool) -> tuple[torch.Ten
 def _strided_copy_into(rows: torch.Tensor, blocks_u8: torch.Tensor, interleave: bool) -> None:
     for dst, src in block_layout_copies(rows.view(torch.uint8), blocks_u8, interleave=interleave):
         # In words, not bytes (a weight off an 8-byte boundary, a view into a shared buffer,
-        # in narrower ones): the same bytes in up to 8x fewer CUDA elements.
+        # in narrower ones): the same bytes in up to 16x fewer CUDA elements.
         dst, src = as_words(dst, src)
         dst.copy_(src)
 
